@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# Install everything the test suite needs, on a fresh Debian machine (as root) or
+# again on one that has it all (then it takes a few seconds). Non-interactive.
+#
+#   1. LaTeX (xelatex + ctexart with Fandol fonts, amsmath) and pdftoppm   [apt]
+#   2. KaTeX, pinned in package.json / package-lock.json, into ./node_modules [npm]
+#   3. torch==2.13.0 (CPU wheel found locally) and this package with .[test] [pip]
+#
+# Environment: PYTHON (default: python3, else python) picks the interpreter.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+REPO_ROOT="$(pwd -P)"
+PYTHON="${PYTHON:-$(command -v python3 || command -v python)}"
+TORCH_VERSION="2.13.0"
+export DEBIAN_FRONTEND=noninteractive
+export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore PIP_NO_INPUT=1
+
+log() { printf '[install-test-deps] %s\n' "$*" >&2; }
+now() { date +%s; }
+
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"
+  elif command -v sudo >/dev/null 2>&1; then sudo -n "$@"
+  else log "need root for: $*"; return 1
+  fi
+}
+
+APT_UPDATED=0
+apt_install() {
+  if [ "$APT_UPDATED" -eq 0 ]; then
+    as_root apt-get update -q
+    APT_UPDATED=1
+  fi
+  as_root apt-get install -y -q --no-install-recommends "$@"
+}
+
+# ---------------------------------------------------------------- 1. LaTeX, poppler
+# texlive-xetex pulls texlive-latex-base/-recommended/-extra (amsmath, fontspec);
+# texlive-lang-chinese brings ctex + xeCJK + the Fandol fonts that ctexart uses.
+latex_ready() {
+  command -v xelatex >/dev/null 2>&1 &&
+    command -v latexmk >/dev/null 2>&1 &&
+    command -v pdftoppm >/dev/null 2>&1 &&
+    [ -n "$(kpsewhich ctexart.cls 2>/dev/null)" ] &&
+    [ -n "$(kpsewhich amsmath.sty 2>/dev/null)" ]
+}
+t0=$(now)
+if latex_ready; then
+  log "LaTeX: xelatex, ctexart.cls, latexmk, pdftoppm present; skipping apt"
+else
+  log "LaTeX: installing with apt (about 500 MB, 1-2 minutes)"
+  apt_install texlive-latex-base texlive-xetex texlive-lang-chinese latexmk poppler-utils
+  latex_ready || { log "LaTeX still incomplete after apt-get install"; exit 1; }
+  log "LaTeX: done in $(( $(now) - t0 )) s"
+fi
+
+# ---------------------------------------------------------------- 2. KaTeX (npm)
+t0=$(now)
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  log "node/npm missing: installing Debian's nodejs + npm"
+  apt_install nodejs npm
+fi
+want_katex="$(node -e 'console.log(require("./package-lock.json").packages["node_modules/katex"].version)')"
+have_katex="$(node -e 'try{console.log(require("./node_modules/katex/package.json").version)}catch(e){console.log("")}')"
+if [ "$have_katex" = "$want_katex" ]; then
+  log "KaTeX $have_katex present in node_modules; skipping npm"
+else
+  log "KaTeX: npm ci (want $want_katex, have ${have_katex:-none})"
+  npm ci --no-audit --no-fund --loglevel=error
+  log "KaTeX: done in $(( $(now) - t0 )) s"
+fi
+
+# ---------------------------------------------------------------- 3. Python
+t0=$(now)
+torch_ready() {
+  (cd / && "$PYTHON" -c "import importlib.metadata as md, sys
+sys.exit(0 if md.version('torch').split('+')[0] == '$TORCH_VERSION' else 1)") 2>/dev/null
+}
+if torch_ready; then
+  log "torch $TORCH_VERSION present; skipping"
+else
+  log "torch: pip install torch==$TORCH_VERSION"
+  "$PYTHON" -m pip install -q "torch==$TORCH_VERSION"
+  log "torch: done in $(( $(now) - t0 )) s"
+fi
+
+# Reinstall the package when: it is not installed editable from THIS checkout (CI uses
+# a fresh clone elsewhere), pyproject.toml changed since the last install, or a
+# requirement of the package or its test extra is not satisfied.
+t0=$(now)
+stamp_file="$REPO_ROOT/.test-deps.stamp"
+stamp="$(sha256sum pyproject.toml | cut -d' ' -f1) $REPO_ROOT $PYTHON"
+python_ready() {
+  [ -f "$stamp_file" ] && [ "$(cat "$stamp_file")" = "$stamp" ] || return 1
+  # run from / so that an attntrace.egg-info in the checkout does not shadow the install
+  (cd / && "$PYTHON" - "$REPO_ROOT") <<'PY'
+import importlib.metadata as md, json, sys, tomllib
+from pathlib import Path
+
+root = Path(sys.argv[1])
+try:
+    dist = md.distribution("attntrace")
+    url = json.loads(dist.read_text("direct_url.json") or "{}").get("url", "")
+except md.PackageNotFoundError:
+    sys.exit(1)
+if url.rstrip("/") != root.as_uri():
+    sys.exit(1)
+try:
+    from packaging.requirements import Requirement
+except ImportError:
+    from pip._vendor.packaging.requirements import Requirement
+project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+reqs = project.get("dependencies", []) + project.get("optional-dependencies", {}).get("test", [])
+for text in reqs:
+    req = Requirement(text)
+    if req.marker and not req.marker.evaluate():
+        continue
+    try:
+        version = md.version(req.name)
+    except md.PackageNotFoundError:
+        sys.exit(1)
+    if not req.specifier.contains(version, prereleases=True):
+        sys.exit(1)
+PY
+}
+if python_ready; then
+  log "attntrace[test] installed editable from $REPO_ROOT; skipping pip"
+else
+  log "pip install -e '.[test]'"
+  "$PYTHON" -m pip install -q -e '.[test]'
+  echo "$stamp" > "$stamp_file"
+  log "attntrace[test]: done in $(( $(now) - t0 )) s"
+fi

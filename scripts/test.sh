@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The test command: install what the tests need (fast when already there), then pytest.
+#   bash scripts/test.sh [pytest args...]
+# ATTNTRACE_SKIP_INSTALL=1 skips the install step. PYTHON picks the interpreter.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+PYTHON="${PYTHON:-$(command -v python3 || command -v python)}"
+export PYTHON
+
+if [ "${ATTNTRACE_SKIP_INSTALL:-0}" != "1" ]; then
+  bash scripts/install-test-deps.sh
+fi
+
+exec "$PYTHON" -m pytest -q "$@"
