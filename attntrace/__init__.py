@@ -1,0 +1,75 @@
+"""attntrace: Transformer attention, traced step by step and written out as a derivation.
+
+    >>> import attntrace
+    >>> t = attntrace.run({"scores": [[0.8, 0.2], [0.3, 0.7]], "scale": False})
+    >>> t.step("weights").value.round(4).tolist()
+    [[0.6457, 0.3543], [0.4013, 0.5987]]
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from .errors import AttntraceError, BadInput, Unsupported  # noqa: E402
+from .trace import STEP_IDS, Operand, Step, Trace  # noqa: E402
+
+
+def run(spec, **overrides) -> Trace:
+    """Trace attention for `spec` (a dict, or a path to a TOML/JSON file, or an example name).
+
+    Overrides replace spec keys: mode, scale, d_k, mask, title, expand, ...
+    """
+    from .spec import load_spec
+    from .tracer import trace
+
+    mode = overrides.pop("mode", None)
+    return trace(load_spec(_resolve(spec), mode=mode, **overrides))
+
+
+def _resolve(spec):
+    """A path, a dict, or the name of a built-in example."""
+    import os
+    from pathlib import Path
+
+    if isinstance(spec, (str, Path)) and not os.path.exists(spec):
+        from .resources import examples_dir
+
+        for suffix in (".toml", ".json"):
+            candidate = examples_dir() / f"{spec}{suffix}"
+            if str(spec).replace("-", "_").replace("_", "").isalnum() and candidate.is_file():
+                return candidate
+    return spec
+
+
+def render(trace: Trace, format: str = "md", **options) -> str:
+    """Render a trace as a Markdown, LaTeX or plain-text derivation."""
+    from .render import render as _render
+
+    return _render(trace, format=format, **options)
+
+
+def check(spec_or_trace, answer, **options):
+    """Check a student's answer against the trace; returns a Report."""
+    from .check import check as _check
+
+    return _check(spec_or_trace, answer, **options)
+
+
+__all__ = ["run", "render", "check", "Trace", "Step", "Operand", "STEP_IDS", "AttntraceError", "BadInput", "Unsupported", "__version__"]
+
+
+def from_torch(module, query, key=None, value=None, **kwargs) -> Trace:
+    """Trace a `torch.nn.MultiheadAttention` module on the given inputs (needs attntrace[torch])."""
+    from .torch_bridge import from_torch as _from_torch
+
+    return _from_torch(module, query, key, value, **kwargs)
+
+
+def from_qkv(q, k, v, **kwargs) -> Trace:
+    """Trace the tensors one would pass to `scaled_dot_product_attention` (needs attntrace[torch])."""
+    from .torch_bridge import from_qkv as _from_qkv
+
+    return _from_qkv(q, k, v, **kwargs)
+
+
+__all__ += ["from_torch", "from_qkv"]

@@ -1,0 +1,158 @@
+"""The `attntrace` command: run, check, examples, exercise.
+
+Bad input ends with one line on standard error and exit status 2, never a traceback.
+`check` exits 0 when every given step is right and 1 when something is wrong.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .errors import AttntraceError, BadInput
+
+RUN_FORMATS = ("text", "md", "tex", "json")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports usage errors as one line with exit status 2."""
+
+    def error(self, message: str) -> None:  # noqa: D102
+        raise BadInput(message)
+
+
+def _add_render_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--lang", choices=("en", "zh"), default="en", help="language of the prose (math is identical)")
+    p.add_argument("--precision", type=int, default=None, help="decimal places shown (default 4, trailing zeros trimmed)")
+    p.add_argument("--standalone", action="store_true", help="LaTeX: a complete document instead of a fragment to \\input")
+    p.add_argument("--template-dir", type=Path, default=None, help="folder whose templates override the built-in ones")
+    p.add_argument("--math-delimiters", choices=("dollars", "brackets"), default="dollars", help="Markdown: $$..$$ or \\[..\\]")
+    p.add_argument("--max-size", type=int, default=None, help="rows/columns shown before eliding with dots (default 8)")
+    p.add_argument("--figures", type=Path, default=None, help="write attention heatmaps into this folder and reference them")
+    p.add_argument("-o", "--output", type=Path, default=None, help="write to FILE instead of standard output")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="attntrace", description="Transformer attention, traced step by step.")
+    from . import __version__
+
+    parser.add_argument("--version", action="version", version=f"attntrace {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    run = sub.add_parser("run", help="trace a spec (a TOML/JSON file or a built-in example's name)")
+    run.add_argument("spec")
+    run.add_argument("--mode", choices=("numeric", "exact", "symbolic", "shape"), default=None)
+    run.add_argument("--format", choices=RUN_FORMATS, default="text")
+    run.add_argument("--expand", choices=("named", "full"), default=None, help="symbolic: name each step's entries (default) or expand fully")
+    _add_render_options(run)
+
+    check = sub.add_parser("check", help="check a hand calculation against the trace")
+    check.add_argument("spec")
+    check.add_argument("answer")
+    check.add_argument("--mode", choices=("numeric", "exact"), default=None)
+    check.add_argument("--format", choices=("text", "md", "tex", "json"), default="text")
+    check.add_argument("--atol", type=float, default=None)
+    check.add_argument("--rtol", type=float, default=None)
+    _add_render_options(check)
+
+    sub.add_parser("examples", help="list the built-in examples")
+
+    ex = sub.add_parser("exercise", help="generate an exercise: worksheet and answer key")
+    ex.add_argument("--n", type=int, default=2, help="sequence length")
+    ex.add_argument("--d", type=int, default=2, help="model width")
+    ex.add_argument("--heads", type=int, default=1)
+    ex.add_argument("--seed", type=int, default=0)
+    ex.add_argument("--format", choices=("md", "tex"), default="md")
+    ex.add_argument("--key", action="store_true", help="print the answer key instead of the worksheet")
+    ex.add_argument("--spec-out", type=Path, default=None, help="also write the problem's spec (TOML) here")
+    ex.add_argument("--answer-out", type=Path, default=None, help="also write the answer key as an answer file (TOML) here")
+    _add_render_options(ex)
+    return parser
+
+
+def _render_options(args) -> dict:
+    opts = {"lang": args.lang, "standalone": args.standalone, "template_dir": args.template_dir,
+            "math_delimiters": args.math_delimiters, "figures": args.figures}
+    if args.precision is not None:
+        opts["precision"] = args.precision
+    if args.max_size is not None:
+        opts["max_size"] = args.max_size
+    if args.output is not None:
+        opts["output_path"] = args.output
+    return opts
+
+
+def _emit(text: str, output: Path | None) -> None:
+    if not text.endswith("\n"):
+        text += "\n"
+    if output is None:
+        sys.stdout.write(text)
+    else:
+        try:
+            output.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise BadInput(f"cannot write {output}: {exc.strerror or exc}") from None
+
+
+def cmd_run(args) -> int:
+    from . import run
+
+    trace = run(args.spec, mode=args.mode, expand=args.expand)
+    if args.format == "json":
+        text = json.dumps(trace.to_dict(), ensure_ascii=False, indent=1)
+    else:
+        from .render import render
+
+        text = render(trace, format=args.format, **_render_options(args))
+    _emit(text, args.output)
+    return 0
+
+
+def cmd_check(args) -> int:
+    from .check import check
+
+    report = check(args.spec, args.answer, mode=args.mode, atol=args.atol, rtol=args.rtol)
+    if args.format == "json":
+        text = json.dumps(report.to_dict(), ensure_ascii=False, indent=1)
+    else:
+        from .render import render_report
+
+        text = render_report(report, format=args.format, **_render_options(args))
+    _emit(text, args.output)
+    return 0 if report.ok else 1
+
+
+def cmd_examples(args) -> int:
+    from .examples import list_examples
+
+    for name, summary in list_examples():
+        print(f"{name:28s} {summary}")
+    return 0
+
+
+def cmd_exercise(args) -> int:
+    from .exercise import exercise_command
+
+    return exercise_command(args, _render_options(args))
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        handler = {"run": cmd_run, "check": cmd_check, "examples": cmd_examples, "exercise": cmd_exercise}[args.command]
+        return handler(args)
+    except AttntraceError as exc:
+        print(f"attntrace: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("attntrace: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - a one-line report, not a traceback
+        print(f"attntrace: internal error ({type(exc).__name__}): {exc}; please report it", file=sys.stderr)
+        return 3
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

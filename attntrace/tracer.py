@@ -1,0 +1,224 @@
+"""Problem -> Trace: one small function per step kind, one code path for all four modes.
+
+The shapes are checked here, before any arithmetic, so that numeric, exact, symbolic and
+shape mode fail (or succeed) identically, with a one-line message naming the step and both
+shapes. The arithmetic itself lives in `algebra.py`; the formulas in `formulas.py`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import formulas
+from .algebra import algebra_for
+from .errors import BadInput
+from .spec import Problem
+from .trace import Operand, Step, Trace
+
+#: Entry names of each step in symbolic mode (the article's letters; t for scaled scores).
+STEP_SYMBOLS = {"Q": "q", "K": "k", "V": "v", "scores": "s", "scaled": "t", "weights": "a", "Z": "z", "output": "o"}
+#: Symbolic work (entry products) above this is refused up front: it would not finish in seconds.
+SYMBOLIC_BUDGET = {"named": 400_000, "expanded": 6_000}
+
+
+class _Value:
+    """A value in flight: what the algebra computes with, its shape, and where it came from."""
+
+    __slots__ = ("value", "shape", "ref")
+
+    def __init__(self, value, shape, ref):
+        self.value, self.shape, self.ref = value, tuple(shape), ref
+
+
+def _label(name: str, head: int | None) -> str:
+    return name if head is None else f"{name} (head {head})"
+
+
+class _Tracer:
+    def __init__(self, problem: Problem):
+        self.p = problem
+        self.alg = algebra_for(problem.mode, full_expansion=problem.full_expansion)
+        self.steps: list[Step] = []
+        self.multi = len(problem.heads) > 1
+
+    # -- helpers ---------------------------------------------------------------
+    def operand(self, op: Operand) -> _Value:
+        return _Value(op.value, op.shape, op.name)
+
+    def emit(self, id, head, inputs, formula, result, shape, details=None, symbolic_name=True) -> _Value:
+        symbol = STEP_SYMBOLS.get(id) if symbolic_name else None
+        value, expansion = self.alg.finish(result, symbol=symbol, head=head, shape=shape)
+        self.steps.append(Step(id=id, head=head, inputs=tuple(inputs), formula=formula, value=value, shape=tuple(shape),
+                               symbol=symbol, expansion=expansion, details=details or {}))
+        return _Value(value, shape, id)
+
+    def product(self, id, head, a: _Value, b: _Value, *, b_transposed=False):
+        """Shape-checked a @ b (or a @ b.T); returns (result, shape)."""
+        inner_b = b.shape[1] if b_transposed else b.shape[0]
+        if a.shape[1] != inner_b:
+            b_desc = f"{b.ref}^T {b.shape[::-1]}" if b_transposed else f"{b.ref} {b.shape}"
+            raise BadInput(f"step {_label(id, head)}: cannot multiply {a.ref} {a.shape} by {b_desc}: {a.shape[1]} != {inner_b}")
+        shape = (a.shape[0], b.shape[0] if b_transposed else b.shape[1])
+        result = self.alg.matmul_t(a.value, b.value) if b_transposed else self.alg.matmul(a.value, b.value)
+        return result, shape
+
+    def add_bias(self, id, head, result, shape, bias: Operand | None):
+        if bias is None:
+            return result
+        if bias.shape != (1, shape[1]):
+            raise BadInput(f"step {_label(id, head)}: bias {bias.name} has shape {bias.shape}, expected (1, {shape[1]})")
+        return self.alg.add_row(result, bias.value)
+
+    # -- steps -----------------------------------------------------------------
+    def project(self, which: str, head, ops) -> _Value:
+        source_name = "X_kv" if which in ("K", "V") and "X_kv" in self.p.shared else "X"
+        x = self.operand(self.p.shared[source_name])
+        w = self.operand(ops[f"W_{which}"])
+        result, shape = self.product(which, head, x, w)
+        bias = ops.get(f"b_{which}")
+        result = self.add_bias(which, head, result, shape, bias)
+        inputs = [source_name, f"W_{which}"] + ([f"b_{which}"] if bias else [])
+        src_tex = "X_{kv}" if source_name == "X_kv" else "X"
+        return self.emit(which, head, inputs, formulas.projection(which, head=head, bias=bias is not None, source=src_tex),
+                         result, shape, {"bias": bias.name} if bias else None)
+
+    def scores(self, head, q: _Value, k: _Value) -> _Value:
+        result, shape = self.product("scores", head, q, k, b_transposed=True)
+        return self.emit("scores", head, [q.ref, k.ref], formulas.scores(head), result, shape)
+
+    def scaled(self, head, s: _Value, d_k: int | None) -> _Value:
+        number = None if self.p.scale is True else self.p.scale
+        if number is None and d_k is None:
+            raise BadInput("scale is on but d_k is unknown: give d_k (the key width) or set scale = false")
+        factor = self.alg.factor(d_k, number)
+        result = self.alg.divide(s.value, factor)
+        details = {"d_k": d_k, "factor": factor, "by_sqrt_dk": number is None}
+        return self.emit("scaled", head, [s.ref], formulas.scaled(head, by_sqrt=number is None), result, s.shape, details)
+
+    def masked(self, head, t: _Value) -> _Value:
+        keep = self.keep_matrix(t.shape)
+        result = self.alg.mask(t.value, keep)
+        details = {"keep": keep, "kind": "causal" if isinstance(self.p.mask, str) else "matrix"}
+        return self.emit("masked", head, [t.ref], formulas.masked(head), result, t.shape, details, symbolic_name=False)
+
+    def keep_matrix(self, shape) -> np.ndarray:
+        if isinstance(self.p.mask, str):  # causal: query i sees keys j <= i (top-left aligned, as PyTorch)
+            keep = np.tril(np.ones(shape, dtype=bool))
+        else:
+            keep = self.p.mask
+            if keep.shape != tuple(shape):
+                raise BadInput(f"step masked: mask has shape {keep.shape} but the scores are {tuple(shape)}")
+        empty = np.flatnonzero(~keep.any(axis=1))
+        if empty.size:
+            raise BadInput(f"step masked: row {empty[0] + 1} of the mask keeps no entry, so its softmax is undefined")
+        keep = keep.copy()
+        keep.setflags(write=False)
+        return keep
+
+    def weights(self, head, t: _Value) -> _Value:
+        result, details = self.alg.softmax(t.value)
+        return self.emit("weights", head, [t.ref], formulas.weights(head), result, t.shape, details)
+
+    def weighted_sum(self, head, a: _Value, v: _Value) -> _Value:
+        result, shape = self.product("Z", head, a, v)
+        return self.emit("Z", head, [a.ref, v.ref], formulas.weighted_sum(head), result, shape)
+
+    # -- whole problem -----------------------------------------------------------
+    def head(self, head, ops) -> _Value | None:
+        start = self.p.start
+        if start == "X":
+            q, k, v = (self.project(w, head, ops) for w in ("Q", "K", "V"))
+        elif start == "QKV":
+            q, k = self.operand(ops["Q"]), self.operand(ops["K"])
+            v = self.operand(ops["V"]) if "V" in ops else None
+        if start in ("X", "QKV"):
+            s = self.scores(head, q, k)
+            d_k = q.shape[1]
+            if self.p.d_k is not None and self.p.d_k != d_k and self.p.scale is True:
+                raise BadInput(f"d_k = {self.p.d_k} but the keys of {_label('K', head)} are {d_k} wide")
+        elif start == "scores":
+            s, d_k = self.operand(ops["scores"]), self.p.d_k
+            v = self.operand(ops["V"]) if "V" in ops else None
+        if start == "weights":
+            a, v = self.operand(ops["weights"]), self.operand(ops["V"])
+        else:
+            t = self.scaled(head, s, d_k) if self.p.scale is not False else s
+            if self.p.mask is not None:
+                t = self.masked(head, t)
+            a = self.weights(head, t)
+        return self.weighted_sum(head, a, v) if v is not None else None
+
+    def run(self) -> Trace:
+        p = self.p
+        self.check_budget()
+        heads = [None] if not self.multi else list(range(1, len(p.heads) + 1))
+        if p.start == "Z":
+            zs = [self.operand(ops["Z"]) for ops in p.heads]
+        else:
+            zs = [self.head(h, ops) for h, ops in zip(heads, p.heads)]
+        z = zs[0]
+        if self.multi and all(x is not None for x in zs):
+            z = self.concat(zs)
+        if "W_O" in p.shared:
+            if z is None:
+                raise BadInput("W_O needs the head outputs Z: give V")
+            z = self.output(z)
+        elif p.start == "Z" and not self.multi:
+            raise BadInput("a single Z needs W_O or more heads to trace anything")
+        operands = tuple(op for ops in p.heads for op in ops.values()) + tuple(p.shared.values())
+        settings = {
+            "start": p.start, "scale": p.scale, "d_k": p.d_k, "mask": None if p.mask is None else ("causal" if isinstance(p.mask, str) else "matrix"),
+            "cross": "X_kv" in p.shared, "full_expansion": p.full_expansion, "description": p.description,
+            "tokens": p.tokens, "kv_tokens": p.kv_tokens, "source": p.source,
+        }
+        return Trace(mode=p.mode, steps=tuple(self.steps), operands=operands, title=p.title,
+                     num_heads=len(p.heads), settings=settings)
+
+    def concat(self, zs: list[_Value]) -> _Value:
+        rows = zs[0].shape[0]
+        for i, z in enumerate(zs[1:], start=2):
+            if z.shape[0] != rows:
+                raise BadInput(f"step concat: Z of head {i} has {z.shape[0]} rows but Z of head 1 has {rows}")
+        blocks, col = [], 1
+        for i, z in enumerate(zs, start=1):
+            blocks.append((i, col, col + z.shape[1] - 1))
+            col += z.shape[1]
+        shape = (rows, col - 1)
+        result = self.alg.hstack([z.value for z in zs])
+        return self.emit("concat", None, [f"Z@{i}" for i in range(1, len(zs) + 1)], formulas.concat(len(zs)),
+                         result, shape, {"blocks": tuple(blocks)}, symbolic_name=False)
+
+    def output(self, z: _Value) -> _Value:
+        w = self.operand(self.p.shared["W_O"])
+        if w.shape[0] != z.shape[1]:
+            raise BadInput(f"step output: W_O has {w.shape[0]} rows but the concatenated heads are {z.shape} (need h*d_v = {z.shape[1]} rows)")
+        result, shape = self.product("output", None, z, w)
+        bias = self.p.shared.get("b_O")
+        result = self.add_bias("output", None, result, shape, bias)
+        inputs = [z.ref, "W_O"] + (["b_O"] if bias else [])
+        return self.emit("output", None, inputs, formulas.output(bias=bias is not None), result, shape)
+
+    def check_budget(self) -> None:
+        """Refuse, before any work, a symbolic request that would not finish in seconds."""
+        if self.p.mode not in ("symbolic", "exact"):
+            return
+        cost = 0
+        shapes = {k: op.shape for k, op in self.p.shared.items()}
+        for ops in self.p.heads:
+            sh = {k: op.shape for k, op in ops.items()}
+            n = shapes.get("X", sh.get("Q", sh.get("scores", sh.get("weights", sh.get("Z", (1, 1))))))[0]
+            m = shapes.get("X_kv", shapes.get("X", sh.get("K", sh.get("V", (n, 1)))))[0]
+            d = shapes.get("X", (1, 1))[1]
+            widths = [s[1] for key, s in sh.items() if key in ("W_Q", "W_K", "W_V", "Q", "K", "V", "Z")] or [1]
+            dk = max(widths)
+            cost += 3 * max(n, m) * d * dk + 2 * n * m * dk + n * m
+        named = self.p.mode == "symbolic" and not self.p.full_expansion
+        limit = SYMBOLIC_BUDGET["named" if named else "expanded"]
+        if cost > limit:
+            raise BadInput(f"this {self.p.mode} trace is too large to finish in seconds (about {cost:,} entry products, "
+                           f"limit {limit:,}); use --mode shape or --mode numeric")
+
+
+def trace(problem: Problem) -> Trace:
+    """Run the problem and record every step."""
+    return _Tracer(problem).run()
