@@ -100,7 +100,7 @@ def _mask_spec(keep) -> Any:
         return keep
     if keep.all():
         return None
-    return keep.astype(np.int64)
+    return keep.astype(int).tolist()  # a list: spec._mask compares its value with "causal"
 
 
 # -- nn.MultiheadAttention -------------------------------------------------------------------
@@ -135,6 +135,9 @@ def multihead_spec(module, query, key=None, value=None, *, attn_mask=None, is_ca
     if m.training and m.dropout > 0:
         raise Unsupported(f"MultiheadAttention in training mode with dropout={m.dropout} is random; call module.eval() first")
 
+    if m.kdim != m.vdim:
+        raise Unsupported(f"kdim={m.kdim} differs from vdim={m.vdim}; attntrace computes K and V from the same X_kv")
+
     key = query if key is None else key
     value = key if value is None else value
     batch_first = bool(m.batch_first)
@@ -154,8 +157,6 @@ def multihead_spec(module, query, key=None, value=None, *, attn_mask=None, is_ca
         WQ = _np(m.q_proj_weight, "q_proj_weight").T  # (E, E)
         WK = _np(m.k_proj_weight, "k_proj_weight").T  # (kdim, E)
         WV = _np(m.v_proj_weight, "v_proj_weight").T  # (vdim, E)
-        if WK.shape[0] != WV.shape[0]:
-            raise Unsupported(f"kdim={m.kdim} differs from vdim={m.vdim}; attntrace computes K and V from the same X_kv")
     if Y.shape[1] != WK.shape[0]:
         raise BadInput(f"key has width {Y.shape[1]} but the module expects {WK.shape[0]}")
 
