@@ -117,7 +117,7 @@ def cmd_check(args) -> int:
     if args.format == "json":
         text = json.dumps(report.to_dict(), ensure_ascii=False, indent=1)
     else:
-        from .render import render_report
+        from .check import render_report
 
         text = render_report(report, format=args.format, **_render_options(args))
     _emit(text, args.output)
