@@ -1,0 +1,381 @@
+"""Every math fragment of a report, built on SymPy's printer; no prose lives here.
+
+Two outputs share one code path: `TexOut` writes LaTeX math (for Markdown and LaTeX reports,
+KaTeX-safe macros only) and `PlainOut` writes plain math for the terminal. Both format only
+the entries they show: a matrix larger than `max_size` is elided with dots, and
+`STATS["entries"]` counts every number or expression formatted, so that tests can check that
+the cost of a report follows what it shows, not the size of the matrices.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Sequence
+
+import numpy as np
+import sympy as sp
+from sympy.printing.latex import LatexPrinter, tex_greek_dictionary
+from sympy.printing.str import StrPrinter
+
+#: How many entries (numbers or expressions) have been formatted; tests read and reset it.
+STATS = {"entries": 0}
+
+_NAME = re.compile(r"([A-Za-z]+)(.*)$", re.S)
+
+
+class AttnLatexPrinter(LatexPrinter):
+    """SymPy's LaTeX printer with attntrace's entry names and number format.
+
+    Entry names are already LaTeX from the whitelist parser (`w^{Q}_{11}`); a Greek base name
+    (`alpha_{11}`) gets its backslash. Floats print with `precision` decimal places, trailing
+    zeros trimmed. Settings are validated by SymPy's Printer (unknown ones raise).
+    """
+
+    printmethod = "_attntrace_latex"
+    _default_settings = {**LatexPrinter._default_settings, "order": "none", "precision": 4}
+
+    def _print_Symbol(self, expr, style="plain"):
+        return greek_name(expr.name)
+
+    def _print_Float(self, expr):
+        return tex_number(float(expr), self._settings["precision"], count=False)
+
+
+class AttnStrPrinter(StrPrinter):
+    """Plain-text counterpart of `AttnLatexPrinter`."""
+
+    _default_settings = {**StrPrinter._default_settings, "order": "none", "precision": 4}
+
+    def _print_Symbol(self, expr):
+        return plain_name(expr.name)
+
+    def _print_Float(self, expr):
+        return plain_number(float(expr), self._settings["precision"], count=False)
+
+    def _print_Exp1(self, expr):
+        return "e"
+
+
+def greek_name(name: str) -> str:
+    m = _NAME.match(name)
+    if m and m.group(1) in tex_greek_dictionary and m.group(1)[0].islower():
+        return tex_greek_dictionary[m.group(1)] + m.group(2)
+    return name
+
+
+def plain_name(name: str) -> str:
+    """w^{Q(2)}_{11} -> w^Q(2)_11 (braces dropped where unambiguous)."""
+    return re.sub(r"[{}]", "", name)
+
+
+def _trim(x: float, precision: int) -> str:
+    s = f"{x:.{precision}f}"
+    if "." in s:
+        s = s.rstrip("0").rstrip(".")
+    return "0" if s in ("-0", "", "-") else s
+
+
+def tex_number(x: float, precision: int, count: bool = True) -> str:
+    if count:
+        STATS["entries"] += 1
+    if math.isnan(x):
+        return r"\mathrm{NaN}"
+    if math.isinf(x):
+        return r"\infty" if x > 0 else r"-\infty"
+    return _trim(x, precision)
+
+
+def plain_number(x: float, precision: int, count: bool = True) -> str:
+    if count:
+        STATS["entries"] += 1
+    if math.isnan(x):
+        return "nan"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return _trim(x, precision)
+
+
+def pick(n: int, limit: int) -> list[int | None]:
+    """Indices shown out of n: all when n <= limit, else the first limit-1, a gap (None), the last."""
+    if n <= limit:
+        return list(range(n))
+    return list(range(max(1, limit - 1))) + [None, n - 1]
+
+
+def entry_name(base: str, i: int, j: int, head: int | None = None) -> str:
+    """The LaTeX name of entry (i, j) (1-based): x_{11}, w^{Q(2)}_{11}, q^{(2)}_{1,10}."""
+    if head is not None:
+        if base.endswith("}") and "^{" in base:
+            base = base[:-1] + f"({head})}}"
+        else:
+            base = f"{base}^{{({head})}}"
+    idx = f"{i}{j}" if i < 10 and j < 10 else f"{i},{j}"
+    return f"{greek_name(base)}_{{{idx}}}"
+
+
+class _Out:
+    """What both outputs share: choosing entries, counting them, laying out matrices."""
+
+    def __init__(self, precision: int = 4, max_size: int = 8):
+        self.precision = precision
+        self.max_size = max_size
+
+    # -- entries -------------------------------------------------------------
+    def entry(self, value: Any, i: int, j: int) -> str:
+        """One entry of a numeric or SymPy matrix."""
+        if isinstance(value, np.ndarray):
+            return self.num(float(value[i, j]))
+        STATS["entries"] += 1
+        return self.expr(value[i, j])
+
+    def is_negative(self, value: Any, i: int, j: int) -> bool:
+        x = value[i, j]
+        if isinstance(value, np.ndarray):
+            return float(x) < 0 and _trim(float(x), self.precision) != "0"
+        return bool(x.is_Add) or bool(getattr(x, "could_extract_minus_sign", lambda: False)())
+
+    def factor(self, value: Any, i: int, j: int) -> str:
+        """An entry as a factor of a product: parenthesized when negative or a sum."""
+        s = self.entry(value, i, j)
+        return self.paren(s) if self.is_negative(value, i, j) else s
+
+    def approx_entry(self, value: Any, i: int, j: int) -> str | None:
+        """The float value of a SymPy entry, or None when it is symbolic."""
+        x = value[i, j]
+        if x in (sp.oo, -sp.oo):
+            return self.num(float(x))
+        if getattr(x, "free_symbols", None) or not getattr(x, "is_number", False):
+            return None
+        return self.num(complex(sp.N(x, 17)).real)
+
+    def matrix_of(self, rows: int, cols: int, cell) -> str:
+        """A matrix of shown cells: cell(i, j) for shown indices, dots for the gaps."""
+        ri, ci = pick(rows, self.max_size), pick(cols, self.max_size)
+        body = [[self.dots(i, j) if i is None or j is None else cell(i, j) for j in ci] for i in ri]
+        return self.layout(body)
+
+    def matrix(self, value: Any, shape: tuple[int, int]) -> str:
+        return self.matrix_of(shape[0], shape[1], lambda i, j: self.entry(value, i, j))
+
+    def approx_matrix(self, value: Any, shape: tuple[int, int]) -> str | None:
+        """The float approximation of an exact matrix (None when an entry is symbolic or all are already plain)."""
+        rows, cols = shape
+        cells, plain = {}, True
+        for i in pick(rows, self.max_size):
+            for j in pick(cols, self.max_size):
+                if i is None or j is None:
+                    continue
+                a = self.approx_entry(value, i, j)
+                if a is None:
+                    return None
+                x = value[i, j]
+                plain = plain and (x.is_Integer or x in (sp.oo, -sp.oo) or x.is_Float)
+                cells[i, j] = a
+        if plain:
+            return None
+        return self.matrix_of(rows, cols, lambda i, j: cells[i, j])
+
+    def sum_terms(self, n: int, term) -> str:
+        """term(k) for k in 0..n-1, joined by +, eliding the middle when n > 4."""
+        ks = list(range(n)) if n <= 4 else [0, 1, None, n - 1]
+        return self.add([self.ellipsis_term() if k is None else term(k) for k in ks])
+
+
+class TexOut(_Out):
+    """LaTeX math (KaTeX-safe)."""
+
+    plain = False
+
+    def __init__(self, precision: int = 4, max_size: int = 8):
+        super().__init__(precision, max_size)
+        self.printer = AttnLatexPrinter({"precision": precision})
+
+    def num(self, x: float) -> str:
+        return tex_number(x, self.precision)
+
+    def expr(self, e: Any) -> str:
+        return self.printer.doprint(e)
+
+    def paren(self, s: str) -> str:
+        return f"\\left({s}\\right)"
+
+    def dots(self, i, j) -> str:
+        return r"\ddots" if i is None and j is None else (r"\vdots" if i is None else r"\cdots")
+
+    def ellipsis_term(self) -> str:
+        return r"\cdots"
+
+    def layout(self, body: list[list[str]]) -> str:
+        return "\\begin{bmatrix}" + " \\\\ ".join(" & ".join(row) for row in body) + "\\end{bmatrix}"
+
+    def shape(self, shape: Sequence[int]) -> str:
+        return f"{shape[0]} \\times {shape[1]}"
+
+    def named(self, name: str, shape: Sequence[int]) -> str:
+        return f"\\underset{{({self.shape(shape)})}}{{{name}}}"
+
+    def mul(self, a: str, b: str) -> str:
+        return f"{a} \\cdot {b}"
+
+    def juxt(self, a: str, b: str) -> str:
+        return f"{a} {b}"
+
+    def add(self, terms: list[str]) -> str:
+        out = terms[0]
+        for t in terms[1:]:
+            out += f" - {t[1:]}" if t.startswith("-") and not t.startswith("-\\") else f" + {t}"
+        return out
+
+    def frac(self, a: str, b: str) -> str:
+        return f"\\frac{{{a}}}{{{b}}}"
+
+    def sqrt(self, a: str) -> str:
+        return f"\\sqrt{{{a}}}"
+
+    def exp(self, a: str) -> str:
+        return f"e^{{{a}}}"
+
+    def sub(self, a: str, b: str) -> str:
+        return f"{a} - {b}"
+
+    def row(self, items: list[str]) -> str:
+        return "\\left(" + ",\\ ".join(items) + "\\right)"
+
+    def eq(self, *parts: str) -> str:
+        return " = ".join(p for p in parts if p)
+
+    def approx(self, a: str, b: str) -> str:
+        return f"{a} \\approx {b}"
+
+    def neg_inf(self) -> str:
+        return r"-\infty"
+
+    def max_row(self, i: int) -> str:
+        return f"m_{{{i}}}"
+
+    def block(self, inner: str, label: str) -> str:
+        return f"\\underbrace{{{inner}}}_{{{label}}}"
+
+    def inner_matrix(self, body: list[list[str]]) -> str:
+        return "\\begin{matrix}" + " \\\\ ".join(" & ".join(r) for r in body) + "\\end{matrix}"
+
+    def brackets(self, parts: list[str]) -> str:
+        return "\\left[\\;" + " \\quad ".join(parts) + "\\;\\right]"
+
+    def head_name(self, letter: str, head: int | None) -> str:
+        return letter if head is None else f"{letter}^{{({head})}}"
+
+
+class PlainOut(_Out):
+    """Plain math for a terminal: matrices as aligned rows in brackets."""
+
+    plain = True
+
+    def __init__(self, precision: int = 4, max_size: int = 8):
+        super().__init__(precision, max_size)
+        self.printer = AttnStrPrinter({"precision": precision})
+
+    def num(self, x: float) -> str:
+        return plain_number(x, self.precision)
+
+    def expr(self, e: Any) -> str:
+        if e == -sp.oo:
+            return "-inf"
+        return self.printer.doprint(e)
+
+    def paren(self, s: str) -> str:
+        return f"({s})"
+
+    def dots(self, i, j) -> str:
+        return "..."
+
+    def ellipsis_term(self) -> str:
+        return "..."
+
+    def layout(self, body: list[list[str]]) -> str:
+        widths = [max(len(r[c]) for r in body) for c in range(len(body[0]))]
+        lines = ["  ".join(cell.rjust(w) for cell, w in zip(r, widths)) for r in body]
+        return "\n".join(f"[ {line} ]" for line in lines)
+
+    def shape(self, shape: Sequence[int]) -> str:
+        return f"{shape[0]} x {shape[1]}"
+
+    def named(self, name: str, shape: Sequence[int]) -> str:
+        return f"{name} ({self.shape(shape)})"
+
+    def mul(self, a: str, b: str) -> str:
+        return f"{a}*{b}"
+
+    def juxt(self, a: str, b: str) -> str:
+        return f"{a}*{b}"
+
+    def add(self, terms: list[str]) -> str:
+        out = terms[0]
+        for t in terms[1:]:
+            out += f" - {t[1:]}" if t.startswith("-") else f" + {t}"
+        return out
+
+    def frac(self, a: str, b: str) -> str:
+        return f"({a}) / ({b})"
+
+    def sqrt(self, a: str) -> str:
+        return f"sqrt({a})"
+
+    def exp(self, a: str) -> str:
+        return f"e^({a})"
+
+    def sub(self, a: str, b: str) -> str:
+        return f"{a} - {b}"
+
+    def row(self, items: list[str]) -> str:
+        return "(" + ", ".join(items) + ")"
+
+    def eq(self, *parts: str) -> str:
+        return " = ".join(p for p in parts if p)
+
+    def approx(self, a: str, b: str) -> str:
+        return f"{a} ~ {b}"
+
+    def neg_inf(self) -> str:
+        return "-inf"
+
+    def max_row(self, i: int) -> str:
+        return f"m_{i}"
+
+    def block(self, inner: str, label: str) -> str:
+        return f"{label}"
+
+    def inner_matrix(self, body: list[list[str]]) -> str:
+        return "; ".join(" ".join(r) for r in body)
+
+    def brackets(self, parts: list[str]) -> str:
+        return "[ " + " | ".join(parts) + " ]"
+
+    def head_name(self, letter: str, head: int | None) -> str:
+        return letter if head is None else f"{letter}({head})"
+
+
+def plain_formula(step) -> str:
+    """The general formula of a step in plain math (the LaTeX one is step.formula)."""
+    h = "" if step.head is None else f"({step.head})"
+    bias = len(step.inputs) > 2
+    src = "X_kv" if step.inputs and step.inputs[0] == "X_kv" else "X"
+    table = {
+        "Q": f"Q{h} = {src} W_Q{h}" + (f" + b_Q{h}" if bias else ""),
+        "K": f"K{h} = {src} W_K{h}" + (f" + b_K{h}" if bias else ""),
+        "V": f"V{h} = {src} W_V{h}" + (f" + b_V{h}" if bias else ""),
+        "scores": f"S{h} = Q{h} K{h}^T",
+        "scaled": f"T{h} = S{h} / " + ("sqrt(d_k)" if step.details.get("by_sqrt_dk", True) else "c"),
+        "masked": f"T{h}_ij <- -inf where M_ij = 0",
+        "weights": f"A{h} = softmax(T{h}),  a_ij = e^(t_ij) / sum_k e^(t_ik)",
+        "Z": f"Z{h} = A{h} V{h}",
+        "concat": "Z = Concat(" + ", ".join(f"Z({i})" for i in range(1, len(step.inputs) + 1)) + ")",
+        "output": "O = Z W_O" + (" + b_O" if bias else ""),
+    }
+    return table[step.id]
+
+
+def latex_expr(e: Any, precision: int = 4) -> str:
+    """One SymPy expression as LaTeX in attntrace's style (term order kept)."""
+    return AttnLatexPrinter({"precision": precision}).doprint(e)
