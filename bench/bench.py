@@ -1,0 +1,393 @@
+"""attntrace benchmarks: ratios against bare NumPy, naive SymPy and a bare interpreter start.
+
+    python bench/bench.py [--quick] [--markdown FILE] [--profile]
+
+Every number is a RATIO measured in one process (medians of alternating runs), so it means
+the same on a slow or a busy machine; absolute times are printed for context only. Nothing
+here asserts a wall time (tests/test_bench_smoke.py only checks that the functions run).
+
+- numeric: a BERT-base attention layer (n=128, d_model=768, 12 heads, biases, W_O) traced by
+  attntrace.run, against the same steps written in bare NumPy (per-head projections, scores,
+  scale, stable softmax with row max / exp / sum, Z, concat, output). Goal <= 1.3x.
+- symbolic: the article's 4x6 sentence fully symbolic (X 4x6, W_Q/W_K/W_V 6x6 symbol tables),
+  traced and rendered to Markdown, against naive SymPy end to end (Matrix of symbols, X*W_Q,
+  QK^T/sqrt(6), row softmax with exp, times V, then sympy.latex). Goals: >= 10x faster,
+  >= 20x less text; 16x16 (X and W 16x16) at most 40x the 4x6 time.
+- start-up: `python -m attntrace run <numeric spec> --format json` against
+  `python -c "import numpy, jinja2"`, and whether SymPy gets imported in numeric mode.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import math
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def _early_blas_threads(argv) -> str | None:
+    """--blas-threads N must act before NumPy loads OpenBLAS: set the thread variables now."""
+    for i, a in enumerate(argv):
+        value = a.split("=", 1)[1] if a.startswith("--blas-threads=") else argv[i + 1] if a == "--blas-threads" and i + 1 < len(argv) else None
+        if value is not None:
+            if value != "0":
+                for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+                    os.environ[var] = value
+            return value
+    return None
+
+
+if __name__ == "__main__":
+    _early_blas_threads(sys.argv[1:] if any(a.startswith("--blas-threads") for a in sys.argv[1:]) else sys.argv[1:] + ["--blas-threads", "1"])
+
+import numpy as np  # noqa: E402
+
+GOALS = {"numeric": 1.3, "symbolic_speed": 10.0, "symbolic_text": 20.0, "symbolic_16": 40.0}
+
+
+def _attntrace():
+    import attntrace
+
+    return attntrace
+
+
+def _package_root() -> str:
+    """The folder holding the attntrace package that this process imports (for subprocesses)."""
+    return str(Path(_attntrace().__file__).resolve().parent.parent)
+
+
+def _timed(fn):
+    gc.collect()
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
+
+
+def _alternate(fns: dict, repeats: int) -> dict:
+    """Run each function `repeats` times, alternating between them; the median time of each."""
+    times = {k: [] for k in fns}
+    for _ in range(repeats):
+        for k, fn in fns.items():
+            times[k].append(_timed(fn)[0])
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+# -- machine -----------------------------------------------------------------------------------
+def machine() -> dict:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    info = {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "numpy": np.__version__,
+            "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS", "default")}
+    try:
+        import sympy
+
+        info["sympy"] = sympy.__version__
+    except ImportError:  # pragma: no cover
+        info["sympy"] = "-"
+    return info
+
+
+# -- numeric -------------------------------------------------------------------------------------
+def bert_layer(n=128, d=768, h=12, seed=0) -> dict:
+    """Random BERT-base-sized attention weights, row-vector convention, biases as (1, d) rows."""
+    rng = np.random.default_rng(seed)
+    s = 1 / math.sqrt(d)
+    return {"X": rng.normal(size=(n, d)), "num_heads": h,
+            **{f"W_{k}": rng.normal(size=(d, d)) * s for k in "QKVO"},
+            **{f"b_{k}": rng.normal(size=(1, d)) * 0.1 for k in "QKVO"}}
+
+
+def numpy_layer(p: dict) -> np.ndarray:
+    """The same steps as the trace, in bare NumPy (per head, stable softmax, concat, output)."""
+    X, h = p["X"], p["num_heads"]
+    dk = p["W_Q"].shape[1] // h
+    zs = []
+    for i in range(h):
+        c = slice(i * dk, (i + 1) * dk)
+        Q = X @ p["W_Q"][:, c] + p["b_Q"][:, c]  # (n, dk)
+        K = X @ p["W_K"][:, c] + p["b_K"][:, c]  # (n, dk)
+        V = X @ p["W_V"][:, c] + p["b_V"][:, c]  # (n, dv)
+        S = Q @ K.T  # (n, n)
+        T = S / math.sqrt(dk)  # (n, n)
+        row_max = T.max(axis=1, keepdims=True)  # (n, 1)
+        E = np.exp(T - row_max)  # (n, n)
+        row_sum = E.sum(axis=1, keepdims=True)  # (n, 1)
+        A = E / row_sum  # (n, n)
+        zs.append(A @ V)  # (n, dv)
+    C = np.hstack(zs)  # (n, h*dv)
+    return C @ p["W_O"] + p["b_O"]  # (n, d)
+
+
+def bench_numeric(n=128, d=768, h=12, repeats=21) -> dict:
+    at = _attntrace()
+    p = bert_layer(n, d, h)
+    out = at.run(p).step("output").value
+    assert np.allclose(out, numpy_layer(p), atol=1e-9), "attntrace and NumPy disagree"
+    med = _alternate({"attntrace": lambda: at.run(p), "numpy": lambda: numpy_layer(p)}, repeats)
+    return {"n": n, "d_model": d, "heads": h, "attntrace_s": med["attntrace"], "numpy_s": med["numpy"],
+            "ratio": med["attntrace"] / med["numpy"], "goal": GOALS["numeric"]}
+
+
+def profile_numeric(n=128, d=768, h=12, top=15) -> str:
+    """cProfile of attntrace.run on the BERT layer: where the time beyond NumPy goes."""
+    import cProfile
+    import io
+    import pstats
+
+    at = _attntrace()
+    p = bert_layer(n, d, h)
+    at.run(p)
+    pr = cProfile.Profile()
+    pr.enable()
+    for _ in range(10):
+        at.run(p)
+    pr.disable()
+    buf = io.StringIO()
+    pstats.Stats(pr, stream=buf).sort_stats("tottime").print_stats(top)
+    return buf.getvalue()
+
+
+# -- symbolic ------------------------------------------------------------------------------------
+def _clear_sympy_cache():
+    from sympy.core.cache import clear_cache
+
+    clear_cache()
+
+
+def symbolic_spec(n: int, d: int) -> dict:
+    """X (n, d) and W_Q, W_K, W_V (d, d) as symbol tables: every entry its own symbol."""
+    table = lambda r, c: {"shape": [r, c]}  # noqa: E731 - default entry names x, w^{Q}, ...
+    return {"X": table(n, d), "W_Q": table(d, d), "W_K": table(d, d), "W_V": table(d, d), "mode": "symbolic"}
+
+
+def attntrace_symbolic(n: int, d: int, render: bool = True) -> int:
+    """Trace (and render to Markdown) the fully symbolic problem; returns the text length."""
+    import importlib
+
+    at = _attntrace()
+    t = at.run(symbolic_spec(n, d))
+    if not render:
+        return 0
+    # the module's function, not attntrace.render: importing the submodule attntrace.render
+    # rebinds that package attribute to the module (see the report)
+    return len(importlib.import_module("attntrace.render").render(t, format="md"))
+
+
+def naive_sympy(n: int, d: int) -> int:
+    """SymPy done naively end to end: returns the length of sympy.latex(Z)."""
+    import sympy as sp
+
+    sym = lambda base: sp.Matrix(n if base == "x" else d, d, lambda i, j: sp.Symbol(f"{base}_{{{i + 1}{j + 1}}}"))  # noqa: E731
+    X, WQ, WK, WV = sym("x"), sym("w^{Q}"), sym("w^{K}"), sym("w^{V}")
+    Q, K, V = X * WQ, X * WK, X * WV  # (n, d) each
+    S = Q * K.T / sp.sqrt(d)  # (n, n)
+    E = S.applyfunc(sp.exp)  # (n, n)
+    A = sp.Matrix(n, n, lambda i, j: E[i, j] / sum(E[i, k] for k in range(n)))  # row softmax
+    Z = A * V  # (n, d)
+    return len(sp.latex(Z))
+
+
+def render_available() -> bool:
+    try:
+        import attntrace.render  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def bench_symbolic(n=4, d=6, big=16, repeats=3, naive_repeats=1, render=None) -> dict:
+    render = render_available() if render is None else render
+
+    def ours(size_n, size_d):
+        def fn():
+            _clear_sympy_cache()
+            return attntrace_symbolic(size_n, size_d, render)
+        return fn
+
+    def naive():
+        _clear_sympy_cache()
+        return naive_sympy(n, d)
+
+    ours(n, d)()  # warm up imports (sympy, templates)
+    times = {"attntrace": [], "naive": []}
+    for i in range(max(repeats, naive_repeats)):
+        if i < repeats:
+            times["attntrace"].append(_timed(ours(n, d))[0])
+        if i < naive_repeats:
+            times["naive"].append(_timed(naive)[0])
+    t_ours, t_naive = statistics.median(times["attntrace"]), statistics.median(times["naive"])
+    text_ours, text_naive = ours(n, d)(), naive()
+    big_times = [_timed(ours(big, big))[0] for _ in range(max(1, repeats // 2))]
+    t_big = statistics.median(big_times)
+    res = {"n": n, "d": d, "rendered": render, "attntrace_s": t_ours, "naive_s": t_naive, "speedup": t_naive / t_ours,
+           "big": big, "big_s": t_big, "big_ratio": t_big / t_ours}
+    if render:
+        res.update(attntrace_chars=text_ours, naive_chars=text_naive, text_ratio=text_naive / max(text_ours, 1))
+    else:
+        res.update(attntrace_chars=None, naive_chars=text_naive, text_ratio=None)
+    return res
+
+
+# -- start-up ----------------------------------------------------------------------------------
+SMALL_SPEC = {"X": [[1, 0, 1, 0], [0, 2, 0, 2], [1, 1, 1, 1]], "W_Q": [[1, 0], [0, 1], [1, 0], [0, 1]],
+              "W_K": [[0, 1], [1, 0], [0, 1], [1, 0]], "W_V": [[1, 1], [0, 1], [1, 0], [0, 0]], "mode": "numeric"}
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = _package_root() + os.pathsep + env.get("PYTHONPATH", "")
+    env.pop("PYTHONSTARTUP", None)
+    return env
+
+
+def _spec_file(folder: str) -> str:
+    path = os.path.join(folder, "small_numeric.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(SMALL_SPEC, f)
+    return path
+
+
+def _run(cmd, env) -> float:
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    elapsed = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed: {proc.stderr.strip().splitlines()[-1:]}")
+    return elapsed
+
+
+def sympy_import_chain(spec_path: str | None = None) -> list[str] | None:
+    """None if `attntrace run <numeric spec> --format json` never imports sympy, else the import
+    chain (outermost module first) that first pulls it in, from `python -X importtime`."""
+    with tempfile.TemporaryDirectory() as tmp:
+        spec_path = spec_path or _spec_file(tmp)
+        proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "attntrace", "run", spec_path, "--format", "json"],
+                              env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"attntrace run failed: {proc.stderr.strip().splitlines()[-1:]}")
+    rows = []  # (depth, module) in the order importtime prints them (children before parents)
+    for line in proc.stderr.splitlines():
+        m = re.match(r"import time:\s+\d+ \|\s+\d+ \|( *)(\S+)", line)
+        if m:
+            rows.append((len(m.group(1)) // 2, m.group(2)))
+    for i, (depth, mod) in enumerate(rows):
+        if mod == "sympy" or mod.startswith("sympy."):
+            chain, want = [mod], depth
+            for d, parent in rows[i + 1:]:  # a parent is the next row printed with a smaller depth
+                if d < want:
+                    chain.append(parent)
+                    want = d
+            # the top-level sympy package is the one the chain names
+            return [m for m in reversed(chain) if not m.startswith("sympy.")] + ["sympy"]
+    return None
+
+
+def bench_startup(repeats=7) -> dict:
+    env = _env()
+    with tempfile.TemporaryDirectory() as tmp:
+        spec = _spec_file(tmp)
+        ours = [sys.executable, "-m", "attntrace", "run", spec, "--format", "json"]
+        bare = [sys.executable, "-c", "import numpy, jinja2"]
+        _run(ours, env), _run(bare, env)  # warm the file cache
+        times = {"attntrace": [], "bare": []}
+        for _ in range(repeats):
+            times["attntrace"].append(_run(ours, env))
+            times["bare"].append(_run(bare, env))
+        chain = sympy_import_chain(spec)
+    t_ours, t_bare = statistics.median(times["attntrace"]), statistics.median(times["bare"])
+    return {"attntrace_s": t_ours, "bare_s": t_bare, "ratio": t_ours / t_bare, "sympy_imported": chain is not None,
+            "sympy_chain": chain}
+
+
+# -- report ------------------------------------------------------------------------------------
+def _ok(value, goal, le=True) -> str:
+    if value is None:
+        return "n/a"
+    return "yes" if (value <= goal if le else value >= goal) else "**NO**"
+
+
+def markdown(results: dict) -> str:
+    m = results["machine"]
+    lines = [f"# attntrace benchmarks", "",
+             f"Machine: {m['cpu']}, {m['cores']} cores (BLAS threads: {m['blas_threads']}); Python {m['python']}, "
+             f"NumPy {m['numpy']}, SymPy {m['sympy']}.",
+             "Ratios are medians of alternating runs in one process; times (s) for context only.", "",
+             "| benchmark | attntrace | reference | ratio | goal | met |", "|---|---|---|---|---|---|"]
+    nu = results.get("numeric")
+    if nu:
+        lines.append(f"| numeric: BERT-base layer (n={nu['n']}, d={nu['d_model']}, {nu['heads']} heads) vs bare NumPy "
+                     f"| {nu['attntrace_s'] * 1e3:.2f} ms | {nu['numpy_s'] * 1e3:.2f} ms | {nu['ratio']:.2f}x | <= {GOALS['numeric']}x "
+                     f"| {_ok(nu['ratio'], GOALS['numeric'])} |")
+    sy = results.get("symbolic")
+    if sy:
+        what = "trace + Markdown" if sy["rendered"] else "trace only (render.py missing)"
+        lines.append(f"| symbolic {sy['n']}x{sy['d']} ({what}) vs naive SymPy + latex: speed-up | {sy['attntrace_s']:.3f} s "
+                     f"| {sy['naive_s']:.3f} s | {sy['speedup']:.1f}x faster | >= {GOALS['symbolic_speed']}x "
+                     f"| {_ok(sy['speedup'], GOALS['symbolic_speed'], le=False)} |")
+        if sy["text_ratio"] is not None:
+            lines.append(f"| symbolic {sy['n']}x{sy['d']}: text size | {sy['attntrace_chars']:,} chars | {sy['naive_chars']:,} chars "
+                         f"| {sy['text_ratio']:.1f}x less | >= {GOALS['symbolic_text']}x | {_ok(sy['text_ratio'], GOALS['symbolic_text'], le=False)} |")
+        else:
+            lines.append(f"| symbolic {sy['n']}x{sy['d']}: text size | n/a | {sy['naive_chars']:,} chars | n/a | >= {GOALS['symbolic_text']}x | n/a |")
+        lines.append(f"| symbolic {sy['big']}x{sy['big']} vs {sy['n']}x{sy['d']} ({what}) | {sy['big_s']:.3f} s | {sy['attntrace_s']:.3f} s "
+                     f"| {sy['big_ratio']:.1f}x | <= {GOALS['symbolic_16']}x | {_ok(sy['big_ratio'], GOALS['symbolic_16'])} |")
+    st = results.get("startup")
+    if st:
+        lines.append(f"| start-up: `attntrace run` numeric spec `--format json` vs `python -c \"import numpy, jinja2\"` "
+                     f"| {st['attntrace_s'] * 1e3:.0f} ms | {st['bare_s'] * 1e3:.0f} ms | {st['ratio']:.2f}x | - | - |")
+        chain = " -> ".join(st["sympy_chain"]) if st["sympy_chain"] else "-"
+        lines.append(f"| start-up: SymPy imported in numeric mode? | {'**yes**: ' + chain if st['sympy_imported'] else 'no'} "
+                     f"| - | - | no | {'**NO**' if st['sympy_imported'] else 'yes'} |")
+    return "\n".join(lines) + "\n"
+
+
+def run_all(quick: bool = False, only=None) -> dict:
+    results = {"machine": machine()}
+    only = set(only or ("numeric", "symbolic", "startup"))
+    if "numeric" in only:
+        results["numeric"] = bench_numeric(repeats=9 if quick else 21)
+    if "symbolic" in only:
+        results["symbolic"] = bench_symbolic(repeats=1 if quick else 3)
+    if "startup" in only:
+        results["startup"] = bench_startup(repeats=3 if quick else 7)
+    return results
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--markdown", type=Path, default=None, help="also write the table to FILE")
+    ap.add_argument("--json", type=Path, default=None, help="also write the raw numbers to FILE")
+    ap.add_argument("--quick", action="store_true", help="fewer repeats")
+    ap.add_argument("--only", action="append", choices=("numeric", "symbolic", "startup"), help="run only these (repeatable)")
+    ap.add_argument("--profile", action="store_true", help="print a cProfile of the numeric trace")
+    ap.add_argument("--blas-threads", default="1", help="OpenBLAS threads (default 1: stable ratios on a shared machine; 0 = library default)")
+    args = ap.parse_args(argv)
+    results = run_all(quick=args.quick, only=args.only)
+    table = markdown(results)
+    sys.stdout.write(table)
+    if args.markdown:
+        args.markdown.write_text(table, encoding="utf-8")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2, default=str), encoding="utf-8")
+    if args.profile:
+        sys.stdout.write("\n```\n" + profile_numeric() + "```\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
