@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     ex = sub.add_parser("exercise", help="generate an exercise: worksheet and answer key")
     ex.add_argument("--n", type=int, default=2, help="sequence length")
-    ex.add_argument("--d", type=int, default=2, help="model width")
+    ex.add_argument("--d", type=int, default=4, help="model width; each head gets d_k = d / heads columns (d_k = 1 or 4 keeps sqrt(d_k) whole)")
     ex.add_argument("--heads", type=int, default=1)
     ex.add_argument("--seed", type=int, default=0)
     ex.add_argument("--format", choices=("md", "tex"), default="md")

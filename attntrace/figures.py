@@ -1,0 +1,152 @@
+"""Heatmaps of the attention weights, one per head, as SVG / PNG / PDF files.
+
+matplotlib is an optional extra (`pip install attntrace[figures]`); it is imported only when
+a figure is drawn, never at `import attntrace`. Drawing uses matplotlib's object API
+(`matplotlib.figure.Figure`), which needs no pyplot, no GUI and no global backend switch:
+the raster/vector backends (Agg, SVG, PDF) are chosen by the file format.
+
+Numeric traces plot the weights as they are; exact traces plot their float approximations;
+symbolic and shape traces hold no numbers to plot and are refused with BadInput.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+
+from .errors import BadInput
+from .trace import Trace
+
+FORMATS = ("svg", "png", "pdf")
+#: Above this many rows or columns the cells are too small for their numbers.
+MAX_ANNOTATED = 12
+
+
+def _matplotlib():
+    try:
+        import matplotlib  # noqa: F401
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise BadInput("heatmaps need matplotlib: pip install 'attntrace[figures]'") from None
+    return Figure
+
+
+def weight_matrices(trace: Trace) -> list[tuple[int | None, np.ndarray]]:
+    """[(head, weights as a float ndarray)] for every head; BadInput when there is nothing to plot."""
+    if not isinstance(trace, Trace):
+        raise BadInput(f"heatmaps need a Trace (from attntrace.run), not {type(trace).__name__}")
+    if trace.mode in ("symbolic", "shape"):
+        raise BadInput(f"a {trace.mode} trace has no numbers to plot; run it in numeric or exact mode for heatmaps")
+    out = []
+    for head in trace.heads():
+        if trace.has("weights", head):
+            value = trace.step("weights", head).value
+        else:
+            try:
+                value = trace.operand("weights", head).value
+            except KeyError:
+                continue
+        if value is None:
+            continue
+        try:
+            matrix = np.array(value.evalf() if hasattr(value, "evalf") else value, dtype=float)
+        except (TypeError, ValueError):
+            raise BadInput("the attention weights are not numbers; heatmaps need a numeric or exact trace") from None
+        out.append((head, matrix))
+    if not out:
+        raise BadInput("this trace has no attention weights to plot (it starts after the softmax)")
+    return out
+
+
+def _labels(trace: Trace, rows: int, cols: int) -> tuple[list[str] | None, list[str] | None]:
+    tokens = trace.settings.get("tokens")
+    kv_tokens = trace.settings.get("kv_tokens")
+    row_labels = list(tokens) if tokens and len(tokens) == rows else None
+    if kv_tokens and len(kv_tokens) == cols:
+        col_labels = list(kv_tokens)
+    elif tokens and len(tokens) == cols and not trace.settings.get("cross"):
+        col_labels = list(tokens)
+    else:
+        col_labels = None
+    return row_labels, col_labels
+
+
+def _stem(trace: Trace) -> str:
+    source = trace.settings.get("source")
+    base = Path(str(source)).stem if source else "attention"
+    base = re.sub(r"[^A-Za-z0-9_-]+", "-", base).strip("-") or "attention"
+    return f"{base}-weights"
+
+
+def _draw(Figure, matrix: np.ndarray, head: int | None, row_labels, col_labels, precision: int):
+    rows, cols = matrix.shape
+    cell = 0.55 if max(rows, cols) <= MAX_ANNOTATED else max(0.05, 6.0 / max(rows, cols))
+    width = min(12.0, 2.6 + cell * cols + 1.0)
+    height = min(12.0, 1.4 + cell * rows)
+    fig = Figure(figsize=(width, height), dpi=100, layout="constrained")
+    ax = fig.add_subplot()
+    image = ax.imshow(matrix, cmap="Blues", vmin=0.0, vmax=1.0, aspect="equal", interpolation="nearest")
+    fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+    if max(rows, cols) <= MAX_ANNOTATED:
+        for i in range(rows):
+            for j in range(cols):
+                v = matrix[i, j]
+                text = "0" if v == 0 else f"{v:.{precision}f}".rstrip("0").rstrip(".")
+                ax.text(j, i, text, ha="center", va="center", fontsize=8, color="white" if v > 0.6 else "black")
+    ax.set_xticks(range(cols) if cols <= 40 else [])
+    ax.set_yticks(range(rows) if rows <= 40 else [])
+    if cols <= 40:
+        ax.set_xticklabels(col_labels if col_labels else [str(j + 1) for j in range(cols)])
+    if rows <= 40:
+        ax.set_yticklabels(row_labels if row_labels else [str(i + 1) for i in range(rows)])
+    ax.xaxis.tick_top()
+    ax.xaxis.set_label_position("top")
+    ax.set_xlabel("keys")
+    ax.set_ylabel("queries")
+    fig.suptitle("attention weights" + (f", head {head}" if head else ""), fontsize=10)
+    return fig
+
+
+def write_heatmaps(trace: Trace, directory, formats: Iterable[str] = ("svg",), precision: int = 2) -> list[dict[str, Any]]:
+    """Write one heatmap of the attention weights per head into `directory`.
+
+    Returns [{"path": Path of the first format's file, "head": head or None,
+    "paths": {format: Path}}], in head order. File names come from the spec's file name
+    (`sentence-4x6-weights.svg`, `...-weights-head2.svg`); the folder is created if needed.
+    """
+    formats = tuple(formats) if not isinstance(formats, str) else (formats,)
+    if not formats:
+        raise BadInput("give at least one figure format (svg, png, pdf)")
+    bad = [f for f in formats if f not in FORMATS]
+    if bad:
+        raise BadInput(f"unknown figure format {bad[0]!r}; choose from {', '.join(FORMATS)}")
+    matrices = weight_matrices(trace)
+    Figure = _matplotlib()
+    import matplotlib
+
+    directory = Path(directory)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BadInput(f"cannot create the figures folder {directory}: {exc.strerror or exc}") from None
+    stem = _stem(trace)
+    written = []
+    for head, matrix in matrices:
+        row_labels, col_labels = _labels(trace, *matrix.shape)
+        fig = _draw(Figure, matrix, head, row_labels, col_labels, precision)
+        paths = {}
+        for fmt in formats:
+            path = directory / (f"{stem}-head{head}.{fmt}" if head else f"{stem}.{fmt}")
+            # fixed ids and no dates: the same trace gives byte-identical SVG/PDF files
+            with matplotlib.rc_context({"svg.hashsalt": "attntrace", "svg.fonttype": "path"}):
+                try:
+                    fig.savefig(path, format=fmt, metadata={"Date": None} if fmt in ("svg", "pdf") else None,
+                                dpi=150 if fmt == "png" else None)
+                except OSError as exc:
+                    raise BadInput(f"cannot write {path}: {exc.strerror or exc}") from None
+            paths[fmt] = path
+        written.append({"path": paths[formats[0]], "head": head, "paths": paths})
+    return written
