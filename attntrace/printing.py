@@ -317,7 +317,8 @@ class PlainOut(_Out):
         return out
 
     def frac(self, a: str, b: str) -> str:
-        return f"({a}) / ({b})"
+        wrap = lambda x: f"({x})" if re.search(r"[ +]|.-", x) and not (x.startswith("(") and x.endswith(")")) else x
+        return f"{wrap(a)} / {wrap(b)}"
 
     def sqrt(self, a: str) -> str:
         return f"sqrt({a})"
@@ -332,7 +333,11 @@ class PlainOut(_Out):
         return "(" + ", ".join(items) + ")"
 
     def eq(self, *parts: str) -> str:
-        return " = ".join(p for p in parts if p)
+        parts = [p for p in parts if p]
+        out = parts[0]
+        for p in parts[1:]:
+            out += (" =\n" if "\n" in p else " = ") + p
+        return out
 
     def approx(self, a: str, b: str) -> str:
         return f"{a} ~ {b}"

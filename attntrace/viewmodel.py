@@ -172,7 +172,7 @@ class StepView:
     def build_product(self, vm) -> None:
         s, o = self.s, self.out
         a, b, tr, bias = self.operands()
-        if self.fits(a, b, self.ref) and (bias is None or self.fits(bias)):
+        if not o.plain and self.fits(a, b, self.ref) and (bias is None or self.fits(bias)):
             lhs = o.juxt(self.shown_matrix(a), self.shown_matrix(b, tr))
             if bias is not None:
                 lhs = o.add([lhs, self.shown_matrix(bias)])
@@ -180,6 +180,8 @@ class StepView:
                 vm["product"] = o.eq(self.named(self.ref), lhs, o.matrix(s.expansion, s.shape))
             else:
                 vm["product"] = o.eq(self.named(self.ref), lhs, o.matrix(s.value, s.shape))
+        if self.mode == "symbolic" and vm["product"]:
+            return  # the product already shows every entry's expansion
         inner = a.shape[1]
         for j in range(min(s.shape[1], 3)):
             vm["lines"].append(self.product_line(a, b, tr, bias, inner, 0, j))
