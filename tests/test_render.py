@@ -8,7 +8,7 @@ import subprocess
 import numpy as np
 import pytest
 from mathcheck import markdown_math_spans, stray_math_delimiters
-from render_specs import SPECS
+from test_render_specs import SPECS
 
 import attntrace
 from attntrace import printing

@@ -1,0 +1,35 @@
+"""The printing module: entry names, numbers, elision."""
+
+import numpy as np
+import sympy as sp
+
+from attntrace import printing
+from attntrace.printing import PlainOut, TexOut, latex_expr
+
+
+def test_greek_entry_names_and_infinity():
+    assert latex_expr(sp.Symbol("alpha_{11}")) == "\\alpha_{11}"
+    assert latex_expr(sp.Symbol("w^{Q}_{11}")) == "w^{Q}_{11}"
+    assert latex_expr(-sp.oo) == "-\\infty"
+    a11, v11, a12, v21 = sp.symbols("a_{11} v_{11} a_{12} v_{21}")
+    e = sp.Add(sp.Mul(a11, v11, evaluate=False), sp.Mul(a12, v21, evaluate=False), evaluate=False)
+    assert latex_expr(e) == "a_{11} v_{11} + a_{12} v_{21}"
+
+
+def test_entry_names_with_heads():
+    assert printing.entry_name("w^{Q}", 1, 2, 2) == "w^{Q(2)}_{12}"
+    assert printing.entry_name("z", 1, 10, 1) == "z^{(1)}_{1,10}"
+
+
+def test_numbers():
+    assert [printing.tex_number(x, 4) for x in (0.64565631, -0.0, -1e-9, 3.0, 2.5)] == ["0.6457", "0", "0", "3", "2.5"]
+    assert printing.plain_number(float("-inf"), 4) == "-inf"
+
+
+def test_elision_formats_only_shown_entries():
+    big = np.arange(1000 * 1000, dtype=float).reshape(1000, 1000)
+    printing.STATS["entries"] = 0
+    tex = TexOut(4, 8).matrix(big, big.shape)
+    assert printing.STATS["entries"] == 64
+    assert "\\vdots" in tex and "\\cdots" in tex and "\\ddots" in tex and "999999" in tex
+    assert "..." in PlainOut(4, 4).matrix(big, big.shape)
