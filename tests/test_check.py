@@ -311,3 +311,22 @@ def test_markdown_report_math_parses(katex):
             spans = markdown_math_spans(md)
             assert spans, md
             assert katex(spans) == [], (code, lang)
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_standalone_tex_report_compiles(xelatex, lang):
+    spec, p = problem(n=3, d_model=6, d_k=2, h=2, seed=4, causal=True)
+    report = check(spec, simulate(p, plant="missing_scale", plant_head=2))
+    tex = render_report(report, "tex", lang=lang, standalone=True)
+    ok, log, _ = xelatex(tex)
+    assert ok, log
+
+
+def test_exercise_answer_key_checks_as_correct(tmp_path):
+    """The answer file `attntrace exercise --answer-out` writes is an answer this checker reads."""
+    exercise = pytest.importorskip("attntrace.exercise")
+    spec, p = problem(n=3, d_model=6, d_k=2, h=2, seed=4, causal=True)
+    trace = attntrace.run(spec)
+    path = tmp_path / "key.toml"
+    path.write_text(exercise.to_toml(exercise.answer_key(trace)), encoding="utf-8")
+    assert check(trace, path).ok
