@@ -141,7 +141,7 @@ def write_heatmaps(trace: Trace, directory, formats: Iterable[str] = ("svg",), p
         for fmt in formats:
             path = directory / (f"{stem}-head{head}.{fmt}" if head else f"{stem}.{fmt}")
             # fixed ids and no dates: the same trace gives byte-identical SVG/PDF files
-            with matplotlib.rc_context({"svg.hashsalt": "attntrace", "svg.fonttype": "path"}):
+            with matplotlib.rc_context({"svg.hashsalt": "attntrace", "svg.fonttype": "none"}):
                 try:
                     fig.savefig(path, format=fmt, metadata={"Date": None} if fmt in ("svg", "pdf") else None,
                                 dpi=150 if fmt == "png" else None)
