@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 import numpy as np
 import sympy as sp
-from sympy.printing.latex import LatexPrinter, tex_greek_dictionary
+from sympy.printing.latex import LatexPrinter, greek_letters_set, tex_greek_dictionary
 from sympy.printing.str import StrPrinter
 
 #: How many entries (numbers or expressions) have been formatted; tests read and reset it.
@@ -32,7 +32,6 @@ class AttnLatexPrinter(LatexPrinter):
     zeros trimmed. Settings are validated by SymPy's Printer (unknown ones raise).
     """
 
-    printmethod = "_attntrace_latex"
     _default_settings = {**LatexPrinter._default_settings, "order": "none", "precision": 4}
 
     def _print_Symbol(self, expr, style="plain"):
@@ -59,8 +58,9 @@ class AttnStrPrinter(StrPrinter):
 
 def greek_name(name: str) -> str:
     m = _NAME.match(name)
-    if m and m.group(1) in tex_greek_dictionary and m.group(1)[0].islower():
-        return tex_greek_dictionary[m.group(1)] + m.group(2)
+    if m and m.group(1) in greek_letters_set:
+        base = m.group(1)
+        return tex_greek_dictionary.get(base, "\\" + ("varepsilon" if base == "epsilon" else base)) + m.group(2)
     return name
 
 
@@ -103,14 +103,14 @@ def pick(n: int, limit: int) -> list[int | None]:
     return list(range(max(1, limit - 1))) + [None, n - 1]
 
 
-def entry_name(base: str, i: int, j: int, head: int | None = None) -> str:
+def entry_name(base: str, i: int, j: int, head: int | None = None, wide: bool = False) -> str:
     """The LaTeX name of entry (i, j) (1-based): x_{11}, w^{Q(2)}_{11}, q^{(2)}_{1,10}."""
     if head is not None:
         if base.endswith("}") and "^{" in base:
             base = base[:-1] + f"({head})}}"
         else:
             base = f"{base}^{{({head})}}"
-    idx = f"{i}{j}" if i < 10 and j < 10 else f"{i},{j}"
+    idx = f"{i}{j}" if i < 10 and j < 10 and not wide else f"{i},{j}"
     return f"{greek_name(base)}_{{{idx}}}"
 
 

@@ -62,7 +62,7 @@ class Ref:
         self.plain_letter = plain_letter or letter
 
     def name(self, i: int, j: int) -> str:
-        return entry_name(self.base, i + 1, j + 1, self.head)
+        return entry_name(self.base, i + 1, j + 1, self.head, wide=max(self.shape) >= 10)
 
 
 def resolve(trace, name: str, head: int | None) -> Ref:
