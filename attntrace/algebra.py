@@ -132,7 +132,7 @@ class SympyAlgebra:
             return result, None
         rows, cols = shape
         wide = max(rows, cols) >= 10
-        names = sp.ImmutableMatrix(rows, cols, lambda i, j: sp.Integer(0) if result[i, j] == 0 else sp.Symbol(entry_name(symbol, i + 1, j + 1, head=head, wide=wide)))
+        names = sp.ImmutableMatrix(rows, cols, lambda i, j: sp.Integer(0) if result[i, j] == 0 else sp.Symbol(entry_name(symbol, int(i) + 1, int(j) + 1, head=head, wide=wide)))
         return names, result
 
 

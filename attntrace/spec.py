@@ -219,8 +219,11 @@ def load_spec(spec: Any, *, mode: str | None = None, **overrides: Any) -> Proble
                 heads = (single,)
         start = _start(heads[0], shared)
         for i, h in enumerate(heads[1:], start=2):
-            if _start(h, shared) != start:
+            if _start(h, shared) != start or set(h) != set(heads[0]):
                 raise BadInput(f"head {i} gives different matrices from head 1 ({', '.join(sorted(h))} vs {', '.join(sorted(heads[0]))})")
+            for key, op in h.items():
+                if op.shape != heads[0][key].shape:
+                    raise BadInput(f"heads disagree: {key} of head {i} is {op.shape} but {key} of head 1 is {heads[0][key].shape}")
 
     expand = data.get("expand", "named")
     if expand not in ("named", "full"):

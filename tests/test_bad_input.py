@@ -21,17 +21,11 @@ def run_cli(tmp_path, text, *args, suffix=".toml"):
     return proc
 
 
-def toml_of(d):
-    lines = []
-    for k, v in d.items():
-        lines.append(f"{k} = {json.dumps(v)}")
-    return "\n".join(lines) + "\n"
-
-
 BAD = [
     ("ragged rows", {"X": [[1, 2], [3]], "W_Q": W, "W_K": W, "W_V": W}, "ragged"),
     ("empty matrix", {"scores": [], "scale": False}, "empty"),
-    ("text in numeric mode", {"scores": [["abc", 1]], "scale": False}, "not a number"),
+    ("text in numeric mode", {"scores": [["x", 1]], "scale": False}, "numeric mode needs numbers"),
+    ("unknown name", {"scores": [["abc", 1]], "scale": False}, 'unknown name "abc"'),
     ("non-conforming shapes", {"X": [[1, 2, 3]], "W_Q": W, "W_K": W, "W_V": W}, "(1, 3) by W_Q (2, 2)"),
     ("fully masked row", {"scores": [[1, 2], [3, 4]], "scale": False, "mask": [[1, 0], [0, 0]]}, "row 2"),
     ("unknown key", {"scores": [[1]], "colour": "red"}, "unknown key 'colour'"),
@@ -47,7 +41,7 @@ BAD = [
 
 @pytest.mark.parametrize("name,spec,needle", BAD, ids=[b[0] for b in BAD])
 def test_bad_spec_is_one_line_exit_2(tmp_path, name, spec, needle):
-    proc = run_cli(tmp_path, toml_of(spec))
+    proc = run_cli(tmp_path, json.dumps(spec), suffix=".json")
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("attntrace: error:"), proc.stderr
