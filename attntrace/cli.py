@@ -113,7 +113,7 @@ def cmd_run(args) -> int:
 def cmd_check(args) -> int:
     from .check import check
 
-    report = check(args.spec, args.answer, mode=args.mode, atol=args.atol, rtol=args.rtol)
+    report = check(args.spec, args.answer, mode=args.mode, atol=args.atol, rtol=args.rtol, lang=args.lang)
     if args.format == "json":
         text = json.dumps(report.to_dict(), ensure_ascii=False, indent=1)
     else:
