@@ -263,8 +263,10 @@ class TexOut(_Out):
     def brackets(self, parts: list[str]) -> str:
         return "\\left[\\;" + " \\quad ".join(parts) + "\\;\\right]"
 
-    def head_name(self, letter: str, head: int | None) -> str:
-        return letter if head is None else f"{letter}^{{({head})}}"
+    def head_name(self, letter: str, head: int | None, transpose: bool = False) -> str:
+        """K^{(2)\\top}: one superscript holding both the head and the transpose."""
+        sup = ("" if head is None else f"({head})") + ("\\top" if transpose else "")
+        return f"{letter}^{{{sup}}}" if sup else letter
 
 
 class PlainOut(_Out):
@@ -357,8 +359,8 @@ class PlainOut(_Out):
     def brackets(self, parts: list[str]) -> str:
         return "[ " + " | ".join(parts) + " ]"
 
-    def head_name(self, letter: str, head: int | None) -> str:
-        return letter if head is None else f"{letter}({head})"
+    def head_name(self, letter: str, head: int | None, transpose: bool = False) -> str:
+        return (letter if head is None else f"{letter}({head})") + ("^T" if transpose else "")
 
 
 def plain_formula(step) -> str:

@@ -108,7 +108,9 @@ def _figures(trace: Trace, directory, output_path, fmt: str) -> list[dict]:
     directory.mkdir(parents=True, exist_ok=True)
     base = Path(output_path).resolve().parent if output_path is not None else Path.cwd()
     out = []
-    for fig in write_heatmaps(trace, directory):
+    # LaTeX cannot \\includegraphics an SVG: give it a PDF; Markdown viewers show SVG.
+    formats = ("pdf",) if fmt == "tex" else ("svg",)
+    for fig in write_heatmaps(trace, directory, formats=formats):
         rel = os.path.relpath(Path(fig["path"]).resolve(), base).replace(os.sep, "/")
         out.append({"path": rel, "head": fig.get("head") or 0})
     return out

@@ -31,7 +31,8 @@ PRODUCTS = {"Q", "K", "V", "scores", "Z", "output"}
 
 _TEX_ESCAPES = {"\\": r"\textbackslash{}", "{": r"\{", "}": r"\}", "$": r"\$", "&": r"\&", "#": r"\#", "^": r"\textasciicircum{}",
                 "_": r"\_", "%": r"\%", "~": r"\textasciitilde{}", "<": r"\textless{}", ">": r"\textgreater{}", "|": r"\textbar{}"}
-_MD_SPECIAL = set("\\`*_{}[]()#+-.!|$~^:\"'")
+# Parentheses are left alone: "\\(" would open inline math in MathJax/KaTeX-flavoured Markdown.
+_MD_SPECIAL = set("\\`*_{}[]#+-.!|$~^:\"'")
 _MD_HTML = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
 
 
@@ -98,9 +99,7 @@ class StepView:
     def mname(self, ref: Ref, transpose: bool = False) -> str:
         o = self.out
         letter = ref.plain_letter if o.plain else ref.letter
-        if transpose:
-            letter += "^T" if o.plain else "^{\\top}"
-        return o.head_name(letter, ref.head) if not (o.plain and ref.head is None) else letter
+        return o.head_name(letter, ref.head, transpose)
 
     def named(self, ref: Ref, transpose: bool = False) -> str:
         shape = ref.shape[::-1] if transpose else ref.shape

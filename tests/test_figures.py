@@ -112,3 +112,15 @@ def test_cli_run_with_figures(tmp_path, capsys):
     text = output.read_text(encoding="utf-8")
     (link,) = re.findall(r"!\[[^\]]*\]\(<?([^)>]+)>?\)", text)
     assert (output.parent / link).resolve().is_file()
+
+
+def test_standalone_latex_with_figures_compiles(tmp_path, xelatex):
+    """LaTeX reports get PDF heatmaps (\\includegraphics cannot read SVG) and still compile."""
+    out = tmp_path / "notes" / "report.tex"
+    out.parent.mkdir()
+    tex = render(attntrace.run("multihead-output"), format="tex", standalone=True, figures=tmp_path / "notes" / "fig", output_path=out)
+    refs = re.findall(r"\\includegraphics(?:\[[^]]*\])?\{([^}]*)\}", tex)
+    assert len(refs) == 2 and all(r.endswith(".pdf") and (out.parent / r).is_file() for r in refs), refs
+    src = tex.replace("{fig/", "{" + str(out.parent / "fig") + "/")  # the compile runs in its own folder
+    ok, log, _ = xelatex(src)
+    assert ok, log
