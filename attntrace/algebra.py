@@ -100,7 +100,11 @@ class SympyAlgebra:
 
     def factor(self, d_k: int | None, number):
         sp = self.sp
-        return sp.sqrt(d_k) if number is None else sp.nsimplify(number) if isinstance(number, float) else sp.sympify(number)
+        if number is None:
+            return sp.sqrt(d_k)
+        if isinstance(number, sp.Basic):  # already parsed by the whitelist parser
+            return number
+        return sp.Rational(str(number)) if isinstance(number, float) else sp.Integer(number)
 
     def divide(self, a, factor):
         sp = self.sp
