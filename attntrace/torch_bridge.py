@@ -100,7 +100,7 @@ def _mask_spec(keep) -> Any:
         return keep
     if keep.all():
         return None
-    return keep.astype(int).tolist()  # a list: spec._mask compares its value with "causal"
+    return keep.astype(int).tolist()  # 0/1 rows, the form every spec reader accepts
 
 
 # -- nn.MultiheadAttention -------------------------------------------------------------------
