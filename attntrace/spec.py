@@ -125,7 +125,7 @@ def _positive_int(value: Any, key: str) -> int:
 def _mask(value: Any) -> Any:
     if value is None or value is False:
         return None
-    if value == "causal":
+    if isinstance(value, str) and value == "causal":
         return "causal"
     if isinstance(value, str):
         raise BadInput(f"mask must be \"causal\" or a 0/1 matrix, not {value!r}")
