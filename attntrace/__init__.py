@@ -43,14 +43,14 @@ def _resolve(spec):
 
 def render(trace: Trace, format: str = "md", **options) -> str:
     """Render a trace as a Markdown, LaTeX or plain-text derivation."""
-    from .render import render as _render
+    from .renderer import render as _render
 
     return _render(trace, format=format, **options)
 
 
 def check(spec_or_trace, answer, **options):
     """Check a student's answer against the trace; returns a Report."""
-    from .check import check as _check
+    from .checker import check as _check
 
     return _check(spec_or_trace, answer, **options)
 

@@ -324,7 +324,7 @@ def _correct_computation(trace: Trace, result: StepResult, format: str, lang: st
     """The derivation of one step, from the renderer; a plain matrix until render.py exists."""
     step = trace.step(result.id, result.head)
     try:
-        from .render import render_step
+        from .renderer import render_step
     except ImportError:
         render_step = None
     if render_step is not None:

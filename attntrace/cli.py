@@ -103,7 +103,7 @@ def cmd_run(args) -> int:
     if args.format == "json":
         text = json.dumps(trace.to_dict(), ensure_ascii=False, indent=1)
     else:
-        from .render import render
+        from .renderer import render
 
         text = render(trace, format=args.format, **_render_options(args))
     _emit(text, args.output)
@@ -111,13 +111,13 @@ def cmd_run(args) -> int:
 
 
 def cmd_check(args) -> int:
-    from .check import check
+    from .checker import check
 
     report = check(args.spec, args.answer, mode=args.mode, atol=args.atol, rtol=args.rtol, lang=args.lang)
     if args.format == "json":
         text = json.dumps(report.to_dict(), ensure_ascii=False, indent=1)
     else:
-        from .check import render_report
+        from .checker import render_report
 
         text = render_report(report, format=args.format, **_render_options(args))
     _emit(text, args.output)

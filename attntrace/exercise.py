@@ -251,7 +251,7 @@ def exercise_command(args, render_options: dict) -> int:
         _write(args.answer_out, f"# answer key of: {spec['title']}\n" + to_toml(answer_key(trace)))
     options = dict(render_options)
     if args.key:
-        from .render import render
+        from .renderer import render
 
         text = render(trace, format=args.format, **options)
     else:

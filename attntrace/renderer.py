@@ -11,8 +11,6 @@ primitives (headings, display math, matrices) and `prose/<lang>.j2` for all the 
 from __future__ import annotations
 
 import os
-import sys
-import types
 from pathlib import Path
 from typing import Any
 
@@ -127,14 +125,3 @@ def render(trace: Trace, format: str = "md", **options: Any) -> str:
     vm = report_view(trace, s["format"], s["precision"], s["max_size"], figures)
     text = env.get_template(f"{s['format']}/report.j2").render(**ctx, r=vm, standalone=s["standalone"])
     return _tidy(text)
-
-
-class _CallableModule(types.ModuleType):
-    """`attntrace.render` is both this module and the package's function: importing the module
-    replaces the package attribute, so the module itself forwards calls to `render`."""
-
-    def __call__(self, trace: Trace, format: str = "md", **options: Any) -> str:
-        return render(trace, format=format, **options)
-
-
-sys.modules[__name__].__class__ = _CallableModule

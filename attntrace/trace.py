@@ -118,7 +118,7 @@ class Trace:
     # Jupyter: show the rendered derivation; on failure show the error, never raise.
     def _repr_markdown_(self) -> str:
         try:
-            from .render import render
+            from .renderer import render
 
             return render(self, format="md")
         except Exception as exc:  # noqa: BLE001 - display must not raise
@@ -126,7 +126,7 @@ class Trace:
 
     def _repr_latex_(self) -> str | None:
         try:
-            from .render import render
+            from .renderer import render
 
             return render(self, format="tex")
         except Exception:  # noqa: BLE001

@@ -227,15 +227,11 @@ def symbolic_spec(n: int, d: int) -> dict:
 
 def attntrace_symbolic(n: int, d: int, render: bool = True) -> int:
     """Trace (and render to Markdown) the fully symbolic problem; returns the text length."""
-    import importlib
-
     at = _attntrace()
     t = at.run(symbolic_spec(n, d))
     if not render:
         return 0
-    # the module's function, not attntrace.render: importing the submodule attntrace.render
-    # rebinds that package attribute to the module (see the report)
-    return len(importlib.import_module("attntrace.render").render(t, format="md"))
+    return len(at.render(t, format="md"))
 
 
 def naive_sympy(n: int, d: int) -> int:
@@ -254,7 +250,7 @@ def naive_sympy(n: int, d: int) -> int:
 
 def render_available() -> bool:
     try:
-        import attntrace.render  # noqa: F401
+        import attntrace.renderer  # noqa: F401
     except ImportError:
         return False
     return True

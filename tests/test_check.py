@@ -15,7 +15,7 @@ import pytest
 
 import attntrace
 from attntrace.answer import load_answer, parse_entry
-from attntrace.check import check, render_report
+from attntrace.checker import check, render_report
 from attntrace.errors import BadInput
 
 

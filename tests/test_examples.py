@@ -11,7 +11,7 @@ import pytest
 import attntrace
 from attntrace import cli
 from attntrace.examples import example_path, example_paths, list_examples
-from attntrace.render import render
+from attntrace.renderer import render
 from attntrace.resources import examples_dir
 from mathcheck import markdown_math_spans
 

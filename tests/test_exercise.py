@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from attntrace import BadInput, cli
-from attntrace.check import check
+from attntrace.checker import check
 from attntrace.exercise import answer_key, make_exercise, render_worksheet, to_toml
 from mathcheck import markdown_math_spans
 
@@ -125,7 +125,7 @@ def test_worksheet_latex_compiles(lang, worksheets, xelatex):
 
 
 def test_key_latex_math_parses(katex):
-    from attntrace.render import render
+    from attntrace.renderer import render
 
     _, trace = make_exercise(2, 4, 1, 0)
     spans = markdown_math_spans(render(trace, format="md", lang="zh"))

@@ -12,7 +12,7 @@ import pytest
 import attntrace
 from attntrace import BadInput
 from attntrace.figures import write_heatmaps
-from attntrace.render import render
+from attntrace.renderer import render
 from mathcheck import in_ci
 
 

@@ -13,7 +13,7 @@ from test_render_specs import SPECS
 import attntrace
 from attntrace import printing
 from attntrace.errors import BadInput
-from attntrace.render import environment, render, render_step
+from attntrace.renderer import environment, render, render_step
 
 TRACES = {name: attntrace.run(spec) for name, spec in SPECS.items()}
 
