@@ -23,10 +23,8 @@ floats given in a dict count the decimals of `repr(x)` (0.65 -> 2 decimals).
 
 from __future__ import annotations
 
-import json
 import math
 import re
-import tomllib
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
@@ -36,6 +34,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from .errors import BadInput
+from .spec import read_table_file
 from .trace import PER_HEAD_STEPS, STEP_IDS
 
 #: Text keys an answer file may hold besides the steps.
@@ -128,26 +127,7 @@ class AnswerMatrix:
 # -- reading ---------------------------------------------------------------------------------
 def read_answer_file(path: str | Path) -> dict:
     """Read a TOML or JSON answer file, keeping the raw text of every float."""
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise BadInput(f"cannot read answer file {p}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise BadInput(f"answer file {p.name} is not UTF-8 text") from None
-    if p.suffix.lower() == ".json" or (p.suffix.lower() != ".toml" and text.lstrip().startswith("{")):
-        try:
-            data = json.loads(text, parse_float=_Raw, parse_constant=_Raw)
-        except json.JSONDecodeError as exc:
-            raise BadInput(f"{p.name}: JSON syntax error at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
-    else:
-        try:
-            data = tomllib.loads(text, parse_float=lambda s: _Raw(s.replace("_", "")))
-        except tomllib.TOMLDecodeError as exc:
-            raise BadInput(f"{p.name}: TOML syntax error: {exc}") from None
-    if not isinstance(data, dict):
-        raise BadInput(f"{p.name}: an answer must be a table of step names, not {type(data).__name__}")
-    return data
+    return read_table_file(path, "answer", parse_float=_Raw)
 
 
 def load_answer(answer: Any) -> dict[tuple[str, int | None], AnswerMatrix]:

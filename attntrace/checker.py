@@ -31,6 +31,7 @@ from .answer import AnswerMatrix, load_answer
 from .diagnose import UNKNOWN, WRONG_SHAPE, World, diagnosis_params
 from .errors import BadInput
 from .trace import Trace
+from .viewmodel import escape_tex as tex_escape
 
 STATUSES = ("correct", "wrong", "carried")
 LANGS = ("en", "zh")
@@ -251,13 +252,9 @@ def format_number(x: Any, precision: int = 4) -> str:
 
 def _environment(template_dir: Path | str | None):
     """Jinja2 environment for the check templates (a user folder first, then templates/)."""
-    import jinja2
+    from .renderer import environment
 
-    from .resources import templates_dir
-
-    folders = ([str(template_dir)] if template_dir else []) + [str(templates_dir())]
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(folders), undefined=jinja2.StrictUndefined,
-                             keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True, autoescape=False)
+    env = environment(template_dir)
     env.filters["tex_escape"] = tex_escape
     env.filters["num"] = format_number
     return env
@@ -270,12 +267,6 @@ def _messages(lang: str, template_dir, format: str) -> _Messages:
     return _Messages(env.get_template(f"check/messages.{lang}.j2").make_module({"format": format}), format)
 
 
-_TEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-                "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
-
-
-def tex_escape(text: Any) -> str:
-    return "".join(_TEX_ESCAPES.get(c, c) for c in str(text))
 
 
 def render_report(report: Report, format: str = "text", lang: str = "en", **options: Any) -> str:

@@ -19,11 +19,10 @@ import math
 from pathlib import Path
 from typing import Any
 
-import jinja2
 import numpy as np
 
 from .errors import BadInput
-from .resources import templates_dir
+from .renderer import environment, tidy
 from .trace import Trace
 
 MAX_N, MAX_D, MAX_HEADS = 12, 12, 6
@@ -203,15 +202,6 @@ def _lhs(step_id: str, head) -> str:
     return _LHS[step_id] + _sup(head)
 
 
-def _environment(template_dir=None) -> jinja2.Environment:
-    loaders: list[jinja2.BaseLoader] = []
-    if template_dir is not None:
-        loaders.append(jinja2.FileSystemLoader(str(template_dir)))
-    loaders.append(jinja2.FileSystemLoader(str(templates_dir())))
-    return jinja2.Environment(loader=jinja2.ChoiceLoader(loaders), undefined=jinja2.StrictUndefined, autoescape=False,
-                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
-
-
 def render_worksheet(spec: dict, trace: Trace, format: str = "md", lang: str = "en", standalone: bool = False,
                      template_dir=None, math_delimiters: str = "dollars") -> str:
     """The worksheet: given matrices and an empty matrix to fill for each step."""
@@ -219,18 +209,12 @@ def render_worksheet(spec: dict, trace: Trace, format: str = "md", lang: str = "
         raise BadInput(f"a worksheet is md or tex, not {format!r}")
     if lang not in ("en", "zh"):
         raise BadInput(f"lang must be en or zh, not {lang!r}")
-    env = _environment(template_dir)
+    env = environment(template_dir)
     prose = env.get_template(f"exercise/prose/{lang}.j2").make_module({})
     text = env.get_template(f"exercise/worksheet.{format}.j2").render(
         ex=worksheet_view(spec, trace), p=prose, lang=lang, standalone=standalone,
         brackets=math_delimiters == "brackets")
-    lines, blank = [], 0
-    for line in text.splitlines():
-        line = line.rstrip()
-        blank = blank + 1 if not line else 0
-        if blank <= 1:
-            lines.append(line)
-    return "\n".join(lines).strip("\n") + "\n"
+    return tidy(text)
 
 
 def _write(path: Path, text: str) -> None:

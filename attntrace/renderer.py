@@ -72,7 +72,7 @@ def _context(env: jinja2.Environment, fmt: str, lang: str, delimiters: str) -> d
     return {**base, "f": f, "p": p}
 
 
-def _tidy(text: str) -> str:
+def tidy(text: str) -> str:
     """At most one blank line in a row; one newline at the end."""
     lines, blank = [], 0
     for line in text.splitlines():
@@ -94,7 +94,7 @@ def render_step(trace: Trace, step: Step | str, *, format: str, lang: str = "en"
     env = environment(s["template_dir"])
     ctx = _context(env, s["format"], s["lang"], s["math_delimiters"])
     vm = step_view(trace, step, s["format"], s["precision"], s["max_size"])
-    return _tidy(env.get_template(f"steps/{step.id}.j2").render(**ctx, vm=vm))
+    return tidy(env.get_template(f"steps/{step.id}.j2").render(**ctx, vm=vm))
 
 
 def _figures(trace: Trace, directory, output_path, fmt: str) -> list[dict]:
@@ -124,4 +124,4 @@ def render(trace: Trace, format: str = "md", **options: Any) -> str:
     ctx = _context(env, s["format"], s["lang"], s["math_delimiters"])
     vm = report_view(trace, s["format"], s["precision"], s["max_size"], figures)
     text = env.get_template(f"{s['format']}/report.j2").render(**ctx, r=vm, standalone=s["standalone"])
-    return _tidy(text)
+    return tidy(text)

@@ -54,28 +54,35 @@ class Problem:
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 
-def read_spec_file(path: str | Path) -> dict:
-    """Read a TOML or JSON spec; syntax errors become one-line BadInput."""
+def read_table_file(path: str | Path, what: str = "spec", parse_float=None) -> dict:
+    """Read a TOML or JSON file holding one table; errors become one-line BadInput.
+
+    `parse_float` receives each float's text (the checker keeps it to know the decimals written).
+    """
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
-        raise BadInput(f"cannot read {p}: {exc.strerror or exc}") from None
+        raise BadInput(f"cannot read {what} file {p}: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
-        raise BadInput(f"{p} is not UTF-8 text") from None
+        raise BadInput(f"{what} file {p.name} is not UTF-8 text") from None
     if p.suffix.lower() == ".json" or (p.suffix.lower() != ".toml" and text.lstrip().startswith("{")):
         try:
-            data = json.loads(text)
+            data = json.loads(text, parse_float=parse_float, parse_constant=parse_float)
         except json.JSONDecodeError as exc:
             raise BadInput(f"{p.name}: JSON syntax error at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
     else:
         try:
-            data = tomllib.loads(text)
+            data = tomllib.loads(text, parse_float=(lambda t: parse_float(t.replace("_", ""))) if parse_float else float)
         except tomllib.TOMLDecodeError as exc:
             raise BadInput(f"{p.name}: TOML syntax error: {exc}") from None
     if not isinstance(data, dict):
-        raise BadInput(f"{p.name}: a spec must be a table of keys, not {type(data).__name__}")
+        raise BadInput(f"{p.name}: a {what} must be a table of keys, not {type(data).__name__}")
     return data
+
+
+def read_spec_file(path: str | Path) -> dict:
+    return read_table_file(path, "spec")
 
 
 def _text(value: Any, key: str) -> str:
