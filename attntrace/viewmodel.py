@@ -31,8 +31,11 @@ PRODUCTS = {"Q", "K", "V", "scores", "Z", "output"}
 
 _TEX_ESCAPES = {"\\": r"\textbackslash{}", "{": r"\{", "}": r"\}", "$": r"\$", "&": r"\&", "#": r"\#", "^": r"\textasciicircum{}",
                 "_": r"\_", "%": r"\%", "~": r"\textasciitilde{}", "<": r"\textless{}", ">": r"\textgreater{}", "|": r"\textbar{}"}
-# Parentheses are left alone: "\\(" would open inline math in MathJax/KaTeX-flavoured Markdown.
-_MD_SPECIAL = set("\\`*_{}[]#+-.!|$~^:\"'")
+# Only what can start markup is escaped, so the Markdown source stays readable: emphasis,
+# code, links, tables, math ($) and HTML. Parentheses stay as they are: "\\(" opens inline
+# math in MathJax/KaTeX-flavoured Markdown.
+_MD_SPECIAL = set("\\`*_[]$|~")
+_MD_LINE_START = re.compile(r"^(\s*)([#>+-]|\d+[.)])")
 _MD_HTML = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
 
 
@@ -43,7 +46,9 @@ def escape_tex(text: str) -> str:
 
 def escape_md(text: str) -> str:
     text = re.sub(r"\s+", " ", str(text))
-    return "".join(_MD_HTML[c] if c in _MD_HTML else ("\\" + c if c in _MD_SPECIAL else c) for c in text)
+    text = "".join(_MD_HTML[c] if c in _MD_HTML else ("\\" + c if c in _MD_SPECIAL else c) for c in text)
+    # a leading "#", "-", "1." would make a heading or a list item
+    return _MD_LINE_START.sub(lambda m: m.group(1) + m.group(2)[:-1] + "\\" + m.group(2)[-1], text)
 
 
 def escape_text(text: str) -> str:
