@@ -47,9 +47,7 @@ import re
 from fractions import Fraction
 from functools import lru_cache
 from numbers import Integral
-from typing import NamedTuple
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from .errors import BadInput, Unsupported
 
@@ -549,11 +547,28 @@ def entry_name(base: str, i: int, j: int, *, head: int | None = None, wide: bool
 @lru_cache(maxsize=1)
 def _plain_printer():
     """SymPy's str printer, except Euler's number is exp(1) (E would read back as a symbol)."""
+    import sympy
     from sympy.printing.str import StrPrinter
 
     class PlainPrinter(StrPrinter):
         def _print_Exp1(self, expr) -> str:  # noqa: N802 - SymPy printer protocol
             return "exp(1)"
+
+        def _print_Mul(self, expr) -> str:  # noqa: N802
+            # SymPy prints 2*(x + 1)*y/(3*(z + 1)); read back, 2*(x + 1) and 3*(z + 1) are
+            # two-factor products that SymPy distributes (2*x + 2), a different expression.
+            # When a number would meet a sum that way, print the number last: (x+1)*y/(z+1)*2/3.
+            c, rest = expr.as_coeff_Mul()
+            if c.is_Rational and c != 1 and rest is not sympy.S.One:
+                factors = sympy.Mul.make_args(rest)
+                in_numerator = any(f.is_Add for f in factors)
+                in_denominator = c.q != 1 and any(f.is_Pow and f.exp == -1 and f.base.is_Add for f in factors)
+                if in_numerator or in_denominator:
+                    head = self.parenthesize(rest, 50, strict=True)  # PRECEDENCE["Mul"]
+                    if c < 0:
+                        return f"{head}*({c})"
+                    return head + (f"*{c.p}" if c.p != 1 else "") + (f"/{c.q}" if c.q != 1 else "")
+            return super()._print_Mul(expr)
 
     return PlainPrinter()
 

@@ -19,8 +19,10 @@ and returns ``(value, shape, symbol)`` in the requested mode:
 - shape: value None; only the dimensions are read (entries are not parsed).
 
 `symbol` is the canonical base name of a symbol table (``w^Q`` -> ``w^{Q}``), WITHOUT the
-head: the entries are ``entry_name(symbol, i, j, head=head)``. It is None for other inputs. Every problem is a one-line `BadInput` naming the
-input ("W_Q of head 2", "X[2,1]").
+head: the entries are ``entry_name(symbol, i, j, head=head)``. It is None for other inputs.
+
+Every problem is a one-line `BadInput` naming the input ("W_Q of head 2", "X[2,1] of head
+2"); a `name` that already ends in " of head 2" is not suffixed twice.
 """
 
 from __future__ import annotations
@@ -177,10 +179,14 @@ def _from_table(raw: Mapping, mode: str, label: _Label, default_symbol: str | No
         or len(shape) != 2
         or not all(isinstance(k, Integral) and not isinstance(k, (bool, np.bool_)) and k > 0 for k in shape)
     ):
-        raise BadInput(f'{label}: symbol table "shape" must be two positive integers [rows, cols], got {_brief(shape)}')
+        raise BadInput(
+            f'{label}: symbol table "shape" must be two positive integers [rows, cols], got {_brief(shape)}'
+        )
     shape = (int(shape[0]), int(shape[1]))
     if mode == "numeric":
-        raise BadInput(f"{label} is a symbol table; numeric mode needs numbers — use --mode symbolic or shape")
+        raise BadInput(
+            f"{label} is a symbol table; numeric mode needs numbers — use --mode symbolic or shape"
+        )
     symbol = raw.get("symbol", default_symbol)
     if symbol is None:
         raise BadInput(f'{label}: symbol table needs a "symbol" (a base name such as v or w^Q)')

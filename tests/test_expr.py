@@ -500,11 +500,21 @@ def test_to_plain_examples():
         x - sympy.oo,
         Symbol("w^{Q(2)}_{1,1}") * Symbol("x_{11}") + Symbol("b^{Q}_{1}"),
         Symbol("e") + sympy.E,
+        # a number next to a sum: SymPy would distribute 2*(x + 1) when reading it back
+        sympy.Mul(Rational(1, 2), 1 / (x + 1)),
+        sympy.Mul(2, x + 1, 1 / y),
+        sympy.Mul(-1, x + 1, 1 / y),
+        sympy.Mul(Rational(-3, 2), x + 1, y),
+        sympy.Mul(2, x + 1, y) / (3 * (Symbol("z") + 1)),
+        x - sympy.Mul(2, x + 1, 1 / y),
+        sympy.exp(sympy.Mul(2, x + 1, sympy.exp(y))),
     ]
     for e in cases:
         text = to_plain(e)
         assert parse_expr(text, allow_infinity=True) == e, (e, text)
     assert to_plain(sympy.E) == "exp(1)"
+    assert to_plain(sympy.Mul(2, x + 1, 1 / y)) == "(x + 1)/y*2"
+    assert to_plain(x / 2 - 3 * y) == "x/2 - 3*y"  # ordinary products print as SymPy does
     assert to_plain(3) == "3"
 
 
@@ -547,8 +557,18 @@ def _extend(children):
     )
 
 
+def _exp_bounded(e) -> bool:
+    """Every numeric exp argument is at most 1000 in size (inner ones checked first: cheap)."""
+    if not all(_exp_bounded(a) for a in e.args):
+        return False
+    if isinstance(e, sympy.exp) and not e.args[0].free_symbols and not e.args[0].has(sympy.oo, -sympy.oo):
+        size = e.args[0].evalf(5)
+        return size.is_Number and abs(size) <= 1000
+    return True
+
+
 def _in_grammar(e) -> bool:
-    if e.has(sympy.nan, sympy.zoo, sympy.I) or e.atoms(sympy.Float):
+    if e.has(sympy.nan, sympy.zoo, sympy.I) or e.atoms(sympy.Float) or not _exp_bounded(e):
         return False
     for p in e.atoms(sympy.Pow):
         if p.exp.is_number and not (p.exp.is_Rational and abs(p.exp) <= 100):
