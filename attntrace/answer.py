@@ -13,7 +13,7 @@ Format (TOML shown; JSON is the same tree)::
     # ... or, equivalently, the key form (quote it in TOML): "weights@2" = [[...]]
 
 Entries are integers, decimals (as numbers or strings), exact forms as strings ("1/3",
-"sqrt(6)/3", "e^2/(1+e^2)", parsed by the whitelist parser `attntrace.expr.parse_expr`, never
+"sqrt(6)/3", "exp(2)/(1+exp(2))", parsed by the whitelist parser `attntrace.expr.parse_expr`, never
 evaluated), or "-inf" for a masked score (TOML's bare -inf works too).
 
 Each entry keeps how it was written, because the tolerance follows it (see `Entry.tolerance`):

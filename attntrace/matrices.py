@@ -229,7 +229,11 @@ def _from_array(raw: np.ndarray, mode: str, label: _Label):
     if kind == "c":
         raise BadInput(f"{label} is a complex array; entries must be real numbers")
     if mode == "numeric" and kind in "iuf":
-        return _finish_numeric(np.array(raw, dtype=np.float64), label), shape, None
+        # A writable array is copied so that the trace cannot change behind its back; an array
+        # that is already read-only float64 (frozen model weights, another trace's values) is
+        # kept as it is: copying 19 MB of BERT weights costs more than the whole attention.
+        trusted = raw.dtype == np.float64 and not raw.flags.writeable
+        return _finish_numeric(raw if trusted else np.array(raw, dtype=np.float64), label), shape, None
     if kind not in "iufOUS":
         raise BadInput(f"{label} has unsupported array type {raw.dtype}")
     return _convert_rows(raw.tolist(), shape, mode, label)
@@ -255,6 +259,14 @@ def _convert_rows(rows: list, shape: tuple[int, int], mode: str, label: _Label):
 
 
 def _finish_numeric(a: np.ndarray, label: _Label) -> np.ndarray:
+    # A finite sum proves every entry finite in one pass with no temporary array; only an
+    # overflowing sum or a bad entry pays for the entry-wise search.
+    with np.errstate(over="ignore", invalid="ignore"):
+        total = float(np.add.reduce(a, axis=None))
+    if math.isfinite(total):
+        if a.flags.writeable:
+            a.setflags(write=False)
+        return a
     finite = np.isfinite(a)
     if not finite.all():
         i, j = (int(k) for k in np.argwhere(~finite)[0])

@@ -116,13 +116,22 @@ def machine() -> dict:
 
 
 # -- numeric -------------------------------------------------------------------------------------
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a.setflags(write=False)
+    return a
+
+
 def bert_layer(n=128, d=768, h=12, seed=0) -> dict:
-    """Random BERT-base-sized attention weights, row-vector convention, biases as (1, d) rows."""
+    """Random BERT-base-sized attention weights, row-vector convention, biases as (1, d) rows.
+
+    The weights are read-only, as a trained layer's frozen parameters are: attntrace keeps
+    read-only float64 inputs as they are and copies writable ones (here X, the activations).
+    """
     rng = np.random.default_rng(seed)
     s = 1 / math.sqrt(d)
     return {"X": rng.normal(size=(n, d)), "num_heads": h,
-            **{f"W_{k}": rng.normal(size=(d, d)) * s for k in "QKVO"},
-            **{f"b_{k}": rng.normal(size=(1, d)) * 0.1 for k in "QKVO"}}
+            **{f"W_{k}": _frozen(rng.normal(size=(d, d)) * s) for k in "QKVO"},
+            **{f"b_{k}": _frozen(rng.normal(size=(1, d)) * 0.1) for k in "QKVO"}}
 
 
 def numpy_layer(p: dict, keep: list | None = None) -> np.ndarray:

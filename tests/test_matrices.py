@@ -348,3 +348,19 @@ def test_numeric_and_shape_modes_do_not_import_sympy():
     root = Path(__file__).resolve().parents[1]
     proc = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_read_only_float64_arrays_are_kept_writable_ones_copied():
+    """Frozen weights are trusted as they are (no 19 MB copy per BERT layer); a writable
+    array is copied, so changing it later cannot change the trace."""
+    import attntrace
+
+    frozen = np.eye(2)
+    frozen.setflags(write=False)
+    live = np.array([[1.0, 2.0], [3.0, 4.0]])
+    t = attntrace.run({"Q": live, "K": frozen, "V": frozen})
+    live[0, 0] = 99.0
+    assert t.operand("Q").value[0, 0] == 1.0
+    assert t.operand("K").value is frozen
+    huge = np.full((2, 2), 1e308)  # the sum overflows, every entry is finite
+    assert to_matrix(huge, mode="numeric", name="X")[0][0, 0] == 1e308
