@@ -35,3 +35,8 @@ def test_wheel_installs_a_working_command(tmp_path):
     assert "2.449" in proc.stdout and "$$" in proc.stdout
     listing = subprocess.run([str(cmd), "examples"], capture_output=True, text=True, cwd=elsewhere, env=env, timeout=120)
     assert listing.returncode == 0 and "sentence-4x6" in listing.stdout
+    # every template folder ships: the checker's, the worksheets' and their prose
+    for sub in ("steps/", "check/", "exercise/prose/", "prose/"):
+        assert any(n.startswith(f"attntrace/_templates/{sub}") for n in names), sub
+    sheet = subprocess.run([str(cmd), "exercise", "--lang", "zh"], capture_output=True, text=True, cwd=elsewhere, env=env, timeout=120)
+    assert sheet.returncode == 0 and "$$" in sheet.stdout, sheet.stderr
