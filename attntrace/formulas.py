@@ -38,14 +38,17 @@ def scaled(head: int | None, *, by_sqrt: bool) -> str:
     return f"T{h} = \\frac{{S{h}}}{{{divisor}}}"
 
 
-def masked(head: int | None) -> str:
+def masked(head: int | None, *, scaled: bool = True) -> str:
     h = _sup(head)
-    return f"T{h}_{{ij}} \\leftarrow -\\infty \\quad (M_{{ij}} = 0)"
+    m = "T" if scaled else "S"
+    return f"{m}{h}_{{ij}} \\leftarrow -\\infty \\quad (M_{{ij}} = 0)"
 
 
-def weights(head: int | None) -> str:
+def weights(head: int | None, *, scaled: bool = True) -> str:
+    """A = softmax(T) over the scaled scores T, or softmax(S) when there is no scaling."""
     h = _sup(head)
-    return f"A{h} = \\operatorname{{softmax}}\\left(T{h}\\right), \\quad a_{{ij}} = \\frac{{e^{{t_{{ij}}}}}}{{\\sum_{{k}} e^{{t_{{ik}}}}}}"
+    m, e = ("T", "t") if scaled else ("S", "s")
+    return f"A{h} = \\operatorname{{softmax}}\\left({m}{h}\\right), \\quad a_{{ij}} = \\frac{{e^{{{e}_{{ij}}}}}}{{\\sum_{{k}} e^{{{e}_{{ik}}}}}}"
 
 
 def weighted_sum(head: int | None) -> str:

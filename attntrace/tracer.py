@@ -99,7 +99,7 @@ class _Tracer:
         keep = self.keep_matrix(t.shape)
         result = self.alg.mask(t.value, keep)
         details = {"keep": keep, "kind": "causal" if isinstance(self.p.mask, str) else "matrix"}
-        return self.emit("masked", head, [t.ref], formulas.masked(head), result, t.shape, details, symbolic_name=False)
+        return self.emit("masked", head, [t.ref], formulas.masked(head, scaled=self.p.scale is not False), result, t.shape, details, symbolic_name=False)
 
     def keep_matrix(self, shape) -> np.ndarray:
         if isinstance(self.p.mask, str):  # causal: query i sees keys j <= i (top-left aligned, as PyTorch)
@@ -117,7 +117,7 @@ class _Tracer:
 
     def weights(self, head, t: _Value) -> _Value:
         result, details = self.alg.softmax(t.value)
-        return self.emit("weights", head, [t.ref], formulas.weights(head), result, t.shape, details)
+        return self.emit("weights", head, [t.ref], formulas.weights(head, scaled=self.p.scale is not False), result, t.shape, details)
 
     def weighted_sum(self, head, a: _Value, v: _Value) -> _Value:
         result, shape = self.product("Z", head, a, v)
@@ -165,7 +165,10 @@ class _Tracer:
             z = self.output(z)
         elif p.start == "Z" and not self.multi:
             raise BadInput("a single Z needs W_O or more heads to trace anything")
-        operands = tuple(op for ops in p.heads for op in ops.values()) + tuple(p.shared.values())
+        # the report's "Given" order: the inputs, then each head's matrices, then W_O and b_O
+        first = tuple(p.shared[k] for k in ("X", "X_kv") if k in p.shared)
+        last = tuple(op for k, op in p.shared.items() if k not in ("X", "X_kv"))
+        operands = first + tuple(op for ops in p.heads for op in ops.values()) + last
         settings = {
             "start": p.start, "scale": p.scale, "d_k": p.d_k, "mask": None if p.mask is None else ("causal" if isinstance(p.mask, str) else "matrix"),
             "cross": "X_kv" in p.shared, "full_expansion": p.full_expansion, "description": p.description,

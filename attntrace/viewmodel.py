@@ -132,7 +132,7 @@ class StepView:
         s, o = self.s, self.out
         vm: dict[str, Any] = {
             "kind": s.id, "key": s.key, "head": s.head or 0, "mode": self.mode,
-            "name": self.mname(self.ref), "formula": plain_formula(s) if o.plain else s.formula,
+            "name": self.mname(self.ref), "formula": plain_formula(s, scaled=self.t.settings["scale"] is not False) if o.plain else s.formula,
             "shape": o.shape(s.shape), "rows": s.shape[0], "cols": s.shape[1],
             "elided": max(s.shape) > o.max_size, "matrix": "", "approx": "", "product": "", "lines": [],
             "rows_shown": 0, "shape_line": self.shape_line(), "extra": {},
