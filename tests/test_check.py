@@ -326,7 +326,7 @@ def test_standalone_tex_report_compiles(xelatex, lang):
 
 def test_exercise_answer_key_checks_as_correct(tmp_path):
     """The answer file `attntrace exercise --answer-out` writes is an answer this checker reads."""
-    exercise = pytest.importorskip("attntrace.exercise")
+    from attntrace import exercise
     spec, p = problem(n=3, d_model=6, d_k=2, h=2, seed=4, causal=True)
     trace = attntrace.run(spec)
     path = tmp_path / "key.toml"
