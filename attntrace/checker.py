@@ -31,7 +31,7 @@ from .answer import AnswerMatrix, load_answer
 from .diagnose import UNKNOWN, WRONG_SHAPE, World, diagnosis_params
 from .errors import BadInput
 from .trace import Trace
-from .viewmodel import escape_tex as tex_escape
+from .viewmodel import escape_md, escape_tex as tex_escape
 
 STATUSES = ("correct", "wrong", "carried")
 LANGS = ("en", "zh")
@@ -256,6 +256,7 @@ def _environment(template_dir: Path | str | None):
 
     env = environment(template_dir)
     env.filters["tex_escape"] = tex_escape
+    env.filters["md_escape"] = escape_md
     env.filters["num"] = format_number
     return env
 
@@ -303,7 +304,7 @@ def render_report(report: Report, format: str = "text", lang: str = "en", **opti
     env = _environment(template_dir)
     text = env.get_template(f"check/report.{format}.j2").render(
         m=msgs, lang=lang, report=report, rows=rows, first=first_row, derivation=derivation,
-        title=report.trace.title, standalone=bool(options.get("standalone")),
+        title=report.trace.localized("title", lang), standalone=bool(options.get("standalone")),
         math_delimiters=options.get("math_delimiters") or "dollars",
         n_wrong=sum(r["status"] == "wrong" for r in rows), n_carried=sum(r["status"] == "carried" for r in rows),
         max_entries=options.get("max_size") or 8,

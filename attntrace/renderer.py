@@ -122,6 +122,6 @@ def render(trace: Trace, format: str = "md", **options: Any) -> str:
     figures = _figures(trace, s["figures"], s["output_path"], s["format"]) if s["figures"] is not None else []
     env = environment(s["template_dir"])
     ctx = _context(env, s["format"], s["lang"], s["math_delimiters"])
-    vm = report_view(trace, s["format"], s["precision"], s["max_size"], figures)
+    vm = report_view(trace, s["format"], s["precision"], s["max_size"], figures, lang=s["lang"])
     text = env.get_template(f"{s['format']}/report.j2").render(**ctx, r=vm, standalone=s["standalone"])
     return tidy(text)

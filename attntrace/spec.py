@@ -27,7 +27,7 @@ HEAD_KEYS = {
 }
 #: Matrices shared by all heads.
 SHARED_KEYS = {"X": "x", "X_kv": "y", "W_O": "w^{O}", "b_O": "b^{O}"}
-OPTION_KEYS = {"title", "description", "mode", "scale", "d_k", "mask", "num_heads", "heads", "Z", "expand", "tokens", "kv_tokens"}
+OPTION_KEYS = {"title", "description", "title_zh", "description_zh", "mode", "scale", "d_k", "mask", "num_heads", "heads", "Z", "expand", "tokens", "kv_tokens"}
 ALLOWED_KEYS = set(HEAD_KEYS) | set(SHARED_KEYS) | OPTION_KEYS
 #: Keys that `num_heads` splits into column blocks, one per head.
 SPLITTABLE = ("W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "Q", "K", "V")
@@ -48,6 +48,8 @@ class Problem:
     full_expansion: bool = False
     title: str | None = None
     description: str | None = None
+    #: the title and description in other languages, e.g. {"title_zh": ...}
+    localized: Mapping[str, str] = field(default_factory=dict)
     tokens: tuple[str, ...] | None = None
     kv_tokens: tuple[str, ...] | None = None
     source: str | None = None
@@ -246,6 +248,7 @@ def load_spec(spec: Any, *, mode: str | None = None, **overrides: Any) -> Proble
         full_expansion=expand == "full",
         title=_text(data["title"], "title") if "title" in data else None,
         description=_text(data["description"], "description") if "description" in data else None,
+        localized={k: _text(data[k], k) for k in ("title_zh", "description_zh") if k in data},
         tokens=_tokens(data["tokens"], "tokens") if "tokens" in data else None,
         kv_tokens=_tokens(data["kv_tokens"], "kv_tokens") if "kv_tokens" in data else None,
         source=source,

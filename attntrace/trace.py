@@ -110,6 +110,11 @@ class Trace:
         """Head numbers in order: [None] for a single-head trace, else [1..h]."""
         return [None] if self.num_heads == 1 and not any(s.head for s in self.steps) else list(range(1, self.num_heads + 1))
 
+    def localized(self, field: str, lang: str) -> str | None:
+        """The spec's title or description in `lang` (title_zh, ...), else the default one."""
+        default = self.title if field == "title" else self.settings.get(field)
+        return self.settings.get(f"{field}_{lang}") or default
+
     def to_dict(self) -> dict:
         from .export import trace_to_dict
 

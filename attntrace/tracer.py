@@ -172,7 +172,7 @@ class _Tracer:
         settings = {
             "start": p.start, "scale": p.scale, "d_k": p.d_k, "mask": None if p.mask is None else ("causal" if isinstance(p.mask, str) else "matrix"),
             "cross": "X_kv" in p.shared, "full_expansion": p.full_expansion, "description": p.description,
-            "tokens": p.tokens, "kv_tokens": p.kv_tokens, "source": p.source,
+            "tokens": p.tokens, "kv_tokens": p.kv_tokens, "source": p.source, **p.localized,
         }
         return Trace(mode=p.mode, steps=tuple(self.steps), operands=operands, title=p.title,
                      num_heads=len(p.heads), settings=settings)

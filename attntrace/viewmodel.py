@@ -30,7 +30,11 @@ PRODUCTS = {"Q", "K", "V", "scores", "Z", "output"}
 # ----------------------------------------------------------------------------- escaping
 
 _TEX_ESCAPES = {"\\": r"\textbackslash{}", "{": r"\{", "}": r"\}", "$": r"\$", "&": r"\&", "#": r"\#", "^": r"\textasciicircum{}",
-                "_": r"\_", "%": r"\%", "~": r"\textasciitilde{}", "<": r"\textless{}", ">": r"\textgreater{}", "|": r"\textbar{}"}
+                "_": r"\_", "%": r"\%", "~": r"\textasciitilde{}", "<": r"\textless{}", ">": r"\textgreater{}", "|": r"\textbar{}",
+                # math signs people type in titles, which the text fonts (Latin Modern, Fandol) lack
+                "≈": r"\ensuremath{\approx}", "√": r"\ensuremath{\surd}", "→": r"\ensuremath{\to}", "∞": r"\ensuremath{\infty}",
+                "±": r"\ensuremath{\pm}", "≤": r"\ensuremath{\le}", "≥": r"\ensuremath{\ge}", "×": r"\ensuremath{\times}",
+                "·": r"\ensuremath{\cdot}", "−": r"\ensuremath{-}", "²": r"\ensuremath{^2}", "³": r"\ensuremath{^3}"}
 # Only what can start markup is escaped, so the Markdown source stays readable: emphasis,
 # code, links, tables, math ($) and HTML. Parentheses stay as they are: "\\(" opens inline
 # math in MathJax/KaTeX-flavoured Markdown.
@@ -358,7 +362,7 @@ def operand_view(trace, op, out) -> dict[str, Any]:
     return vm
 
 
-def report_view(trace, fmt: str, precision: int, max_size: int, figures: list[dict] | None = None) -> dict[str, Any]:
+def report_view(trace, fmt: str, precision: int, max_size: int, figures: list[dict] | None = None, lang: str = "en") -> dict[str, Any]:
     out = out_for(fmt, precision, max_size)
     esc = ESCAPERS[fmt]
     settings = trace.settings
@@ -373,8 +377,8 @@ def report_view(trace, fmt: str, precision: int, max_size: int, figures: list[di
         sections, combined = [{"head": 0, "steps": combined}], []
     d_ks = sorted({str(s.details["d_k"]) for s in trace.steps if s.id == "scaled" and s.details.get("d_k") is not None})
     return {
-        "title": esc(trace.title) if trace.title else "",
-        "description": esc(settings.get("description")) if settings.get("description") else "",
+        "title": esc(trace.localized("title", lang) or ""),
+        "description": esc(trace.localized("description", lang) or ""),
         "tokens": [esc(t) for t in settings.get("tokens") or ()],
         "kv_tokens": [esc(t) for t in settings.get("kv_tokens") or ()],
         "mode": trace.mode, "num_heads": trace.num_heads, "multi": multi,

@@ -85,3 +85,18 @@ def test_malformed_answer_in_process(tmp_path, capsys, text, needle):
     out, err = capsys.readouterr()
     lines = err.strip().splitlines()
     assert out == "" and len(lines) == 1 and lines[0].startswith("attntrace: error:") and needle.lower() in lines[0].lower()
+
+
+def test_report_titles_are_escaped_and_localized():
+    """User text in a check report is data: no HTML tag in Markdown, no command in LaTeX;
+    a spec's title_zh is used for --lang zh."""
+    import attntrace
+    from attntrace.checker import render_report
+
+    spec = {"scores": [[0.8, 0.2]], "scale": False, "title": "<script>alert(1)</script> \\input{x}", "title_zh": "原文的 softmax 例子"}
+    report = attntrace.check(spec, {"weights": [[0.8, 0.2]]})
+    md = render_report(report, format="md")
+    assert "<script>" not in md and "&lt;script&gt;" in md
+    tex = render_report(report, format="tex")
+    assert "\\input{x}" not in tex and "\\textbackslash{}input" in tex
+    assert "原文的 softmax 例子" in render_report(report, format="md", lang="zh")

@@ -1,0 +1,36 @@
+"""Chinese reports use the examples' Chinese titles and descriptions, and every glyph of every
+example's report is in the fonts (xelatex logs no "Missing character")."""
+
+import re
+
+import pytest
+
+import attntrace
+from attntrace.examples import example_paths
+from attntrace.viewmodel import escape_md
+
+EXAMPLES = [p.stem for p in example_paths()]
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_zh_report_has_the_chinese_title(name):
+    trace = attntrace.run(name)
+    zh_title = trace.settings["title_zh"]
+    assert re.search(r"[\u4e00-\u9fff]", zh_title)
+    assert attntrace.render(trace, format="md", lang="zh").splitlines()[0] == "# " + escape_md(zh_title)
+    assert attntrace.render(trace, format="md", lang="en").splitlines()[0] == "# " + escape_md(trace.title)
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_every_example_compiles_without_missing_glyphs(xelatex, lang):
+    for name in EXAMPLES:
+        tex = attntrace.render(attntrace.run(name), format="tex", lang=lang, standalone=True)
+        ok, log_tail, pdf = xelatex(tex)
+        assert ok, (name, log_tail)
+        log = pdf.with_suffix(".log").read_text(encoding="utf-8", errors="replace")
+        assert "Missing character" not in log, (name, [l for l in log.splitlines() if "Missing character" in l][:3])
+
+
+def test_unknown_localized_key_is_refused():
+    with pytest.raises(attntrace.BadInput, match="title_fr"):
+        attntrace.run({"scores": [[1]], "scale": False, "title_fr": "x"})
