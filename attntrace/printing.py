@@ -13,10 +13,9 @@ import math
 import re
 from typing import Any, Sequence
 
+from functools import lru_cache
+
 import numpy as np
-import sympy as sp
-from sympy.printing.latex import LatexPrinter, greek_letters_set, tex_greek_dictionary
-from sympy.printing.str import StrPrinter
 
 #: How many entries (numbers or expressions) have been formatted; tests read and reset it.
 STATS = {"entries": 0}
@@ -24,41 +23,56 @@ STATS = {"entries": 0}
 _NAME = re.compile(r"([A-Za-z]+)(.*)$", re.S)
 
 
-class AttnLatexPrinter(LatexPrinter):
-    """SymPy's LaTeX printer with attntrace's entry names and number format.
+@lru_cache(maxsize=None)
+def printer_classes() -> tuple[type, type]:
+    """SymPy's LaTeX and str printers with attntrace's entry names and number format.
 
-    Entry names are already LaTeX from the whitelist parser (`w^{Q}_{11}`); a Greek base name
-    (`alpha_{11}`) gets its backslash. Floats print with `precision` decimal places, trailing
-    zeros trimmed. Settings are validated by SymPy's Printer (unknown ones raise).
+    Built on first use, so that numeric reports never import SymPy. Entry names are already
+    LaTeX from the whitelist parser (`w^{Q}_{11}`); a Greek base name (`alpha_{11}`) gets its
+    backslash. Floats print with `precision` decimal places, trailing zeros trimmed. Settings
+    are validated by SymPy's Printer (unknown ones raise).
     """
+    from sympy.printing.latex import LatexPrinter
+    from sympy.printing.str import StrPrinter
 
-    _default_settings = {**LatexPrinter._default_settings, "order": "none", "precision": 4}
+    class AttnLatexPrinter(LatexPrinter):
+        _default_settings = {**LatexPrinter._default_settings, "order": "none", "precision": 4}
 
-    def _print_Symbol(self, expr, style="plain"):
-        return greek_name(expr.name)
+        def _print_Symbol(self, expr, style="plain"):
+            return greek_name(expr.name)
 
-    def _print_Float(self, expr):
-        return tex_number(float(expr), self._settings["precision"], count=False)
+        def _print_Float(self, expr):
+            return tex_number(float(expr), self._settings["precision"], count=False)
+
+    class AttnStrPrinter(StrPrinter):
+        _default_settings = {**StrPrinter._default_settings, "order": "none", "precision": 4}
+
+        def _print_Symbol(self, expr):
+            return plain_name(expr.name)
+
+        def _print_Float(self, expr):
+            return plain_number(float(expr), self._settings["precision"], count=False)
+
+        def _print_Exp1(self, expr):
+            return "e"
+
+    return AttnLatexPrinter, AttnStrPrinter
 
 
-class AttnStrPrinter(StrPrinter):
-    """Plain-text counterpart of `AttnLatexPrinter`."""
+def _is_infinite(x: Any) -> bool:
+    """x is SymPy's oo or -oo (only SymPy values reach here, so SymPy is loaded already)."""
+    import sympy
 
-    _default_settings = {**StrPrinter._default_settings, "order": "none", "precision": 4}
-
-    def _print_Symbol(self, expr):
-        return plain_name(expr.name)
-
-    def _print_Float(self, expr):
-        return plain_number(float(expr), self._settings["precision"], count=False)
-
-    def _print_Exp1(self, expr):
-        return "e"
+    return x in (sympy.oo, -sympy.oo)
 
 
 def greek_name(name: str) -> str:
     m = _NAME.match(name)
-    if m and m.group(1) in greek_letters_set:
+    if not m or len(m.group(1)) == 1:  # a one-letter base is never a Greek name
+        return name
+    from sympy.printing.latex import greek_letters_set, tex_greek_dictionary
+
+    if m.group(1) in greek_letters_set:
         base = m.group(1)
         return tex_greek_dictionary.get(base, "\\" + ("varepsilon" if base == "epsilon" else base)) + m.group(2)
     return name
@@ -105,13 +119,9 @@ def pick(n: int, limit: int) -> list[int | None]:
 
 def entry_name(base: str, i: int, j: int, head: int | None = None, wide: bool = False) -> str:
     """The LaTeX name of entry (i, j) (1-based): x_{11}, w^{Q(2)}_{11}, q^{(2)}_{1,10}."""
-    if head is not None:
-        if base.endswith("}") and "^{" in base:
-            base = base[:-1] + f"({head})}}"
-        else:
-            base = f"{base}^{{({head})}}"
-    idx = f"{i}{j}" if i < 10 and j < 10 and not wide else f"{i},{j}"
-    return f"{greek_name(base)}_{{{idx}}}"
+    from .expr import entry_name as canonical
+
+    return greek_name(canonical(base, i, j, head=head, wide=wide or i >= 10 or j >= 10))
 
 
 class _Out:
@@ -143,11 +153,11 @@ class _Out:
     def approx_entry(self, value: Any, i: int, j: int) -> str | None:
         """The float value of a SymPy entry, or None when it is symbolic."""
         x = value[i, j]
-        if x in (sp.oo, -sp.oo):
+        if _is_infinite(x):
             return self.num(float(x))
         if getattr(x, "free_symbols", None) or not getattr(x, "is_number", False):
             return None
-        return self.num(complex(sp.N(x, 17)).real)
+        return self.num(complex(x.evalf(17)).real)
 
     def matrix_of(self, rows: int, cols: int, cell) -> str:
         """A matrix of shown cells: cell(i, j) for shown indices, dots for the gaps."""
@@ -170,7 +180,7 @@ class _Out:
                 if a is None:
                     return None
                 x = value[i, j]
-                plain = plain and (x.is_Integer or x in (sp.oo, -sp.oo) or x.is_Float)
+                plain = plain and (x.is_Integer or _is_infinite(x) or x.is_Float)
                 cells[i, j] = a
         if plain:
             return None
@@ -189,13 +199,15 @@ class TexOut(_Out):
 
     def __init__(self, precision: int = 4, max_size: int = 8):
         super().__init__(precision, max_size)
-        self.printer = AttnLatexPrinter({"precision": precision})
+        self._printer = None
 
     def num(self, x: float) -> str:
         return tex_number(x, self.precision)
 
     def expr(self, e: Any) -> str:
-        return self.printer.doprint(e)
+        if self._printer is None:
+            self._printer = printer_classes()[0]({"precision": self.precision})
+        return self._printer.doprint(e)
 
     def paren(self, s: str) -> str:
         return f"\\left({s}\\right)"
@@ -276,15 +288,17 @@ class PlainOut(_Out):
 
     def __init__(self, precision: int = 4, max_size: int = 8):
         super().__init__(precision, max_size)
-        self.printer = AttnStrPrinter({"precision": precision})
+        self._printer = None
 
     def num(self, x: float) -> str:
         return plain_number(x, self.precision)
 
     def expr(self, e: Any) -> str:
-        if e == -sp.oo:
-            return "-inf"
-        return self.printer.doprint(e)
+        if _is_infinite(e):
+            return "-inf" if e < 0 else "inf"
+        if self._printer is None:
+            self._printer = printer_classes()[1]({"precision": self.precision})
+        return self._printer.doprint(e)
 
     def paren(self, s: str) -> str:
         return f"({s})"
@@ -388,4 +402,4 @@ def plain_formula(step, *, scaled: bool = True) -> str:
 
 def latex_expr(e: Any, precision: int = 4) -> str:
     """One SymPy expression as LaTeX in attntrace's style (term order kept)."""
-    return AttnLatexPrinter({"precision": precision}).doprint(e)
+    return printer_classes()[0]({"precision": precision}).doprint(e)

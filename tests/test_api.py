@@ -13,3 +13,17 @@ def test_functions_are_not_shadowed_by_submodules():
     assert "0.6457" in attntrace.render(t, format="text")
     assert attntrace.check(t, {"weights": [[0.65, 0.35], [0.40, 0.60]]}).ok
     assert not attntrace.check(t, {"weights": [[0.8, 0.2], [0.3, 0.7]]}).ok
+
+
+def test_numeric_run_and_every_report_format_never_import_sympy():
+    """SymPy costs about half a second to import: numeric work must not pay for it."""
+    import subprocess
+    import sys
+
+    code = ("import sys, attntrace\n"
+            "t = attntrace.run('sentence-4x6')\n"
+            "[attntrace.render(t, format=f, lang=l) for f in ('md', 'tex', 'text') for l in ('en', 'zh')]\n"
+            "attntrace.check(t, {'weights': t.step('weights').value.round(4).tolist()})\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'sympy')[:3])\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
