@@ -13,7 +13,7 @@ here asserts a wall time (tests/test_bench_smoke.py only checks that the functio
   traced and rendered to Markdown, against naive SymPy end to end (Matrix of symbols, X*W_Q,
   QK^T/sqrt(6), row softmax with exp, times V, then sympy.latex). Goals: >= 10x faster,
   >= 20x less text; 16x16 (X and W 16x16) at most 40x the 4x6 time.
-- start-up: `python -m attntrace run <numeric spec> --format json` against
+- start-up: `python -m attntrace run <numeric spec> --format md` against
   `python -c "import numpy, jinja2"`, and whether SymPy gets imported in numeric mode.
 """
 
@@ -337,11 +337,11 @@ def _run(cmd, env) -> float:
 
 
 def sympy_import_chain(spec_path: str | None = None) -> list[str] | None:
-    """None if `attntrace run <numeric spec> --format json` never imports sympy, else the import
+    """None if `attntrace run <numeric spec> --format md` never imports sympy, else the import
     chain (outermost module first) that first pulls it in, from `python -X importtime`."""
     with tempfile.TemporaryDirectory() as tmp:
         spec_path = spec_path or _spec_file(tmp)
-        proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "attntrace", "run", spec_path, "--format", "json"],
+        proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "attntrace", "run", spec_path, "--format", "md"],
                               env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"attntrace run failed: {proc.stderr.strip().splitlines()[-1:]}")
@@ -366,7 +366,7 @@ def bench_startup(repeats=7) -> dict:
     env = _env()
     with tempfile.TemporaryDirectory() as tmp:
         spec = _spec_file(tmp)
-        ours = [sys.executable, "-m", "attntrace", "run", spec, "--format", "json"]
+        ours = [sys.executable, "-m", "attntrace", "run", spec, "--format", "md"]
         bare = [sys.executable, "-c", "import numpy, jinja2"]
         _run(ours, env), _run(bare, env)  # warm the file cache
         times = {"attntrace": [], "bare": []}
@@ -427,7 +427,7 @@ def markdown(results: dict) -> str:
                      f"| {sy['big_ratio']:.1f}x | <= {GOALS['symbolic_16']}x | {_ok(sy['big_ratio'], GOALS['symbolic_16'])} |")
     st = results.get("startup")
     if st:
-        lines.append(f"| start-up: `attntrace run` numeric spec `--format json` vs `python -c \"import numpy, jinja2\"` "
+        lines.append(f"| start-up: `attntrace run` numeric spec `--format md` (a full report) vs `python -c \"import numpy, jinja2\"` "
                      f"| {st['attntrace_s'] * 1e3:.0f} ms | {st['bare_s'] * 1e3:.0f} ms | {st['ratio']:.2f}x | - | - |")
         chain = " -> ".join(st["sympy_chain"]) if st["sympy_chain"] else "-"
         lines.append(f"| start-up: SymPy imported in numeric mode? | {'**yes**: ' + chain if st['sympy_imported'] else 'no'} "
