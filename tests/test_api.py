@@ -27,3 +27,17 @@ def test_numeric_run_and_every_report_format_never_import_sympy():
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'sympy')[:3])\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_jupyter_display_shows_an_error_instead_of_raising(monkeypatch):
+    from attntrace import renderer
+
+    t = attntrace.run({"scores": [[1, 2]], "scale": False})
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("template exploded")
+
+    monkeypatch.setattr(renderer, "render", broken)
+    shown = t._repr_markdown_()
+    assert "could not render" in shown and "template exploded" in shown
+    assert t._repr_latex_() is None
