@@ -104,11 +104,11 @@ def _tokens(value: Any, key: str) -> tuple[str, ...]:
 def _mode(data: Mapping[str, Any], override: str | None) -> str:
     mode = override or data.get("mode")
     if mode is None:
-        tables = [v for k, v in data.items() if k in HEAD_KEYS or k in SHARED_KEYS if isinstance(v, dict)]
-        for head in data.get("heads") or []:
-            if isinstance(head, dict):
-                tables += [v for v in head.values() if isinstance(v, dict)]
-        return "symbolic" if tables else "numeric"
+        # a symbol table anywhere (top level, in a head, among the Z_i) means symbolic mode
+        values = [v for k, v in data.items() if k in HEAD_KEYS or k in SHARED_KEYS]
+        values += [v for head in data.get("heads") or [] if isinstance(head, dict) for v in head.values()]
+        values += list(data.get("Z") or []) if isinstance(data.get("Z"), list) else []
+        return "symbolic" if any(isinstance(v, dict) for v in values) else "numeric"
     if mode not in MODES:
         raise BadInput(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
     return mode

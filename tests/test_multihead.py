@@ -97,3 +97,8 @@ def test_multihead_bad_input(spec, needle):
     with pytest.raises(BadInput) as err:
         attntrace.run(spec)
     assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+def test_symbol_tables_among_the_head_outputs_mean_symbolic_mode():
+    assert attntrace.run({"Z": [{"shape": [2, 3]}, {"shape": [2, 3]}]}).mode == "symbolic"
+    assert attntrace.run({"Z": [[[1, 2]], [[3, 4]]]}).mode == "numeric"
