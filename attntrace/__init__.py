@@ -27,17 +27,16 @@ def run(spec, **overrides) -> Trace:
 
 
 def _resolve(spec):
-    """A path, a dict, or the name of a built-in example."""
+    """A path, a dict, or the name of a built-in example (a bare name such as sentence-4x6)."""
     import os
     from pathlib import Path
 
     if isinstance(spec, (str, Path)) and not os.path.exists(spec):
-        from .resources import examples_dir
+        text = str(spec)
+        if os.sep not in text and "/" not in text and not Path(text).suffix:
+            from .examples import example_path
 
-        for suffix in (".toml", ".json"):
-            candidate = examples_dir() / f"{spec}{suffix}"
-            if str(spec).replace("-", "_").replace("_", "").isalnum() and candidate.is_file():
-                return candidate
+            return example_path(text)
     return spec
 
 

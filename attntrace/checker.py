@@ -33,7 +33,6 @@ from .errors import BadInput
 from .trace import Trace
 from .viewmodel import escape_md, escape_tex as tex_escape
 
-STATUSES = ("correct", "wrong", "carried")
 LANGS = ("en", "zh")
 FORMATS = ("text", "md", "tex")
 

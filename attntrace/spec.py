@@ -31,7 +31,6 @@ OPTION_KEYS = {"title", "description", "title_zh", "description_zh", "mode", "sc
 ALLOWED_KEYS = set(HEAD_KEYS) | set(SHARED_KEYS) | OPTION_KEYS
 #: Keys that `num_heads` splits into column blocks, one per head.
 SPLITTABLE = ("W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "Q", "K", "V")
-STARTS = ("X", "QKV", "scores", "weights", "Z")
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,8 @@ class Operand:
     """A matrix the trace started from (X, W_Q, b_O, or a given Q, scores, Z_i, ...).
 
     `symbol` is the base name of its entries in symbolic mode (x, w^{Q}, v), else None.
-    `given_as` is the step id this operand stands in for when the trace starts mid-way
-    (an operand named "Q" given directly has given_as="Q").
+    An operand named like a step ("Q", "scores", "Z") stands in for that step when the trace
+    starts mid-way.
     """
 
     name: str
@@ -38,7 +38,6 @@ class Operand:
     value: Any
     shape: tuple[int, int]
     symbol: str | None = None
-    given_as: str | None = None
 
 
 @dataclass(frozen=True)

@@ -96,3 +96,9 @@ def test_json_exact_entries_parse_back(tmp_path):
     for row in steps["weights"]["value"]:
         for entry in row:
             parse_expr(entry)
+
+
+def test_unknown_example_name_is_one_line_exit_2(capsys):
+    assert main(["run", "no-such-example"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["attntrace: error: no example named 'no-such-example'; run `attntrace examples` for the list"]
