@@ -30,6 +30,7 @@ from typing import Any, Mapping
 from .answer import AnswerMatrix, load_answer
 from .diagnose import UNKNOWN, WRONG_SHAPE, World, diagnosis_params
 from .errors import BadInput
+from .printing import plain_number
 from .trace import Trace
 from .viewmodel import escape_md, escape_tex as tex_escape
 
@@ -240,13 +241,7 @@ class _Params(dict):
 
 
 def format_number(x: Any, precision: int = 4) -> str:
-    if x is None:
-        return ""
-    x = float(x)
-    if math.isinf(x):
-        return "-inf" if x < 0 else "inf"
-    text = f"{x:.{precision}f}".rstrip("0").rstrip(".")
-    return "0" if text in ("-0", "") else text
+    return "" if x is None else plain_number(float(x), precision, count=False)
 
 
 def _environment(template_dir: Path | str | None):

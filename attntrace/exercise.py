@@ -22,8 +22,10 @@ from typing import Any
 import numpy as np
 
 from .errors import BadInput
+from .printing import TexOut
 from .renderer import environment, tidy
 from .trace import Trace
+from .viewmodel import STEP_LETTER
 
 MAX_N, MAX_D, MAX_HEADS = 12, 12, 6
 #: A row of scaled scores spanning more than this makes the softmax almost one-hot.
@@ -150,18 +152,16 @@ def to_toml(data: dict) -> str:
 # --------------------------------------------------------------------------- worksheet
 
 
+_TEX = TexOut()  # the reports' LaTeX layout: bmatrix, head superscripts
+
+
 def _tex_int_matrix(m) -> str:
-    rows = [" & ".join(str(int(v)) for v in row) for row in np.asarray(m)]
-    return "\\begin{bmatrix} " + " \\\\ ".join(rows) + " \\end{bmatrix}"
+    return _TEX.layout([[str(int(v)) for v in row] for row in np.asarray(m)])
 
 
 def _blank_matrix(shape, cell: str) -> str:
     rows, cols = shape
-    return "\\begin{bmatrix} " + " \\\\ ".join(" & ".join([cell] * cols) for _ in range(rows)) + " \\end{bmatrix}"
-
-
-def _sup(head):
-    return "" if head is None else f"^{{({head})}}"
+    return _TEX.layout([[cell] * cols for _ in range(rows)])
 
 
 def worksheet_view(spec: dict, trace: Trace) -> dict:
@@ -194,12 +194,10 @@ def worksheet_view(spec: dict, trace: Trace) -> dict:
     }
 
 
-_LHS = {"Q": "Q", "K": "K", "V": "V", "scores": "S", "scaled": "T", "masked": "T", "weights": "A", "Z": "Z",
-        "concat": "Z_{\\text{concat}}", "output": "O"}
-
-
 def _lhs(step_id: str, head) -> str:
-    return _LHS[step_id] + _sup(head)
+    """The step's matrix name as in the reports (S, A^{(2)}, ...); the concatenation is Z_concat."""
+    letter = "Z_{\\text{concat}}" if step_id == "concat" else STEP_LETTER[step_id]
+    return _TEX.head_name(letter, head)
 
 
 def render_worksheet(spec: dict, trace: Trace, format: str = "md", lang: str = "en", standalone: bool = False,

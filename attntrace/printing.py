@@ -79,8 +79,8 @@ def greek_name(name: str) -> str:
 
 
 def plain_name(name: str) -> str:
-    """w^{Q(2)}_{11} -> w^Q(2)_11 (braces dropped where unambiguous)."""
-    return re.sub(r"[{}]", "", name)
+    """w^{Q(2)}_{11} -> w^Q(2)_11, \\alpha_{11} -> alpha_11 (braces and backslashes dropped)."""
+    return re.sub(r"[{}\\]", "", name)
 
 
 def _trim(x: float, precision: int) -> str:
@@ -186,6 +186,16 @@ class _Out:
             return None
         return self.matrix_of(rows, cols, lambda i, j: cells[i, j])
 
+    def negated(self, term: str) -> bool:
+        """A term that starts with its own minus sign, written as a subtraction in a sum."""
+        return term.startswith("-")
+
+    def add(self, terms: list[str]) -> str:
+        out = terms[0]
+        for t in terms[1:]:
+            out += f" - {t[1:]}" if self.negated(t) else f" + {t}"
+        return out
+
     def sum_terms(self, n: int, term) -> str:
         """term(k) for k in 0..n-1, joined by +, eliding the middle when n > 4."""
         ks = list(range(n)) if n <= 4 else [0, 1, None, n - 1]
@@ -233,11 +243,8 @@ class TexOut(_Out):
     def juxt(self, a: str, b: str) -> str:
         return f"{a} {b}"
 
-    def add(self, terms: list[str]) -> str:
-        out = terms[0]
-        for t in terms[1:]:
-            out += f" - {t[1:]}" if t.startswith("-") and not t.startswith("-\\") else f" + {t}"
-        return out
+    def negated(self, term: str) -> bool:
+        return term.startswith("-") and not term.startswith("-\\")  # -\infty stays a term
 
     def frac(self, a: str, b: str) -> str:
         return f"\\frac{{{a}}}{{{b}}}"
@@ -326,11 +333,6 @@ class PlainOut(_Out):
     def juxt(self, a: str, b: str) -> str:
         return f"{a}*{b}"
 
-    def add(self, terms: list[str]) -> str:
-        out = terms[0]
-        for t in terms[1:]:
-            out += f" - {t[1:]}" if t.startswith("-") else f" + {t}"
-        return out
 
     def frac(self, a: str, b: str) -> str:
         wrap = lambda x: f"({x})" if re.search(r"[ +]|.-", x) and not (x.startswith("(") and x.endswith(")")) else x

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .printing import PlainOut, TexOut, entry_name, pick, plain_formula
+from .printing import PlainOut, TexOut, entry_name, pick, plain_formula, plain_name
 
 #: Entry names of each step's matrix (numeric/exact modes name entries only in the expansions).
 STEP_BASE = {"Q": "q", "K": "k", "V": "v", "scores": "s", "scaled": "t", "masked": "t", "weights": "a", "Z": "z", "concat": "z", "output": "o"}
@@ -87,8 +87,13 @@ def resolve(trace, name: str, head: int | None) -> Ref:
             o = trace.operand(name, h)
         except KeyError:
             continue
-        return Ref(o.value, o.shape, o.symbol or OPERAND_BASE.get(name, "x"), OPERAND_LETTER.get(name, name), h, OPERAND_PLAIN.get(name))
+        return operand_ref(o)
     raise KeyError(name)
+
+
+def operand_ref(op) -> Ref:
+    return Ref(op.value, op.shape, op.symbol or OPERAND_BASE.get(op.name, "x"), OPERAND_LETTER.get(op.name, op.name), op.head,
+               OPERAND_PLAIN.get(op.name))
 
 
 def step_ref(step) -> Ref:
@@ -146,12 +151,11 @@ class StepView:
             if self.mode == "exact":
                 approx = o.approx_matrix(s.value, s.shape)
                 vm["approx"] = o.approx(self.named(self.ref), approx) if approx else ""
-        if s.value is not None:
-            getattr(self, f"build_{s.id}", self.build_product if s.id in PRODUCTS else lambda vm: None)(vm)
-        if s.id == "concat":
-            self.build_concat(vm)
         if s.id == "scaled":
             self.scale_facts(vm)
+        builder = getattr(self, f"build_{s.id}", self.build_product if s.id in PRODUCTS else None)
+        if builder is not None and (s.value is not None or s.id == "concat"):  # concat draws its layout in shape mode too
+            builder(vm)
         if s.id == "masked":
             vm["extra"]["kind"] = s.details.get("kind", "matrix")
             vm["extra"]["masked_count"] = int((~np.asarray(s.details["keep"], dtype=bool)).sum()) if "keep" in s.details else 0
@@ -222,7 +226,7 @@ class StepView:
         if self.mode == "symbolic" and ref.value is not None:
             return self.out.entry(ref.value, i, j)
         n = ref.name(i, j)
-        return _plain_name(n) if self.out.plain else n
+        return plain_name(n) if self.out.plain else n
 
     def entry_label(self, i: int, j: int) -> str:
         return self.ename(self.ref, i, j) if self.mode != "symbolic" else self.out.entry(self.s.value, i, j)
@@ -249,7 +253,6 @@ class StepView:
     def build_scaled(self, vm) -> None:
         s, o = self.s, self.out
         src = resolve(self.t, s.inputs[0], s.head)
-        self.scale_facts(vm)
         factor = vm["extra"]["factor_tex"]
         if self.mode == "symbolic":
             vm["lines"] = [o.eq(o.entry(s.value, 0, j), o.expr(s.expansion[0, j])) for j in range(min(s.shape[1], 3))] if s.expansion is not None else []
@@ -300,7 +303,7 @@ class StepView:
             else:  # exact
                 exps = [dots if j is None else o.entry(d["exp"], i, j) for j in cols]
                 approx = [dots if j is None else (o.approx_entry(s.value, i, j) or o.entry(s.value, i, j)) for j in cols]
-                line = o.approx(o.eq(names, o.frac(o.row(exps), o.add([e for e in exps]))), o.row(approx))
+                line = o.approx(o.eq(names, o.frac(o.row(exps), o.add(exps))), o.row(approx))
             vm["lines"].append(line)
 
     # -- concat -------------------------------------------------------------------
@@ -332,10 +335,6 @@ class StepView:
         vm["matrix"] = o.eq(self.named(self.ref), o.brackets(parts))
 
 
-def _plain_name(name: str) -> str:
-    return re.sub(r"[{}\\]", "", name)
-
-
 # ----------------------------------------------------------------------------- report
 
 def out_for(fmt: str, precision: int, max_size: int):
@@ -347,8 +346,7 @@ def step_view(trace, step, fmt: str, precision: int, max_size: int) -> dict[str,
 
 
 def operand_view(trace, op, out) -> dict[str, Any]:
-    ref = Ref(op.value, op.shape, op.symbol or OPERAND_BASE.get(op.name, "x"), OPERAND_LETTER.get(op.name, op.name), op.head,
-              OPERAND_PLAIN.get(op.name))
+    ref = operand_ref(op)
     letter = ref.plain_letter if out.plain else ref.letter
     name = out.head_name(letter, op.head)
     vm = {"name": name, "shape": out.shape(op.shape), "matrix": "", "approx": "", "head": op.head or 0}
