@@ -32,6 +32,7 @@ from .diagnose import UNKNOWN, WRONG_SHAPE, World, diagnosis_params
 from .errors import BadInput
 from .printing import plain_number
 from .trace import Trace
+from .usertext import format_user_text, inline_math_for
 from .viewmodel import escape_md, escape_tex as tex_escape
 
 LANGS = ("en", "zh")
@@ -244,13 +245,30 @@ def format_number(x: Any, precision: int = 4) -> str:
     return "" if x is None else plain_number(float(x), precision, count=False)
 
 
+class _Formatted(str):
+    """User text already formatted for its output (math printed, the rest escaped): the
+    escaping filters pass it through unchanged."""
+
+
+def _escaper(escape):
+    return lambda text: text if isinstance(text, _Formatted) else escape(text)
+
+
+def _title(trace: Trace, format: str, lang: str, delimiters: str) -> _Formatted | None:
+    """The spec's title for a report: `$...$` spans as math, the rest escaped (usertext)."""
+    title = trace.localized("title", lang)
+    if not title:
+        return None
+    return _Formatted(format_user_text(title, format, inline_math=inline_math_for(format, delimiters)))
+
+
 def _environment(template_dir: Path | str | None):
     """Jinja2 environment for the check templates (a user folder first, then templates/)."""
     from .renderer import environment
 
     env = environment(template_dir)
-    env.filters["tex_escape"] = tex_escape
-    env.filters["md_escape"] = escape_md
+    env.filters["tex_escape"] = _escaper(tex_escape)
+    env.filters["md_escape"] = _escaper(escape_md)
     env.filters["num"] = format_number
     return env
 
@@ -298,8 +316,8 @@ def render_report(report: Report, format: str = "text", lang: str = "en", **opti
     env = _environment(template_dir)
     text = env.get_template(f"check/report.{format}.j2").render(
         m=msgs, lang=lang, report=report, rows=rows, first=first_row, derivation=derivation,
-        title=report.trace.localized("title", lang), standalone=bool(options.get("standalone")),
-        math_delimiters=options.get("math_delimiters") or "dollars",
+        title=_title(report.trace, format, lang, options.get("math_delimiters") or "dollars"),
+        standalone=bool(options.get("standalone")), math_delimiters=options.get("math_delimiters") or "dollars",
         n_wrong=sum(r["status"] == "wrong" for r in rows), n_carried=sum(r["status"] == "carried" for r in rows),
         max_entries=options.get("max_size") or 8,
     )
