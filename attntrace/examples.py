@@ -12,6 +12,7 @@ from pathlib import Path
 
 from .errors import BadInput
 from .resources import examples_dir
+from .usertext import format_user_text
 
 _NAME = re.compile(r"^[a-z0-9_-]+$")
 
@@ -43,7 +44,8 @@ def _title(path: Path) -> str:
     except BadInput as exc:
         return f"(unreadable: {exc})"
     title = data.get("title")
-    return " ".join(str(title).split()) if title else "(no title)"
+    # the listing is plain text: $sqrt(d_k)$ reads sqrt(d_k)
+    return format_user_text(" ".join(str(title).split()), "text") if title else "(no title)"
 
 
 def list_examples() -> list[tuple[str, str]]:

@@ -25,7 +25,7 @@ from .errors import BadInput
 from .printing import TexOut
 from .renderer import environment, tidy
 from .trace import Trace
-from .viewmodel import STEP_LETTER
+from .stepview import STEP_LETTER
 
 MAX_N, MAX_D, MAX_HEADS = 12, 12, 6
 #: A row of scaled scores spanning more than this makes the softmax almost one-hot.

@@ -110,6 +110,23 @@ def plain_number(x: float, precision: int, count: bool = True) -> str:
     return _trim(x, precision)
 
 
+def decimals_needed(xs: list[float], precision: int) -> int:
+    """The decimals the longest of these numbers needs at `precision` (trailing zeros trimmed)."""
+    d = 0
+    for x in xs:
+        if math.isfinite(x) and x != 0:
+            t = _trim(x, precision)
+            if "." in t:
+                d = max(d, len(t) - t.index(".") - 1)
+    return d
+
+
+def _scientific(x: float) -> tuple[str, int]:
+    """x = m * 10^e with two significant digits."""
+    m, e = f"{x:.1e}".split("e")
+    return m, int(e)
+
+
 def pick(n: int, limit: int) -> list[int | None]:
     """Indices shown out of n: all when n <= limit, else the first limit-1, a gap (None), the last."""
     if n <= limit:
@@ -127,9 +144,10 @@ def entry_name(base: str, i: int, j: int, head: int | None = None, wide: bool = 
 class _Out:
     """What both outputs share: choosing entries, counting them, laying out matrices."""
 
-    def __init__(self, precision: int = 4, max_size: int = 8):
+    def __init__(self, precision: int = 4, max_size: int = 8, limit: float = 34.0):
         self.precision = precision
         self.max_size = max_size
+        self.limit = limit  # the width a display line may take, in em (plain: characters / 2)
 
     # -- entries -------------------------------------------------------------
     def entry(self, value: Any, i: int, j: int) -> str:
@@ -159,14 +177,49 @@ class _Out:
             return None
         return self.num(complex(x.evalf(17)).real)
 
-    def matrix_of(self, rows: int, cols: int, cell) -> str:
-        """A matrix of shown cells: cell(i, j) for shown indices, dots for the gaps."""
-        ri, ci = pick(rows, self.max_size), pick(cols, self.max_size)
-        body = [[self.dots(i, j) if i is None or j is None else cell(i, j) for j in ci] for i in ri]
-        return self.layout(body)
+    def matrix_of(self, rows: int, cols: int, cell, budget: float | None = None) -> str:
+        """A matrix of shown cells: cell(i, j) for shown indices, dots for the gaps.
 
-    def matrix(self, value: Any, shape: tuple[int, int]) -> str:
-        return self.matrix_of(shape[0], shape[1], lambda i, j: self.entry(value, i, j))
+        With a `budget` (em), columns are elided further until the matrix fits it."""
+        ri = pick(rows, self.max_size)
+        limit = self.max_size
+        while True:
+            ci = pick(cols, limit)
+            body = [[self.dots(i, j) if i is None or j is None else cell(i, j) for j in ci] for i in ri]
+            text = self.layout(body)
+            if budget is None or limit <= 3 or self.measure(text) <= budget:
+                return text
+            limit = min(limit, len(ci)) - 1
+
+    def matrix(self, value: Any, shape: tuple[int, int], budget: float | None = None) -> str:
+        if isinstance(value, np.ndarray):
+            return self.numeric_matrix(value, shape, budget)
+        return self.matrix_of(shape[0], shape[1], lambda i, j: self.entry(value, i, j), budget)
+
+    def numeric_matrix(self, value: np.ndarray, shape: tuple[int, int], budget: float | None = None) -> str:
+        """One decimal layout for the whole matrix, so that its columns line up.
+
+        Every entry gets as many decimals as the longest shown entry needs (at most
+        `precision`); an exact zero prints as 0 and a nonzero entry that would round to 0
+        in scientific notation, so the two never look alike."""
+        ri = pick(shape[0], self.max_size)
+        limit = self.max_size
+        while True:
+            ci = pick(shape[1], limit)
+            shown = [float(value[i, j]) for i in ri if i is not None for j in ci if j is not None]
+            d = decimals_needed(shown, self.precision)
+            body = [[self.dots(i, j) if i is None or j is None else self.fixed(float(value[i, j]), d) for j in ci] for i in ri]
+            text = self.layout_numeric(body, d)
+            if budget is None or limit <= 3 or self.measure(text) <= budget:
+                STATS["entries"] += len(shown)
+                return text
+            limit = min(limit, len(ci)) - 1
+
+    def vector(self, xs: list[float | None]) -> list[str]:
+        """A row of numbers with one decimal layout (None = a gap shown as dots)."""
+        d = decimals_needed([x for x in xs if x is not None], self.precision)
+        STATS["entries"] += sum(x is not None for x in xs)
+        return [self.dots(0, None) if x is None else self.fixed(x, d, pad=False) for x in xs]
 
     def approx_matrix(self, value: Any, shape: tuple[int, int]) -> str | None:
         """The float approximation of an exact matrix (None when an entry is symbolic or all are already plain)."""
@@ -207,8 +260,8 @@ class TexOut(_Out):
 
     plain = False
 
-    def __init__(self, precision: int = 4, max_size: int = 8):
-        super().__init__(precision, max_size)
+    def __init__(self, precision: int = 4, max_size: int = 8, limit: float = 34.0):
+        super().__init__(precision, max_size, limit)
         self._printer = None
 
     def num(self, x: float) -> str:
@@ -229,7 +282,30 @@ class TexOut(_Out):
         return r"\cdots"
 
     def layout(self, body: list[list[str]]) -> str:
-        return "\\begin{bmatrix}" + " \\\\ ".join(" & ".join(row) for row in body) + "\\end{bmatrix}"
+        # scripts on both rows (w^{Q(2)}_{11} under a^{(2)}_{11}) collide without a little air
+        sep = " \\\\[2pt] " if any("^" in c for c in body[-1]) and len(body) > 1 else " \\\\ "
+        return "\\begin{bmatrix}" + sep.join(" & ".join(row) for row in body) + "\\end{bmatrix}"
+
+    def layout_numeric(self, body: list[list[str]], decimals: int) -> str:
+        """Right-aligned columns: with one decimal layout the decimal points line up."""
+        cols = "r" * len(body[0])
+        return "\\left[\\begin{array}{" + cols + "}" + " \\\\ ".join(" & ".join(row) for row in body) + "\\end{array}\\right]"
+
+    def fixed(self, x: float, d: int, pad: bool = True) -> str:
+        """x with d decimals; an exact 0 as 0 (padded to the column's decimals in a matrix)."""
+        if x == 0:
+            return "0" + (f"\\phantom{{.{'0' * d}}}" if d and pad else "")
+        if math.isinf(x) or math.isnan(x):
+            return tex_number(x, d, count=False)
+        if abs(x) < 0.5 * 10 ** -d:  # nonzero, but it would print as 0
+            m, e = _scientific(x)
+            return f"{m} \\cdot 10^{{{e}}}"
+        return f"{x:.{d}f}"
+
+    def measure(self, tex: str) -> float:
+        from .layout import width
+
+        return width(tex)
 
     def shape(self, shape: Sequence[int]) -> str:
         return f"{shape[0]} \\times {shape[1]}"
@@ -293,8 +369,8 @@ class PlainOut(_Out):
 
     plain = True
 
-    def __init__(self, precision: int = 4, max_size: int = 8):
-        super().__init__(precision, max_size)
+    def __init__(self, precision: int = 4, max_size: int = 8, limit: float = 34.0):
+        super().__init__(precision, max_size, limit)
         self._printer = None
 
     def num(self, x: float) -> str:
@@ -315,6 +391,22 @@ class PlainOut(_Out):
 
     def ellipsis_term(self) -> str:
         return "..."
+
+    def layout_numeric(self, body: list[list[str]], decimals: int) -> str:
+        return self.layout(body)
+
+    def fixed(self, x: float, d: int, pad: bool = True) -> str:
+        if x == 0:
+            return "0" + (" " * (d + 1) if d and pad else "")
+        if math.isinf(x) or math.isnan(x):
+            return plain_number(x, d, count=False)
+        if abs(x) < 0.5 * 10 ** -d:
+            m, e = _scientific(x)
+            return f"{m}e{e}"
+        return f"{x:.{d}f}"
+
+    def measure(self, text: str) -> float:
+        return max((len(line) for line in text.splitlines()), default=0) * 0.5
 
     def layout(self, body: list[list[str]]) -> str:
         widths = [max(len(r[c]) for r in body) for c in range(len(body[0]))]

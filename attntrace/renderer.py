@@ -17,6 +17,8 @@ from typing import Any
 import jinja2
 
 from .errors import BadInput
+from .layout import parse_width
+from .jinja_env import cached_environment
 from .resources import templates_dir
 from .trace import Step, Trace
 from .viewmodel import report_view, step_view
@@ -29,6 +31,7 @@ DELIMITERS = ("dollars", "brackets")
 DEFAULTS: dict[str, Any] = {
     "format": "md", "lang": "en", "precision": 4, "standalone": False, "template_dir": None,
     "math_delimiters": "dollars", "max_size": 8, "figures": None, "output_path": None,
+    "width": None, "rows": None,
 }
 
 
@@ -51,17 +54,35 @@ def validate(options: dict[str, Any]) -> dict[str, Any]:
             raise BadInput(f"{key} must be a path, not {type(s[key]).__name__}")
     if s["template_dir"] is not None and not Path(s["template_dir"]).is_dir():
         raise BadInput(f"template_dir {s['template_dir']} is not a folder")
+    s["page"] = parse_width(s["width"], s["format"], s["lang"])
+    s["rows"] = parse_rows(s["rows"])
     return s
 
 
+def parse_rows(rows: Any) -> list[int] | str | None:
+    """The rows to expand entry by entry: None (the default), 'all', '1,3' or [1, 3] (1-based)."""
+    if rows is None or rows == "all":
+        return rows
+    if isinstance(rows, str):
+        parts = [p.strip() for p in rows.split(",")]
+        if not all(p.isdigit() for p in parts):
+            raise BadInput(f"rows must be 'all' or row numbers like 1,3, not {rows!r}")
+        rows = [int(p) for p in parts]
+    if not isinstance(rows, (list, tuple)) or not rows or len(rows) > 1000 or not all(
+            isinstance(r, int) and not isinstance(r, bool) and 1 <= r <= 100_000 for r in rows):
+        raise BadInput(f"rows must be 'all' or a list of row numbers from 1, not {rows!r}")
+    return sorted(set(rows))
+
+
 def environment(template_dir: str | os.PathLike | None = None) -> jinja2.Environment:
-    """The Jinja2 environment of reports: the user's folder first, then the shipped templates."""
-    loaders: list[jinja2.BaseLoader] = []
-    if template_dir is not None:
-        loaders.append(jinja2.FileSystemLoader(str(template_dir)))
-    loaders.append(jinja2.FileSystemLoader(str(templates_dir())))
-    return jinja2.Environment(loader=jinja2.ChoiceLoader(loaders), undefined=jinja2.StrictUndefined, autoescape=False,
-                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+    """The Jinja2 environment of reports: the user's folder first, then the shipped templates.
+
+    Built once per folder and reused (an edited or newly added user template is picked up by
+    the next render); compiled templates are kept in the user's cache folder across processes.
+    See `attntrace.jinja_env`.
+    """
+    folders = [template_dir] if template_dir is not None else []
+    return cached_environment([*folders, templates_dir()], undefined=jinja2.StrictUndefined)
 
 
 def _context(env: jinja2.Environment, fmt: str, lang: str, delimiters: str) -> dict[str, Any]:
@@ -72,29 +93,43 @@ def _context(env: jinja2.Environment, fmt: str, lang: str, delimiters: str) -> d
     return {**base, "f": f, "p": p}
 
 
-def tidy(text: str) -> str:
-    """At most one blank line in a row; one newline at the end."""
+_DISPLAY_START = ("\\[", "\\begin{align*}")
+
+
+def tidy(text: str, fmt: str = "md") -> str:
+    """At most one blank line in a row; one newline at the end. In LaTeX a display never
+    starts a paragraph: it stays with the lead-in line above it, so no page break falls
+    between them (and no empty paragraph opens above the display)."""
     lines, blank = [], 0
     for line in text.splitlines():
         line = line.rstrip()
+        if fmt == "tex" and line.startswith(_DISPLAY_START) and lines and not lines[-1] and len(lines) > 1 \
+                and not lines[-2].startswith(("\\section", "\\subsection", "\\subsubsection", "\\paragraph", "\\end{itemize}", "\\begin{document}")):
+            lines.pop()
         blank = blank + 1 if not line else 0
         if blank <= 1:
             lines.append(line)
     return "\n".join(lines).strip("\n") + "\n"
 
 
+def fit_limit(s: dict[str, Any]) -> float:
+    """The width a display line may take, in em, with a small margin for the estimate."""
+    return s["page"].em * 0.97
+
+
 def render_step(trace: Trace, step: Step | str, *, format: str, lang: str = "en", precision: int = 4, max_size: int = 8,
-                math_delimiters: str = "dollars", template_dir: str | os.PathLike | None = None) -> str:
+                math_delimiters: str = "dollars", template_dir: str | os.PathLike | None = None, width: str | None = None,
+                rows: Any = None) -> str:
     """One step's block (explanation, formula, matrices, entry-wise lines) in a format."""
     s = validate({"format": format, "lang": lang, "precision": precision, "max_size": max_size,
-                  "math_delimiters": math_delimiters, "template_dir": template_dir})
+                  "math_delimiters": math_delimiters, "template_dir": template_dir, "width": width, "rows": rows})
     if isinstance(step, str):
         sid, _, head = step.partition("@")
         step = trace.step(sid, int(head) if head else None)
     env = environment(s["template_dir"])
     ctx = _context(env, s["format"], s["lang"], s["math_delimiters"])
-    vm = step_view(trace, step, s["format"], s["precision"], s["max_size"])
-    return tidy(env.get_template(f"steps/{step.id}.j2").render(**ctx, vm=vm))
+    vm = step_view(trace, step, s["format"], s["precision"], s["max_size"], fit_limit(s), s["rows"])
+    return tidy(env.get_template(f"steps/{step.id}.j2").render(**ctx, vm=vm), s["format"])
 
 
 def _figures(trace: Trace, directory, output_path, fmt: str) -> list[dict]:
@@ -122,6 +157,9 @@ def render(trace: Trace, format: str = "md", **options: Any) -> str:
     figures = _figures(trace, s["figures"], s["output_path"], s["format"]) if s["figures"] is not None else []
     env = environment(s["template_dir"])
     ctx = _context(env, s["format"], s["lang"], s["math_delimiters"])
-    vm = report_view(trace, s["format"], s["precision"], s["max_size"], figures, lang=s["lang"])
-    text = env.get_template(f"{s['format']}/report.j2").render(**ctx, r=vm, standalone=s["standalone"])
-    return tidy(text)
+    vm = report_view(trace, s["format"], s["precision"], s["max_size"], figures, lang=s["lang"], limit=fit_limit(s), rows=s["rows"],
+                     math_delimiters=s["math_delimiters"])
+    page = s["page"]
+    text = env.get_template(f"{s['format']}/report.j2").render(**ctx, r=vm, standalone=s["standalone"],
+                                                               textwidth=f"{page.pt:.1f}pt" if page.pt else "")
+    return tidy(text, s["format"])

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import attntrace
+from attntrace.usertext import format_user_text
 from attntrace import cli
 from attntrace.examples import example_path, example_paths, list_examples
 from attntrace.renderer import render
@@ -47,7 +48,11 @@ def test_list_examples_gives_names_and_titles():
     listed = dict(list_examples())
     assert sorted(listed) == sorted(NAMES)
     for name, title in listed.items():
-        assert title == tomllib.loads(example_path(name).read_text(encoding="utf-8"))["title"]
+        raw = tomllib.loads(example_path(name).read_text(encoding="utf-8"))["title"]
+        assert "$" not in title  # the listing is plain text: math spans are printed, not shown as source
+        assert title == format_user_text(raw, "text")
+        if "$" not in raw:
+            assert title == raw
     answers = [p.name for p in examples_dir().glob("*.answer.toml")]
     assert not set(n.removesuffix(".toml") for n in answers) & set(listed)
 

@@ -7,7 +7,7 @@ import pytest
 
 import attntrace
 from attntrace.examples import example_paths
-from attntrace.viewmodel import escape_md
+from attntrace.usertext import format_user_text
 
 EXAMPLES = [p.stem for p in example_paths()]
 
@@ -17,8 +17,8 @@ def test_zh_report_has_the_chinese_title(name):
     trace = attntrace.run(name)
     zh_title = trace.settings["title_zh"]
     assert re.search(r"[\u4e00-\u9fff]", zh_title)
-    assert attntrace.render(trace, format="md", lang="zh").splitlines()[0] == "# " + escape_md(zh_title)
-    assert attntrace.render(trace, format="md", lang="en").splitlines()[0] == "# " + escape_md(trace.title)
+    assert attntrace.render(trace, format="md", lang="zh").splitlines()[0] == "# " + format_user_text(zh_title, "md")
+    assert attntrace.render(trace, format="md", lang="en").splitlines()[0] == "# " + format_user_text(trace.title, "md")
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])

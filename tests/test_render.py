@@ -136,7 +136,9 @@ def test_precision_and_negative_zero():
 
 def test_masked_weights_are_exact_zero_and_shown_as_minus_infinity():
     md = render(TRACES["masked"], format="md")
-    assert "-\\infty" in md and "e^{-\\infty}" in md
+    assert "-\\infty" in md  # the masked scores, and their shifted values in the softmax rows
+    # row 1 of a causal mask keeps one key: its shifted scores are (0, -inf, -inf), the weights (1, 0, 0)
+    assert "(0,\\ -\\infty,\\ -\\infty)" in md and "(1,\\ 0,\\ 0)" in md
 
 
 def test_text_format_is_plain():
@@ -145,8 +147,9 @@ def test_text_format_is_plain():
 
 
 def test_cost_follows_what_is_shown():
-    """A 128 x 768, 12-head numeric trace formats exactly as many entries as a 32 x 96 one:
-    every matrix is elided to the same shown entries, so the cost cannot grow with the size."""
+    """A 128 x 768, 12-head numeric trace formats about as many entries as a 32 x 96 one:
+    every matrix is elided to what fits the page, so the cost cannot grow with the size. (Not
+    exactly as many: how many columns fit depends on how many digits the numbers have.)"""
     rng = np.random.default_rng(0)
 
     def counted(n, d):
@@ -159,6 +162,6 @@ def test_cost_follows_what_is_shown():
 
     big, md = counted(128, 768)
     small, _ = counted(32, 96)
-    assert big == small
+    assert 0.8 * small <= big <= 1.25 * small
     assert big < 12 * 2000  # a few hundred entries per head, never 128*768
     assert "128 \\times 768" in md and "\\cdots" in md and "\\ddots" in md

@@ -1,0 +1,470 @@
+"""How wide a math fragment is, and how to break an equation so that it fits the page.
+
+Reports are judged by how they look on a page, so every display equation is laid out for a
+target width: the whole chain on one line when it fits; else one side per line, aligned at
+the = signs; a side that is still too wide (a long sum, a product of matrices, a row vector)
+is broken after its + or between its factors, with an indented continuation line.
+
+Widths are *estimated* from the LaTeX source, in em of the math font, with the Computer
+Modern metrics that both LaTeX (amsmath, cmr/cmmi) and KaTeX use. The estimate covers the
+LaTeX subset that attntrace itself writes (printing.py and SymPy's LaTeX printer); it errs on
+the wide side. It is validated against the real typesetters by tests/test_page_fit.py (xelatex
+overfull boxes, KaTeX widths measured in headless Chromium), so a wrong estimate fails a test.
+Measuring with a real typesetter at render time would be exact but costs a TeX or browser run
+per report; the estimate costs microseconds.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+# ----------------------------------------------------------------------------- widths (em)
+
+# Computer Modern advance widths (em) of the glyphs we print, math italic for letters.
+_LOWER = dict(zip("abcdefghijklmnopqrstuvwxyz",
+                  (0.53, 0.43, 0.43, 0.52, 0.47, 0.49, 0.48, 0.58, 0.35, 0.41, 0.52, 0.30, 0.88,
+                   0.60, 0.49, 0.50, 0.45, 0.45, 0.47, 0.36, 0.57, 0.49, 0.72, 0.57, 0.49, 0.47)))
+_UPPER = dict(zip("ABCDEFGHIJKLMNOPQRSTUVWXYZ",
+                  (0.75, 0.76, 0.72, 0.83, 0.74, 0.64, 0.79, 0.83, 0.44, 0.56, 0.85, 0.68, 0.97,
+                   0.80, 0.76, 0.64, 0.79, 0.76, 0.65, 0.58, 0.68, 0.58, 0.94, 0.83, 0.58, 0.68)))
+_UPRIGHT = 0.5  # roman letters in \operatorname, \mathrm, \text
+_BIN = 0.778 + 2 * 0.222     # + - \cdot-like binary operators with medium spaces
+_REL = 0.778 + 2 * 0.278     # = \approx \to with thick spaces
+_CHARS = {"0": 0.5, "1": 0.5, "2": 0.5, "3": 0.5, "4": 0.5, "5": 0.5, "6": 0.5, "7": 0.5, "8": 0.5, "9": 0.5,
+          ".": 0.28, ",": 0.28 + 0.167, ";": 0.28 + 0.167, ":": 0.28 + 0.278, "(": 0.39, ")": 0.39, "[": 0.28, "]": 0.28,
+          "|": 0.28, "/": 0.5, "'": 0.28, "!": 0.28, "?": 0.47, "*": 0.5, " ": 0.0, "~": 0.33}
+_COMMANDS = {
+    "cdot": 0.278 + 2 * 0.222, "times": _BIN, "pm": _BIN, "approx": _REL, "to": 1.0 + 2 * 0.278,
+    "rightarrow": 1.0 + 2 * 0.278, "leftarrow": 1.0 + 2 * 0.278, "le": _REL, "ge": _REL, "leq": _REL, "geq": _REL,
+    "ne": _REL, "neq": _REL, "in": 0.667 + 2 * 0.278, "mapsto": 1.0 + 2 * 0.278,
+    "cdots": 1.34, "ldots": 1.34, "dots": 1.34, "vdots": 0.28, "ddots": 1.34, "infty": 1.0, "top": 0.78,
+    "quad": 1.0, "qquad": 2.0, ",": 0.167, ":": 0.222, ";": 0.278, " ": 0.333, "!": -0.167, "enspace": 0.5,
+    "alpha": 0.64, "beta": 0.57, "gamma": 0.52, "delta": 0.45, "epsilon": 0.47, "varepsilon": 0.47, "zeta": 0.44,
+    "eta": 0.50, "theta": 0.47, "iota": 0.35, "kappa": 0.58, "lambda": 0.58, "mu": 0.60, "nu": 0.49, "xi": 0.44,
+    "pi": 0.57, "rho": 0.52, "sigma": 0.57, "tau": 0.44, "upsilon": 0.54, "phi": 0.60, "varphi": 0.65, "chi": 0.63,
+    "psi": 0.65, "omega": 0.62, "Gamma": 0.62, "Delta": 0.83, "Theta": 0.78, "Lambda": 0.69, "Xi": 0.67, "Pi": 0.75,
+    "Sigma": 0.72, "Phi": 0.72, "Psi": 0.78, "Omega": 0.72, "ell": 0.42, "surd": 0.83, "prime": 0.28,
+    "max": 1.53 + 0.167, "min": 1.33 + 0.167, "exp": 1.3 + 0.167, "log": 1.3 + 0.167, "sum": 1.44 + 0.167,
+    "lvert": 0.28, "rvert": 0.28, "{": 0.5, "}": 0.5, "%": 0.83, "$": 0.5, "&": 0.78, "#": 0.83, "_": 0.5,
+    "partial": 0.57, "nabla": 0.83, "circ": 0.5 + 2 * 0.222, "odot": _BIN, "otimes": _BIN, "leftrightarrow": 1.0 + 2 * 0.278,
+    "textbackslash": 0.5, "backslash": 0.5,
+}
+_IGNORED = {"displaystyle", "textstyle", "limits", "nolimits", "left", "right", "middle", "bigl", "bigr", "Bigl", "Bigr",
+            "biggl", "biggr", "big", "Big", "allowbreak", "nobreak", "relax"}
+_ONE_ARG_SAME = {"mathbf", "boldsymbol", "mathit", "mathsf", "tilde", "hat", "bar", "vec", "dot", "ddot", "overline",
+                 "underline", "widetilde", "widehat", "mathbb", "mathcal", "phantom", "bm", "mathnormal"}
+_ONE_ARG_UPRIGHT = {"operatorname", "mathrm", "text", "textrm", "mathtt", "texttt", "textbf", "textit", "mbox"}
+_SCRIPT = 0.72      # a sub/superscript is set at about 70% of the size
+_SCRIPTSPACE = 0.05
+_COLSEP = 1.0       # two \arraycolsep of 5pt at 10pt, between matrix columns
+_DELIM = 0.45       # a \left( or a matrix bracket
+_TOKEN = re.compile(r"\\([A-Za-z]+|.)|([{}^_&])|(\s+)|(.)", re.S)
+
+
+def _is_cjk(ch: str) -> bool:
+    return ord(ch) >= 0x2E80
+
+
+class _Reader:
+    """A recursive reader over the tokens of one fragment that sums glyph widths."""
+
+    def __init__(self, tex: str):
+        self.tokens = [m for m in _TOKEN.finditer(tex)]
+        self.i = 0
+
+    def peek(self):
+        return self.tokens[self.i] if self.i < len(self.tokens) else None
+
+    def next(self):
+        tok = self.peek()
+        self.i += 1
+        return tok
+
+    def group_text(self) -> str:
+        """The raw text of the next argument ({...} or one token), consumed."""
+        tok = self.next()
+        if tok is None:
+            return ""
+        if tok.group(2) != "{":
+            return tok.group(0)
+        depth, start = 1, tok.end()
+        while True:
+            t = self.next()
+            if t is None:
+                return ""
+            if t.group(2) == "{":
+                depth += 1
+            elif t.group(2) == "}":
+                depth -= 1
+                if depth == 0:
+                    return t.string[start:t.start()]
+
+    def optional(self) -> str:
+        tok = self.peek()
+        if tok is not None and tok.group(4) == "[":
+            start = tok.end()
+            while (t := self.next()) is not None and t.group(4) != "]":
+                pass
+            return "" if t is None else t.string[start:t.start()]
+        return ""
+
+
+def _upright(text: str) -> float:
+    return sum(1.0 if _is_cjk(c) else (0.0 if c == "\\" else (0.33 if c == " " else _UPRIGHT)) for c in text)
+
+
+def _environment(r: _Reader, name: str, text_style: bool) -> float:
+    """A matrix or array: column widths plus column gaps plus the brackets."""
+    if name == "array":
+        r.group_text()  # column spec
+    body_start = r.tokens[r.i].start() if r.i < len(r.tokens) else 0
+    depth = 1
+    end = body_start
+    while (t := r.next()) is not None:
+        if t.group(1) == "begin":
+            r.group_text()
+            depth += 1
+        elif t.group(1) == "end":
+            env = r.group_text()
+            depth -= 1
+            if depth == 0:
+                end = t.start()
+                break
+    body = r.tokens[0].string[body_start:end]
+    widths: list[float] = []
+    for row in _split_top(body, r"\\"):
+        row = re.sub(r"^\s*\[[^\]]*\]", "", row)  # \\[3pt] row spacing
+        for c, cell in enumerate(_split_top(row, "&")):
+            w = width(cell, text_style=True)
+            if c < len(widths):
+                widths[c] = max(widths[c], w)
+            else:
+                widths.append(w)
+    total = sum(widths) + _COLSEP * max(0, len(widths) - 1)
+    if name in ("bmatrix", "pmatrix", "vmatrix", "Bmatrix"):
+        total += 2 * _DELIM
+    if name == "array":
+        total += _COLSEP
+    if name in ("aligned", "align*", "gathered"):
+        total = sum(widths)  # aligned: the columns touch
+    return total
+
+
+def _split_top(body: str, sep: str) -> list[str]:
+    """Split at `sep` outside braces and nested environments."""
+    parts, depth, env, start, i = [], 0, 0, 0, 0
+    n = len(body)
+    while i < n:
+        c = body[i]
+        if c == "\\":
+            if body.startswith("\\begin", i):
+                env += 1
+            elif body.startswith("\\end", i):
+                env -= 1
+            if sep == "\\\\" and body.startswith("\\\\", i) and depth == 0 and env == 0:
+                parts.append(body[start:i])
+                i += 2
+                start = i
+                continue
+            i += 2
+            continue
+        if c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+        elif c == sep and depth == 0 and env == 0:
+            parts.append(body[start:i])
+            start = i + 1
+        i += 1
+    parts.append(body[start:])
+    return parts
+
+
+def _sum(r: _Reader, text_style: bool, stop_at_group_end: bool = False) -> float:
+    total = 0.0
+    last_w = 0.0           # width of the last atom, for sub/superscripts
+    scripts = [0.0, 0.0]   # widths of ^ and _ on the last atom
+    prev_operand = False   # whether a binary operator here is binary (not a sign)
+
+    def flush():
+        nonlocal total, scripts
+        if scripts[0] or scripts[1]:
+            total += max(scripts) * _SCRIPT + _SCRIPTSPACE
+        scripts = [0.0, 0.0]
+
+    while (tok := r.peek()) is not None:
+        cmd, special, space, ch = tok.groups()
+        if special == "}" and stop_at_group_end:
+            break
+        r.next()
+        if space is not None:
+            continue
+        if special in ("^", "_"):
+            arg = r.group_text()
+            scripts[0 if special == "^" else 1] = width(arg, text_style=True)
+            continue
+        if special == "{":
+            flush()
+            w = _sum(r, text_style, stop_at_group_end=True)
+            r.next()
+            total += w
+            prev_operand = True
+            continue
+        if special in ("}", "&"):
+            continue
+        flush()
+        if cmd is not None:
+            w, operand = _command(r, cmd, text_style)
+            if cmd in ("left", "right"):  # \left( : the delimiter that follows
+                d = r.next()
+                w = 0.0 if d is None or d.group(0) == "." else _DELIM
+                operand = cmd == "right"
+            total += w
+            prev_operand = operand if cmd not in _IGNORED or cmd in ("left", "right") else prev_operand
+            continue
+        if ch in "+-":
+            w = _BIN if prev_operand else 0.778
+            total += w
+            prev_operand = False
+            continue
+        if ch in "=<>":
+            total += _REL
+            prev_operand = False
+            continue
+        if ch.isalpha() and ch.isascii():
+            w = _LOWER.get(ch) or _UPPER.get(ch) or 0.55
+        elif _is_cjk(ch):
+            w = 1.0
+        else:
+            w = _CHARS.get(ch, 0.55)
+        total += w
+        prev_operand = ch not in "(["
+    flush()
+    return total
+
+
+def _command(r: _Reader, cmd: str, text_style: bool) -> tuple[float, bool]:
+    """Width of a control sequence with its arguments; and whether it ends an operand."""
+    if cmd in _IGNORED:
+        return 0.0, False
+    if cmd == "frac" or cmd == "dfrac" or cmd == "tfrac":
+        a, b = r.group_text(), r.group_text()
+        small = text_style or cmd == "tfrac"
+        w = max(width(a, text_style=True), width(b, text_style=True)) * (_SCRIPT if small else 1.0)
+        return w + 0.24, True
+    if cmd == "sqrt":
+        idx = r.optional()
+        return width(r.group_text(), text_style=text_style) + 0.83 + (0.4 if idx else 0.0), True
+    if cmd in ("underset", "overset"):
+        small, big = r.group_text(), r.group_text()
+        return max(width(big, text_style=text_style), width(small, text_style=True) * _SCRIPT), True
+    if cmd in ("underbrace", "overbrace"):
+        return width(r.group_text(), text_style=text_style), True
+    if cmd == "begin":
+        env = r.group_text()
+        return _environment(r, env, text_style), True
+    if cmd == "end":
+        r.group_text()
+        return 0.0, True
+    if cmd in _ONE_ARG_UPRIGHT:
+        w = _upright(r.group_text())
+        return w + (0.167 if cmd == "operatorname" else 0.0), True
+    if cmd in _ONE_ARG_SAME:
+        return width(r.group_text(), text_style=text_style), True
+    if cmd == "ensuremath":
+        return width(r.group_text(), text_style=text_style), True
+    if cmd == "hspace":
+        return _length(r.group_text()), False
+    if cmd in ("mathop", "mathrel", "mathbin", "mathord", "mathinner"):
+        return width(r.group_text(), text_style=text_style) + (0.56 if cmd == "mathrel" else 0.0), True
+    w = _COMMANDS.get(cmd)
+    if w is None:
+        return 0.6, True  # an unknown symbol: about one glyph
+    operand = cmd not in ("cdot", "times", "pm", "approx", "to", "rightarrow", "leftarrow", "le", "ge", "leq", "geq",
+                          "ne", "neq", "in", "quad", "qquad", ",", ";", ":", " ", "!", "mapsto", "circ", "odot", "otimes")
+    return w, operand
+
+
+def _length(text: str) -> float:
+    m = re.match(r"\s*(-?[\d.]+)\s*(em|pt|mu)", text)
+    if not m:
+        return 0.0
+    x = float(m.group(1))
+    return {"em": x, "pt": x / 10.0, "mu": x / 18.0}[m.group(2)]
+
+
+@lru_cache(maxsize=65536)
+def width(tex: str, text_style: bool = False) -> float:
+    """The estimated width of a LaTeX math fragment in em (of a 10pt math font: 1em = 10pt).
+
+    Alignment marks (&) and line breaks are ignored: give one line at a time. Estimates
+    err wide, so that what fits by this count fits in the typeset page.
+    """
+    return _sum(_Reader(tex), text_style)
+
+
+def line_width(line: str) -> float:
+    """The width of one line of an aligned block (the & marks contribute nothing)."""
+    return width(line)
+
+
+# ----------------------------------------------------------------------------- target widths
+
+#: Points per em of the report's math font: 10pt (article), 10.5bp (ctexart's default, zihao=5).
+FONT_PT = {"en": 10.0, "zh": 10.54}
+#: KaTeX sets math at 1.21 times a 16px body font.
+KATEX_PX_PER_EM = 16 * 1.21
+DEFAULT_WIDTH = {"tex": "345pt", "md": "760px", "text": "100ch"}
+_UNITS = {"pt": 1.0, "bp": 72.27 / 72, "mm": 72.27 / 25.4, "cm": 72.27 / 2.54, "in": 72.27}
+_WIDTH_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(pt|bp|mm|cm|in|px|em|ch)\s*$")
+
+
+@dataclass(frozen=True)
+class Width:
+    """The target width of one report: `em` for the fitter, `pt` for a standalone page."""
+
+    em: float
+    pt: float | None = None
+    chars: int | None = None
+
+
+def parse_width(text: str | None, fmt: str, lang: str) -> Width:
+    """'345pt', '12cm', '760px', '40em', '100ch' -> Width; None gives the format's default.
+
+    pt/cm/mm/in/bp are page lengths (LaTeX), px is a browser column (Markdown, KaTeX at 1.21
+    times a 16px font), em is the math font's em, ch is characters (plain text).
+    """
+    from .errors import BadInput
+
+    text = DEFAULT_WIDTH[fmt] if text is None else text
+    m = _WIDTH_RE.match(str(text))
+    if not m:
+        raise BadInput(f"width must be a number with a unit (345pt, 12cm, 760px, 40em, 100ch), not {text!r}")
+    x, unit = float(m.group(1)), m.group(2)
+    font = FONT_PT[lang]
+    if unit == "ch":
+        chars = int(x)
+        if not 30 <= chars <= 1000:
+            raise BadInput(f"width {text!r} is out of range (30ch to 1000ch)")
+        return Width(em=chars * 0.5, pt=None, chars=chars)
+    if unit == "px":
+        em = x / KATEX_PX_PER_EM
+        pt = em * font
+    elif unit == "em":
+        em, pt = x, x * font
+    else:
+        pt = x * _UNITS[unit]
+        em = pt / font
+    if not 8 <= em <= 400:
+        raise BadInput(f"width {text!r} is out of range (about 80pt to 4000pt)")
+    return Width(em=em, pt=pt, chars=int(em * 2))
+
+
+# ----------------------------------------------------------------------------- fitting a chain
+
+@dataclass(frozen=True)
+class Seq:
+    """A side of an equation that may break: terms of a sum, factors of a product, a row vector.
+
+    `items` are LaTeX strings; `joiner` goes between them on one line; when broken, each line
+    but the last ends with `tail` (a + or a comma) and the next starts indented.
+    """
+
+    items: tuple[str, ...]
+    joiner: str
+    tail: str = ""
+    open: str = ""
+    close: str = ""
+
+    def tex(self) -> str:
+        return self.open + self.joiner.join(self.items) + self.close
+
+
+def join_sum(terms: list[str]) -> Seq:
+    """A sum whose terms keep their own signs: 'a', '-b' -> a - b; it breaks after a + or -."""
+    items = [terms[0]] + [("- " + t[1:] if t.startswith("-") and not t.startswith("-\\infty") else "+ " + t) for t in terms[1:]]
+    return Seq(tuple(items), joiner=" ")
+
+
+def _side_tex(side) -> str:
+    return side.tex() if isinstance(side, Seq) else side
+
+
+def fit_chain(lhs: str, sides: list, limit: float, *, align: bool = False) -> list[str]:
+    """Lay out lhs = side1 = side2 = ... within `limit` em; returns the lines.
+
+    A side is a LaTeX string, a Seq, or (relation, side) for another relation than =.
+    One line when everything fits (with `align`, an & before its first relation, so that it
+    can join an aligned block). Otherwise the lines of an aligned block ('&' before each
+    relation): sides are packed greedily onto lines, and a side too wide for a line of its
+    own is broken (a Seq: after its + or comma, or between factors) onto continuation lines
+    indented by 2em.
+    """
+    pairs = [(s if isinstance(s, tuple) else ("=", s)) for s in sides if s]
+    pairs = [(rel, side) for rel, side in pairs if side]
+    one = lhs + "".join(f" {rel} {_side_tex(side)}" for rel, side in pairs)
+    if not pairs:
+        return [lhs]
+    if width(one) <= limit:
+        if not align:
+            return [one]
+        rel, side = pairs[0]
+        return [f"{lhs} &{rel} " + _side_tex(side) + "".join(f" {r} {_side_tex(x)}" for r, x in pairs[1:])]
+    lhs_w = width(lhs) + _REL
+    lines: list[str] = []
+    cur, cur_w = f"{lhs} ", lhs_w - _REL + 0.3
+    first = True
+    for rel, side in pairs:
+        tex = _side_tex(side)
+        w = width(tex)
+        if not first and cur_w + _REL + w <= limit:
+            cur += f" {rel} {tex}"
+            cur_w += _REL + w
+            continue
+        if not first:
+            lines.append(cur)
+            cur = ""
+        cur += f"&{rel} "
+        cur_w = lhs_w
+        first = False
+        if cur_w + w <= limit or not isinstance(side, Seq):
+            cur += tex
+            cur_w += w
+            continue
+        pieces = _break_seq(side, limit - lhs_w, limit - lhs_w - 2.0)
+        cur += pieces[0]
+        for p in pieces[1:]:
+            lines.append(cur)
+            cur = "&\\qquad " + p
+        cur_w = lhs_w + 2.0 + width(pieces[-1])
+    lines.append(cur)
+    return lines
+
+
+def _break_seq(seq: Seq, first_limit: float, limit: float) -> list[str]:
+    """Greedy line breaking of a Seq's items.
+
+    A sum breaks after its operator (the line ends with '+ {}' so that TeX keeps the binary
+    spacing), a row vector after its comma, a product of matrices between the factors.
+    """
+    lines: list[str] = []
+    cur, cur_w, lim = seq.open, width(seq.open) if seq.open else 0.0, first_limit
+    empty = True
+    close_w = width(seq.close) if seq.close else 0.0
+    for k, item in enumerate(seq.items):
+        piece = ("" if empty else seq.joiner) + item
+        w = width(piece) + (close_w if k == len(seq.items) - 1 else width(seq.tail) + 0.8)
+        if not empty and cur_w + w > lim:
+            op, rest = "", item
+            if item[:2] in ("+ ", "- "):
+                op, rest = " " + item[0] + " {}", item[2:]
+            lines.append(cur + seq.tail + op)
+            cur, cur_w, lim = rest, width(rest), limit
+        else:
+            cur += piece
+            cur_w += width(piece)
+        empty = False
+    lines.append(cur + seq.close)
+    return lines
