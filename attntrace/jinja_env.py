@@ -1,0 +1,171 @@
+"""The Jinja2 environments of reports, cached within a process and compiled across processes.
+
+Within a process, one environment per (template folder, cache folder) is built and kept:
+Jinja keeps each compiled template, and FileSystemLoader (auto_reload, the default) checks
+the file's mtime on every get_template, so an edited user template is recompiled on the next
+render; a template newly added to the user's folder overrides the shipped one at once
+(`_OverlayLoader`, whose up-to-date check also looks for it).
+
+Across processes, compiled templates go to a Jinja FileSystemBytecodeCache in the user's cache
+folder (`cache_dir()`), rather than being precompiled at build time (Environment.compile_templates
++ ModuleLoader): the bytecode cache covers the user's own --template-dir as well as the shipped
+templates; it works the same in a source checkout, an editable and a wheel install; it needs no
+build step to keep in sync while the templates change; and it cannot go stale (Jinja checks
+every entry against a checksum of the template's source, and Jinja's version and the
+environment options are part of the file names). The first render after an install or a
+template edit compiles and stores; later processes only read (a cold `attntrace run` skips
+~50 ms of Jinja compiling). When the folder cannot be created or written, or other users could
+write to it, rendering compiles from source and says nothing; nothing is ever written into the
+installed package.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+_PACKAGE_ROOT = Path(__file__).resolve().parent
+
+#: The options every report environment is built with. With Jinja's version they name the
+#: bytecode cache's files: changing one recompiles every template.
+ENV_OPTIONS: dict[str, Any] = {"autoescape": False, "trim_blocks": True, "lstrip_blocks": True, "keep_trailing_newline": True}
+
+#: Environments by (template folders, options, bytecode cache folder), most recently used last.
+_ENVIRONMENTS: "OrderedDict[tuple, jinja2.Environment]" = OrderedDict()
+_MAX_ENVIRONMENTS = 16
+_LOCK = threading.Lock()
+
+
+class _OverlayLoader(jinja2.ChoiceLoader):
+    """ChoiceLoader whose up-to-date check also notices a template that appears in an earlier
+    folder: a shipped template stays cached only while no user folder has a file of that name,
+    so adding `steps/Q.j2` to the user's folder in a long session overrides it at once."""
+
+    def get_source(self, environment, template):
+        pieces = jinja2.loaders.split_template_path(template)
+        for i, loader in enumerate(self.loaders):
+            try:
+                source, filename, uptodate = loader.get_source(environment, template)
+            except jinja2.TemplateNotFound:
+                continue
+            earlier = [os.path.join(root, *pieces) for ld in self.loaders[:i] if isinstance(ld, jinja2.FileSystemLoader)
+                       for root in ld.searchpath]
+            if not earlier or uptodate is None:
+                return source, filename, uptodate
+            return source, filename, lambda: uptodate() and not any(os.path.isfile(p) for p in earlier)
+        raise jinja2.TemplateNotFound(template)
+
+    #: ChoiceLoader.load asks each loader in turn, which would skip get_source above; the base
+    #: class's load goes through it (and through the bytecode cache).
+    load = jinja2.BaseLoader.load
+
+
+class _QuietBytecodeCache(jinja2.FileSystemBytecodeCache):
+    """A FileSystemBytecodeCache that never fails a render: a cache file that cannot be read or
+    written (full disk, read-only folder, truncated file, another process clearing it) only
+    means the template is compiled from source this time. Entries are keyed on the template's
+    name and file, so a folder that comes and goes (a temporary --template-dir) leaves files
+    behind: after a write (a cache miss, rare) the oldest files of the folder (this Jinja's and
+    any older version's) are removed beyond `MAX_FILES`."""
+
+    MAX_FILES = 512
+
+    def load_bytecode(self, bucket) -> None:
+        try:
+            super().load_bytecode(bucket)
+        except Exception:  # noqa: BLE001 - a broken cache file is a cache miss
+            bucket.reset()
+
+    def dump_bytecode(self, bucket) -> None:
+        try:
+            super().dump_bytecode(bucket)
+            self._prune()
+        except Exception:  # noqa: BLE001 - an unwritable cache is no cache
+            pass
+
+    def _prune(self) -> None:
+        entries = [e for e in os.scandir(self.directory) if e.name.endswith((".cache", ".tmp")) and e.is_file()]
+        if len(entries) <= self.MAX_FILES:
+            return
+        entries.sort(key=lambda e: e.stat().st_mtime)
+        for e in entries[: len(entries) - self.MAX_FILES * 3 // 4]:
+            try:
+                os.remove(e.path)
+            except OSError:
+                pass
+
+
+def cache_dir() -> Path | None:
+    """Where compiled templates are kept between processes, or None for no such cache.
+
+    `ATTNTRACE_CACHE_DIR` names the folder (empty or `off` turns the cache off); otherwise
+    `$XDG_CACHE_HOME/attntrace` or `~/.cache/attntrace`. Templates live in a subfolder
+    `jinja`; nothing is ever written into the installed package.
+    """
+    explicit = os.environ.get("ATTNTRACE_CACHE_DIR")
+    if explicit is not None:
+        if explicit.strip().lower() in ("", "0", "off", "no", "false", "none"):
+            return None
+        return Path(explicit).expanduser() / "jinja"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    if xdg and os.path.isabs(xdg):
+        return Path(xdg) / "attntrace" / "jinja"
+    try:
+        return Path.home() / ".cache" / "attntrace" / "jinja"
+    except (RuntimeError, KeyError, OSError):  # no home folder: no cache
+        return None
+
+
+def _bytecode_cache(folder: Path | None, options: dict[str, Any]) -> jinja2.BytecodeCache | None:
+    """A bytecode cache in `folder` if it is (or can be made) a private, writable folder of this
+    user; None (compile from source, silently) otherwise. A folder other users can write to is
+    refused: loading compiled templates from it would run their code."""
+    if folder is None:
+        return None
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = folder.stat()
+        if hasattr(os, "getuid") and (st.st_uid != os.getuid() or st.st_mode & 0o022):
+            return None
+        if not os.access(folder, os.W_OK | os.X_OK):
+            return None
+        if _PACKAGE_ROOT in (folder.resolve(), *folder.resolve().parents):
+            return None
+    except (OSError, RuntimeError, ValueError):
+        return None
+    fingerprint = hashlib.sha1(repr((jinja2.__version__, sorted(options.items()))).encode()).hexdigest()[:10]
+    return _QuietBytecodeCache(str(folder), f"{fingerprint}-%s.cache")
+
+
+def cached_environment(template_dirs: list[str | os.PathLike], **options: Any) -> jinja2.Environment:
+    """The environment loading from `template_dirs` (the first folder holding a name wins),
+    built once per (folders as absolute paths, options, bytecode cache folder) and reused.
+    `options` go to jinja2.Environment on top of `ENV_OPTIONS`."""
+    folders = tuple(os.path.abspath(os.fspath(d)) for d in template_dirs)
+    options = {**ENV_OPTIONS, **options}
+    bcc_folder = cache_dir()
+    key = (folders, tuple(sorted(options.items(), key=lambda kv: kv[0])), None if bcc_folder is None else str(bcc_folder))
+    with _LOCK:
+        env = _ENVIRONMENTS.get(key)
+        if env is not None:
+            _ENVIRONMENTS.move_to_end(key)
+            return env
+    loader = _OverlayLoader([jinja2.FileSystemLoader(f) for f in folders])
+    env = jinja2.Environment(loader=loader, auto_reload=True, bytecode_cache=_bytecode_cache(bcc_folder, options), **options)
+    with _LOCK:
+        env = _ENVIRONMENTS.setdefault(key, env)
+        while len(_ENVIRONMENTS) > _MAX_ENVIRONMENTS:
+            _ENVIRONMENTS.popitem(last=False)
+    return env
+
+
+def clear() -> None:
+    """Forget the environments of this process (the bytecode cache on disk stays)."""
+    with _LOCK:
+        _ENVIRONMENTS.clear()
