@@ -5,6 +5,8 @@
 #   1. LaTeX (xelatex + ctexart with Fandol fonts, amsmath) and pdftoppm   [apt]
 #   2. KaTeX, pinned in package.json / package-lock.json, into ./node_modules [npm]
 #   3. torch==2.13.0 (CPU wheel found locally) and this package with .[test] [pip]
+#   4. Chromium (Debian's package) to measure KaTeX-typeset equations, and a CJK
+#      font when fontconfig has none (Chinese text must have real widths)   [apt]
 #
 # Environment: PYTHON (default: python3, else python) picks the interpreter.
 set -euo pipefail
@@ -131,4 +133,36 @@ else
   "$PYTHON" -m pip install -q -e '.[test]'
   echo "$stamp" > "$stamp_file"
   log "attntrace[test]: done in $(( $(now) - t0 )) s"
+fi
+
+# ---------------------------------------------------------------- 4. Chromium, CJK font
+# tests/tools/pagefit.py typesets the Markdown reports' math with KaTeX in headless
+# Chromium and measures it. Chinese glyphs need some CJK font known to fontconfig
+# (texlive-lang-chinese brings the Arphic TrueType fonts; else fonts-noto-cjk),
+# otherwise Chinese text is measured with the widths of missing-glyph boxes.
+t0=$(now)
+cjk_font_ready() {
+  if command -v fc-list >/dev/null 2>&1; then
+    [ -n "$(fc-list :lang=zh family 2>/dev/null | head -n 1)" ]
+  else  # no fontconfig tools: look for the packages' font files
+    compgen -G '/usr/share/fonts/opentype/noto/NotoS*CJK*' >/dev/null ||
+      compgen -G '/usr/share/fonts/truetype/arphic*/*.ttf' >/dev/null
+  fi
+}
+want=()
+if [ ! -x /usr/bin/chromium ] && ! command -v chromium >/dev/null 2>&1; then
+  want+=(chromium)
+fi
+if ! cjk_font_ready; then
+  want+=(fonts-noto-cjk)
+fi
+if [ "${#want[@]}" -eq 0 ]; then
+  log "Chromium and a CJK font present; skipping apt"
+else
+  log "installing with apt: ${want[*]}"
+  apt_install "${want[@]}"
+  { [ -x /usr/bin/chromium ] || command -v chromium >/dev/null 2>&1; } ||
+    { log "chromium still missing after apt-get install"; exit 1; }
+  cjk_font_ready || { log "no CJK font known to fontconfig after apt-get install"; exit 1; }
+  log "Chromium/CJK font: done in $(( $(now) - t0 )) s"
 fi

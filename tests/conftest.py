@@ -5,6 +5,11 @@ Fixtures (each skips when its tool is missing, and fails instead under CI=true):
 - ``xelatex``: ``compile(tex_source, engine="xelatex") -> (ok, log_tail, pdf_path)``,
   compiling in a fresh folder under the test's tmp_path.
 - ``torch``: the torch module.
+- ``pagefit_latex``: ``compile(tex_source) -> pagefit.LatexResult`` (ok, the FULL log,
+  pages, textwidth, overfull boxes), compiling with xelatex in a fresh folder under one
+  session tmp dir; safe to call from several threads.
+- ``pagefit_browser``: ``pagefit.markdown_equation_widths(docs, column_px=760)``: KaTeX in
+  one headless Chromium run measures every display equation of many Markdown documents.
 
 Helpers for direct use: ``from mathcheck import markdown_math_spans, pdf_to_png, ...``.
 Install the tools with ``bash scripts/install-test-deps.sh``.
@@ -23,6 +28,7 @@ if str(TOOLS_DIR) not in sys.path:
     sys.path.insert(0, str(TOOLS_DIR))
 
 import mathcheck  # noqa: E402
+import pagefit  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -43,3 +49,17 @@ def torch():
     import torch as torch_module
 
     return torch_module
+
+
+@pytest.fixture(scope="session")
+def pagefit_latex(tmp_path_factory):
+    mathcheck.require_tool("xelatex")
+    workdir = tmp_path_factory.mktemp("pagefit-latex")
+    return functools.partial(pagefit.compile_latex_full, workdir=workdir)
+
+
+@pytest.fixture(scope="session")
+def pagefit_browser():
+    mathcheck.require_tool("chromium")
+    mathcheck.require_tool("katex")
+    return pagefit.markdown_equation_widths

@@ -279,8 +279,15 @@ def _has_program(name: str) -> str | None:
     return None if shutil.which(name) else f"{name} is not installed"
 
 
+def _has_chromium() -> str | None:
+    from pagefit import find_chromium  # same folder; imported late (pagefit imports us)
+
+    return None if find_chromium() else "chromium is not installed"
+
+
 _TOOLS = {
     "katex": _has_katex,
+    "chromium": _has_chromium,
     "node": lambda: _has_program("node"),
     "xelatex": _has_xelatex,
     "pdflatex": lambda: _has_program("pdflatex"),
