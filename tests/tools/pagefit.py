@@ -28,7 +28,7 @@ Markdown + KaTeX
   inline span that sticks out of the column or does not parse::
 
       {"kind": "display" | "inline", "index": k (k-th math span of the document),
-       "tex": the TeX, "snippet": its first 100 characters,
+       "tex": the TeX, "snippet": its first 100 characters on one line,
        "width": rendered width in px (None on error),
        "overflow": px past the column's right edge (0 when inside),
        "error": KaTeX's message or None}
@@ -456,11 +456,12 @@ def markdown_equation_widths(
         overflow = 0.0
         if r["right"] is not None:
             overflow = max(0.0, r["right"] - r["col_right"], r["col_left"] - r["left"])
+        flat = " ".join(tex.split())
         rec = {
             "kind": "display" if display else "inline",
             "index": index_of[k],
             "tex": tex,
-            "snippet": tex if len(tex) <= 100 else tex[:97] + "...",
+            "snippet": flat if len(flat) <= 100 else flat[:97] + "...",
             "width": None if r["width"] is None else round(r["width"], 2),
             "overflow": round(overflow, 2),
             "error": r["error"],
