@@ -332,7 +332,8 @@ def _correct_computation(trace: Trace, result: StepResult, format: str, lang: st
     except ImportError:
         render_step = None
     if render_step is not None:
-        kwargs = {k: options[k] for k in ("precision", "max_size", "math_delimiters", "template_dir") if options.get(k) is not None}
+        kwargs = {k: options[k] for k in ("precision", "max_size", "math_delimiters", "template_dir", "width", "rows")
+                  if options.get(k) is not None}
         return render_step(trace, step, format=format, lang=lang, **kwargs).strip("\n")
     from .diagnose import to_float
 

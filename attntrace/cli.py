@@ -31,6 +31,9 @@ def _add_render_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--math-delimiters", choices=("dollars", "brackets"), default="dollars", help="Markdown: $$..$$ or \\[..\\]")
     p.add_argument("--max-size", type=int, default=None, help="rows/columns shown before eliding with dots (default 8)")
     p.add_argument("--figures", type=Path, default=None, help="write attention heatmaps into this folder and reference them")
+    p.add_argument("--width", default=None,
+                   help="page width the equations must fit: 345pt (LaTeX default), 760px (Markdown default), 12cm, 100ch (text)")
+    p.add_argument("--rows", default=None, help="rows expanded entry by entry: 1,3 or all (default: row 1; softmax: rows 1-4)")
     p.add_argument("-o", "--output", type=Path, default=None, help="write to FILE instead of standard output")
 
 
@@ -81,6 +84,10 @@ def _render_options(args) -> dict:
         opts["max_size"] = args.max_size
     if args.output is not None:
         opts["output_path"] = args.output
+    if args.width is not None:
+        opts["width"] = args.width
+    if args.rows is not None:
+        opts["rows"] = args.rows
     return opts
 
 

@@ -56,7 +56,7 @@ _IGNORED = {"displaystyle", "textstyle", "limits", "nolimits", "left", "right", 
 _ONE_ARG_SAME = {"mathbf", "boldsymbol", "mathit", "mathsf", "tilde", "hat", "bar", "vec", "dot", "ddot", "overline",
                  "underline", "widetilde", "widehat", "mathbb", "mathcal", "phantom", "bm", "mathnormal"}
 _ONE_ARG_UPRIGHT = {"operatorname", "mathrm", "text", "textrm", "mathtt", "texttt", "textbf", "textit", "mbox"}
-_SCRIPT = 0.72      # a sub/superscript is set at about 70% of the size
+_SCRIPT = 0.8      # a sub/superscript is set at about 70% of the size
 _SCRIPTSPACE = 0.05
 _COLSEP = 1.0       # two \arraycolsep of 5pt at 10pt, between matrix columns
 _DELIM = 0.45       # a \left( or a matrix bracket
@@ -261,7 +261,12 @@ def _command(r: _Reader, cmd: str, text_style: bool) -> tuple[float, bool]:
         small, big = r.group_text(), r.group_text()
         return max(width(big, text_style=text_style), width(small, text_style=True) * _SCRIPT), True
     if cmd in ("underbrace", "overbrace"):
-        return width(r.group_text(), text_style=text_style), True
+        inner = width(r.group_text(), text_style=text_style)
+        nxt = r.peek()
+        if nxt is not None and nxt.group(2) in ("_", "^"):  # the label goes under (over) the brace
+            r.next()
+            return max(inner, width(r.group_text(), text_style=True) * _SCRIPT), True
+        return inner, True
     if cmd == "begin":
         env = r.group_text()
         return _environment(r, env, text_style), True
@@ -377,9 +382,14 @@ class Seq:
     tail: str = ""
     open: str = ""
     close: str = ""
+    #: delimiters when the whole Seq is on one line (\left( grows with fractions; it cannot span lines)
+    open_one: str | None = None
+    close_one: str | None = None
 
     def tex(self) -> str:
-        return self.open + self.joiner.join(self.items) + self.close
+        o = self.open if self.open_one is None else self.open_one
+        c = self.close if self.close_one is None else self.close_one
+        return o + self.joiner.join(self.items) + c
 
 
 def join_sum(terms: list[str]) -> Seq:
@@ -392,7 +402,7 @@ def _side_tex(side) -> str:
     return side.tex() if isinstance(side, Seq) else side
 
 
-def fit_chain(lhs: str, sides: list, limit: float, *, align: bool = False) -> list[str]:
+def fit_chain(lhs: str, sides: list, limit: float, *, align: bool = False, lhs_width: float = 0.0) -> list[str]:
     """Lay out lhs = side1 = side2 = ... within `limit` em; returns the lines.
 
     A side is a LaTeX string, a Seq, or (relation, side) for another relation than =.
@@ -400,19 +410,20 @@ def fit_chain(lhs: str, sides: list, limit: float, *, align: bool = False) -> li
     can join an aligned block). Otherwise the lines of an aligned block ('&' before each
     relation): sides are packed greedily onto lines, and a side too wide for a line of its
     own is broken (a Seq: after its + or comma, or between factors) onto continuation lines
-    indented by 2em.
+    indented by 2em. `lhs_width` is the width of the widest left side of the aligned block
+    this chain joins: every line of the block starts after it.
     """
     pairs = [(s if isinstance(s, tuple) else ("=", s)) for s in sides if s]
     pairs = [(rel, side) for rel, side in pairs if side]
     one = lhs + "".join(f" {rel} {_side_tex(side)}" for rel, side in pairs)
     if not pairs:
         return [lhs]
-    if width(one) <= limit:
+    lhs_w = max(width(lhs), lhs_width) + _REL
+    if width(one) - width(lhs) + lhs_w - _REL <= limit:
         if not align:
             return [one]
         rel, side = pairs[0]
         return [f"{lhs} &{rel} " + _side_tex(side) + "".join(f" {r} {_side_tex(x)}" for r, x in pairs[1:])]
-    lhs_w = width(lhs) + _REL
     lines: list[str] = []
     cur, cur_w = f"{lhs} ", lhs_w - _REL + 0.3
     first = True
@@ -455,7 +466,9 @@ def _break_seq(seq: Seq, first_limit: float, limit: float) -> list[str]:
     close_w = width(seq.close) if seq.close else 0.0
     for k, item in enumerate(seq.items):
         piece = ("" if empty else seq.joiner) + item
-        w = width(piece) + (close_w if k == len(seq.items) - 1 else width(seq.tail) + 0.8)
+        # a leading + or - is binary here (it follows a term): measured alone it would be a sign
+        binary = 2 * 0.222 if item[:2] in ("+ ", "- ") and not empty else 0.0
+        w = width(piece) + binary + (close_w if k == len(seq.items) - 1 else width(seq.tail) + 0.8)
         if not empty and cur_w + w > lim:
             op, rest = "", item
             if item[:2] in ("+ ", "- "):
@@ -464,7 +477,7 @@ def _break_seq(seq: Seq, first_limit: float, limit: float) -> list[str]:
             cur, cur_w, lim = rest, width(rest), limit
         else:
             cur += piece
-            cur_w += width(piece)
+            cur_w += width(piece) + binary
         empty = False
     lines.append(cur + seq.close)
     return lines

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from .errors import BadInput
 from .layout import Seq, fit_chain, join_sum
 from .printing import entry_name, pick, plain_formula, plain_name
 
@@ -130,13 +131,13 @@ class StepView:
         shape = ref.shape[::-1] if transpose else ref.shape
         return self.out.named(self.mname(ref, transpose), shape)
 
-    def fit(self, lhs: str, sides: list, align: bool = False) -> list[str]:
+    def fit(self, lhs: str, sides: list, align: bool = False, lhs_width: float = 0.0) -> list[str]:
         o = self.out
         if o.plain:
             parts = [s[1] if isinstance(s, tuple) else s for s in sides if s]
             texts = [p.tex() if isinstance(p, Seq) else p for p in parts]
             return [o.eq(lhs, *texts)]
-        return fit_chain(lhs, sides, o.limit, align=align)
+        return fit_chain(lhs, sides, o.limit, align=align, lhs_width=lhs_width)
 
     def budget(self, lhs: str, indent: float = 0.0) -> float:
         """The width left for a matrix on a line that starts with `lhs =`."""
@@ -149,7 +150,35 @@ class StepView:
         return plain_name(n).replace("tildet", "t~") if self.out.plain else n
 
     def entry_label(self, i: int, j: int) -> str:
-        return self.ename(self.ref, i, j) if self.mode != "symbolic" else self.out.entry(self.s.value, i, j)
+        if self.mode == "symbolic" and self.s.expansion is not None:
+            return self.out.entry(self.s.value, i, j)  # the step's own name for the entry
+        n = self.ref.name(i, j)  # numeric, exact and fully expanded symbolic entries have no name of their own
+        return plain_name(n).replace("tildet", "t~") if self.out.plain else n
+
+    def expressions(self):
+        """Symbolic mode: each entry in terms of the previous step (named), or of the inputs (full)."""
+        return self.s.expansion if self.s.expansion is not None else self.s.value
+
+    def symbolic_sum(self, i: int, j: int) -> Seq:
+        """One symbolic entry as a breakable sum of its terms (at most max_size of them shown).
+
+        A term too wide for a line of its own cannot be typeset: with expand='full' that is
+        refused with a one-line error rather than written as a line TeX would cut off."""
+        o = self.out
+        e = self.expressions()[i, j]
+        if self.s.expansion is None and e.is_polynomial():
+            import sympy  # full expansion: a product of sums is shown as its sum of monomials
+
+            e = sympy.expand(e)
+        args = list(e.args) if getattr(e, "is_Add", False) else [e]
+        ks = pick(len(args), o.max_size)
+        terms = [o.ellipsis_term() if k is None else o.expr(args[k]) for k in ks]
+        if not o.plain:
+            widest = max(o.measure(t) for t in terms)
+            if widest > o.limit - self.lw - 3.5:
+                raise BadInput(f"entry {plain_name(self.ref.name(i, j))} of step {self.s.key} has a term too wide for the page "
+                               f"({widest:.0f} em of {o.limit:.0f}); use expand = \"named\" (the default)")
+        return join_sum(terms)
 
     def sum_seq(self, n: int, term) -> Seq:
         """term(k) for k < n as a breakable sum, eliding the middle beyond max_size terms."""
@@ -182,6 +211,7 @@ class StepView:
         }
         if s.id == "scaled":
             self.scale_facts(vm)
+        self.lw = self.label_width()
         builder = getattr(self, f"build_{s.id}", self.build_product if s.id in PRODUCTS else None)
         if self.mode == "shape":
             vm["formula_block"] = self.fit_formula(vm["formula"])
@@ -191,6 +221,14 @@ class StepView:
             vm["formula_block"] = block(vm["formula_block"]) if vm["formula_block"] else None
         vm["entry_rows"] = [i + 1 for i in vm["entry_rows"]]
         return vm
+
+    def label_width(self) -> float:
+        """The widest entry label of this step (its last entry): the left column of its entry blocks."""
+        s, o = self.s, self.out
+        if o.plain or s.value is None:
+            return 0.0
+        i, j = s.shape[0] - 1, s.shape[1] - 1
+        return o.measure(self.entry_label(i, j)) + 0.2
 
     def fit_formula(self, formula: str) -> list[str]:
         if self.out.plain:
@@ -244,13 +282,13 @@ class StepView:
                 product = Seq((product.tex(), "+ " + self.shown(bias, budget - 2)), joiner=" ")
             sides.append(product)
         expand_all = False
-        if self.mode == "symbolic" and s.expansion is not None:
-            full = o.matrix(s.expansion, s.shape)
+        if self.mode == "symbolic":
+            full = o.matrix(self.expressions(), s.shape)
             if o.plain or o.measure(full) <= budget:
                 sides.append(full)
                 vm["main"] = [block(self.fit(lhs, sides))]
                 return  # the matrix shows every entry's expansion: no entry lines needed
-            sides.append(o.matrix(s.value, s.shape, budget))  # names; each entry below
+            sides.append(o.matrix_of(s.shape[0], s.shape[1], self.entry_label, budget))  # names; each entry below
             expand_all = True
         else:
             sides += self.result_side(s.value, budget)
@@ -271,16 +309,14 @@ class StepView:
         bij = (lambda k: (j, k)) if tr else (lambda k: (k, j))
         lhs = self.entry_label(i, j)
         if self.mode == "symbolic":
-            e = s.expansion[i, j]
-            terms = [o.expr(t) for t in e.args] if getattr(e, "is_Add", False) else [o.expr(e)]
-            return self.fit(lhs, [join_sum(terms)], align=True)
+            return self.fit(lhs, [self.symbolic_sum(i, j)], align=True, lhs_width=self.lw)
         inner = a.shape[1]
         names = self.sum_seq(inner, lambda k: o.juxt(self.ename(a, i, k), self.ename(b, *bij(k))))
         nums = self.sum_seq(inner, lambda k: o.mul(o.entry(a.value, i, k) if k == 0 else o.factor(a.value, i, k), o.factor(b.value, *bij(k))))
         if bias is not None:
             names = Seq(names.items + ("+ " + self.ename(bias, 0, j),), " ")
             nums = Seq(nums.items + ("+ " + o.factor(bias.value, 0, j),), " ")
-        return self.fit(lhs, [names, nums] + self.entry_result(s.value, i, j), align=True)
+        return self.fit(lhs, [names, nums] + self.entry_result(s.value, i, j), align=True, lhs_width=self.lw)
 
     def entry_result(self, value, i, j) -> list:
         o = self.out
@@ -329,12 +365,12 @@ class StepView:
                 if j is None:
                     continue
                 if self.mode == "symbolic":
-                    if s.expansion is not None:
-                        chains.append(self.fit(o.entry(s.value, i, j), [o.expr(s.expansion[i, j])], align=True))
+                    chains.append(self.fit(self.entry_label(i, j), [self.symbolic_sum(i, j)], align=True, lhs_width=self.lw))
                     continue
                 names = o.frac(self.ename(src, i, j), factor)
                 nums = o.frac(o.entry(src.value, i, j), factor)
-                chains.append(self.fit(self.ename(self.ref, i, j), [names, nums] + self.entry_result(s.value, i, j), align=True))
+                chains.append(self.fit(self.ename(self.ref, i, j), [names, nums] + self.entry_result(s.value, i, j), align=True,
+                                       lhs_width=self.lw))
         vm["entries"] = self.blocks_of(chains)
 
     # -- mask -------------------------------------------------------------------------
@@ -363,10 +399,9 @@ class StepView:
         rows = rows_to_expand(self.rows_opt, s.shape[0], 4)
         vm["entry_rows"] = rows
         if self.mode == "symbolic":
-            if s.expansion is not None:
-                chains = [self.fit(o.entry(s.value, i, j), [o.expr(s.expansion[i, j])], align=True)
-                          for i in rows for j in pick(s.shape[1], o.max_size) if j is not None]
-                vm["entries"] = self.blocks_of(chains)
+            chains = [self.fit(self.entry_label(i, j), [self.symbolic_sum(i, j)], align=True, lhs_width=self.lw)
+                      for i in rows for j in pick(s.shape[1], o.max_size) if j is not None]
+            vm["entries"] = self.blocks_of(chains)
             return
         tokens = [self.escape(x) for x in self.t.settings.get("tokens") or ()]
         for i in rows:
@@ -410,15 +445,14 @@ class StepView:
         expo = o.exp(shift)
         sumf = (f"\\textstyle\\sum_{{k}} {o.exp(tik + (' - ' + m if m_val is not None else ''))}" if not plain
                 else f"sum_k e^({tik}{' - ' + m if m_val is not None else ''})")
-        chains = []
+        rows = []
         if m_val is not None:
-            chains.append(self.fit(m, [maxf, m_val], align=True))
+            rows.append((m, [maxf, m_val]))
             if shifted_v is not None:
-                chains.append(self.fit(shift, [shifted_v], align=True))
-        chains.append(self.fit(expo, [exp_v], align=True))
-        chains.append(self.fit(sumf, [total], align=True))
-        chains.append(self.fit(aij, [o.frac(expo, sumf if not plain else "sum")] + weights_side, align=True))
-        return [line for c in chains for line in c]
+                rows.append((shift, [shifted_v]))
+        rows += [(expo, [exp_v]), (sumf, [total]), (aij, [o.frac(expo, sumf if not plain else "sum")] + weights_side)]
+        lw = max(o.measure(lhs) for lhs, _ in rows)  # the block's left column is as wide as its widest left side
+        return [line for lhs, sides in rows for line in self.fit(lhs, sides, align=True, lhs_width=lw)]
 
     def vector(self, xs: list[float | None]):
         return self.vector_tex(self.out.vector(xs))
@@ -427,8 +461,7 @@ class StepView:
         o = self.out
         if o.plain:
             return o.row(items)
-        items = list(items)
-        return Seq(tuple(items[:1] + [",\\ " + x for x in items[1:]]), joiner="", open="(", close=")")
+        return Seq(tuple(items), joiner=",\\ ", tail=",", open="(", close=")", open_one="\\left(", close_one="\\right)")
 
     def saturation(self, rows: list[int], tokens) -> list[dict]:
         s = self.s
@@ -458,25 +491,36 @@ class StepView:
             if o.plain:
                 main.append([o.eq(lhs, o.matrix(s.value, s.shape))])
             else:
-                main.append(self.concat_values(refs, heads, lhs))
+                values = self.concat_values(refs, heads, lhs)
+                if values:
+                    main.append(values)
         vm["main"] = [block(b) for b in main]
 
-    def concat_values(self, refs, heads, lhs) -> list[str]:
+    def concat_values(self, refs, heads, lhs) -> list[str] | None:
+        """The entries with each head's block marked; fewer columns per head, then fewer
+        heads, until it fits; None when not even two heads of two columns fit."""
         o, s = self.out, self.s
-        shown = len([h for h in heads if h is not None])
-        per = max(2, o.max_size // max(1, shown))
         rows = pick(s.shape[0], o.max_size)
-        while True:
-            parts = []
-            for h in heads:
-                if h is None:
-                    parts.append("\\cdots")
-                    continue
-                r = refs[h]
-                cols = pick(r.shape[1], per)
-                body = [[o.dots(i, j) if i is None or j is None else o.entry(r.value, i, j) for j in cols] for i in rows]
-                parts.append(o.block(o.inner_matrix(body), self.mname(r)))
-            text = o.brackets(parts)
-            if per <= 2 or o.measure(text) <= self.budget(lhs):
-                return self.fit(lhs, [text])
-            per -= 1
+        head_limit = len([h for h in heads if h is not None]) + (1 if None in heads else 0)
+        while head_limit >= 2:
+            heads = pick(len(refs), head_limit)
+            shown = len([h for h in heads if h is not None])
+            per = max(2, o.max_size // max(1, shown))
+            while True:
+                parts = []
+                for h in heads:
+                    if h is None:
+                        parts.append("\\cdots")
+                        continue
+                    r = refs[h]
+                    cols = pick(r.shape[1], per)
+                    body = [[o.dots(i, j) if i is None or j is None else o.entry(r.value, i, j) for j in cols] for i in rows]
+                    parts.append(o.block(o.inner_matrix(body), self.mname(r)))
+                text = o.brackets(parts)
+                if o.measure(text) <= self.budget(lhs):
+                    return self.fit(lhs, [text])
+                if per <= 2:
+                    break
+                per -= 1
+            head_limit -= 1
+        return None

@@ -88,7 +88,7 @@ def pack(chains: list[list[str]], out) -> list[list[str]]:
     """Put one-line equations side by side (\\qquad apart) while they fit on a line."""
     blocks: list[list[str]] = []
     for lines in chains:
-        if (not out.plain and blocks and len(blocks[-1]) == 1 and len(lines) == 1 and "&" not in blocks[-1][0] + lines[0]
+        if (not out.plain and blocks and not block(blocks[-1])["aligned"] and not block(lines)["aligned"]
                 and out.measure(blocks[-1][0]) + 2.0 + out.measure(lines[0]) <= out.limit):
             blocks[-1] = [blocks[-1][0] + " \\qquad " + lines[0]]
         else:
