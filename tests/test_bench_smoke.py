@@ -41,9 +41,16 @@ def test_symbolic_bench_runs(bench):
         assert r["text_ratio"] > 0
 
 
+def test_symbolic_fresh_process_bench_runs(bench):
+    r = bench.bench_symbolic_fresh(n=2, d=2, repeats=1)
+    assert r["speedup"] > 0 and r["first_speedup"] > 0 and r["attntrace_s"] > 0
+    table = bench.markdown({"machine": bench.machine(), "symbolic_fresh": r})
+    assert "fresh process" in table
+
+
 def test_startup_bench_runs_and_report_is_a_table(bench, tmp_path):
     r = bench.bench_startup(repeats=1)
-    assert r["ratio"] > 0
+    assert r["ratio"] > 0 and r["first_ratio"] > 0 and r["no_pyc_ratio"] > 0
     results = {"machine": bench.machine(), "startup": r, "numeric": bench.bench_numeric(n=4, d=4, h=2, repeats=1)}
     table = bench.markdown(results)
     assert "| benchmark |" in table and "cores" in table
