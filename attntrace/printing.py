@@ -196,30 +196,51 @@ class _Out:
             return self.numeric_matrix(value, shape, budget)
         return self.matrix_of(shape[0], shape[1], lambda i, j: self.entry(value, i, j), budget)
 
-    def numeric_matrix(self, value: np.ndarray, shape: tuple[int, int], budget: float | None = None) -> str:
+    def numeric_matrix(self, value: np.ndarray, shape: tuple[int, int], budget: float | None = None, true_log10=None) -> str:
         """One decimal layout for the whole matrix, so that its columns line up.
 
         Every entry gets as many decimals as the longest shown entry needs (at most
         `precision`); an exact zero prints as 0 and a nonzero entry that would round to 0
-        in scientific notation, so the two never look alike."""
+        in scientific notation, so the two never look alike. `true_log10(i, j)` gives, for
+        an entry whose float is not its true value (an exponential that underflowed to 0,
+        a weight of 1 - 1e-30), log10 of the true value, else None."""
         ri = pick(shape[0], self.max_size)
         limit = self.max_size
         while True:
             ci = pick(shape[1], limit)
-            shown = [float(value[i, j]) for i in ri if i is not None for j in ci if j is not None]
-            d = decimals_needed(shown, self.precision)
-            body = [[self.dots(i, j) if i is None or j is None else self.fixed(float(value[i, j]), d) for j in ci] for i in ri]
-            text = self.layout_numeric(body, d)
+            cells = [(i, j) for i in ri if i is not None for j in ci if j is not None]
+            text, n = self._numeric_cells(value, ri, ci, cells, true_log10, pad=True)
             if budget is None or limit <= 3 or self.measure(text) <= budget:
-                STATS["entries"] += len(shown)
+                STATS["entries"] += n
                 return text
             limit = min(limit, len(ci)) - 1
 
-    def vector(self, xs: list[float | None]) -> list[str]:
+    def _numeric_cells(self, value, ri, ci, cells, true_log10, pad: bool):
+        shown = [float(value[i, j]) for i, j in cells]
+        inexact = {(i, j): true_log10(i, j) for i, j in cells} if true_log10 else {}
+        d = decimals_needed(shown, self.precision)
+        if any(v is not None and float(value[i, j]) != 0 for (i, j), v in inexact.items()):
+            d = self.precision  # a rounded 1.0000 must not read as an exact 1
+        def cell(i, j):  # noqa: E306
+            x, lg = float(value[i, j]), inexact.get((i, j))
+            if lg is None:
+                return self.fixed(x, d, pad)
+            if x == 0:
+                return self.power_of_ten(lg)
+            if x == int(x):  # a float that rounded to a whole number (1 - 1e-20): show the rounding
+                return f"{x:.{d}f}"
+            return self.fixed(x, d, pad)
+        body = [[self.dots(i, j) if i is None or j is None else cell(i, j) for j in ci] for i in ri]
+        return (self.layout_numeric(body, d) if pad else body[0]), len(shown)
+
+    def vector(self, xs: list[float | None], true_log10: list[float | None] | None = None) -> list[str]:
         """A row of numbers with one decimal layout (None = a gap shown as dots)."""
-        d = decimals_needed([x for x in xs if x is not None], self.precision)
-        STATS["entries"] += sum(x is not None for x in xs)
-        return [self.dots(0, None) if x is None else self.fixed(x, d, pad=False) for x in xs]
+        cols = [None if x is None else k for k, x in enumerate(xs)]
+        row = np.array([[0.0 if x is None else x for x in xs]])
+        lg = (lambda i, j: true_log10[j]) if true_log10 else None
+        body, n = self._numeric_cells(row, [0], cols, [(0, k) for k in cols if k is not None], lg, pad=False)
+        STATS["entries"] += n
+        return body
 
     def approx_matrix(self, value: Any, shape: tuple[int, int]) -> str | None:
         """The float approximation of an exact matrix (None when an entry is symbolic or all are already plain)."""
@@ -293,14 +314,22 @@ class TexOut(_Out):
 
     def fixed(self, x: float, d: int, pad: bool = True) -> str:
         """x with d decimals; an exact 0 as 0 (padded to the column's decimals in a matrix)."""
-        if x == 0:
-            return "0" + (f"\\phantom{{.{'0' * d}}}" if d and pad else "")
+        if math.isfinite(x) and x == int(x) and abs(x) < 1e15:  # exactly 0 or another whole number: no decimals
+            return str(int(x)) + (f"\\phantom{{.{'0' * d}}}" if d and pad else "")
         if math.isinf(x) or math.isnan(x):
             return tex_number(x, d, count=False)
         if abs(x) < 0.5 * 10 ** -d:  # nonzero, but it would print as 0
             m, e = _scientific(x)
             return f"{m} \\cdot 10^{{{e}}}"
         return f"{x:.{d}f}"
+
+    def power_of_ten(self, lg: float) -> str:
+        """10^lg in scientific notation (a value far below what a float holds)."""
+        e = math.floor(lg)
+        m = 10 ** (lg - e)
+        if round(m, 1) >= 10:
+            m, e = m / 10, e + 1
+        return f"{m:.1f} \\cdot 10^{{{e}}}"
 
     def measure(self, tex: str) -> float:
         from .layout import width
@@ -396,14 +425,21 @@ class PlainOut(_Out):
         return self.layout(body)
 
     def fixed(self, x: float, d: int, pad: bool = True) -> str:
-        if x == 0:
-            return "0" + (" " * (d + 1) if d and pad else "")
+        if math.isfinite(x) and x == int(x) and abs(x) < 1e15:
+            return str(int(x)) + (" " * (d + 1) if d and pad else "")
         if math.isinf(x) or math.isnan(x):
             return plain_number(x, d, count=False)
         if abs(x) < 0.5 * 10 ** -d:
             m, e = _scientific(x)
             return f"{m}e{e}"
         return f"{x:.{d}f}"
+
+    def power_of_ten(self, lg: float) -> str:
+        e = math.floor(lg)
+        m = 10 ** (lg - e)
+        if round(m, 1) >= 10:
+            m, e = m / 10, e + 1
+        return f"{m:.1f}e{e}"
 
     def measure(self, text: str) -> float:
         return max((len(line) for line in text.splitlines()), default=0) * 0.5

@@ -94,12 +94,17 @@ def rows_to_expand(option, n: int, default: int) -> list[int]:
     return list(range(min(n, default)))
 
 
-def shape_dims(trace, step, out) -> str:
+def shape_dims(trace, step, out, short: bool = False) -> str:
     """(100 x 3) (3 x 3) -> (100 x 3): the shapes a step reads and the shape it makes."""
     arrow = " -> " if out.plain else " \\to "
     paren = lambda shape: f"({out.shape(shape)})"  # noqa: E731
     if step.id == "concat":
         refs = [resolve(trace, n, None) for n in step.inputs]
+        if len({r.shape for r in refs}) == 1 and not short:  # the article's (n, d_v h): h heads of (n, d_v)
+            h, (n, d) = len(refs), refs[0].shape
+            if out.plain:
+                return f"{h} x ({n} x {d}){arrow}({n} x {d}*{h}) = ({n} x {d * h})"
+            return f"{h} \\times ({n} \\times {d}){arrow}({n} \\times {d} \\cdot {h}) = ({n} \\times {d * h})"
         if len({r.shape for r in refs}) == 1:
             times = " x " if out.plain else " \\times "
             return f"{len(refs)}{times}{paren(refs[0].shape)}{arrow}{paren(step.shape)}"
@@ -155,6 +160,10 @@ class StepView:
         n = self.ref.name(i, j)  # numeric, exact and fully expanded symbolic entries have no name of their own
         return plain_name(n).replace("tildet", "t~") if self.out.plain else n
 
+    def ename_plain(self, i: int, j: int) -> str:
+        n = self.ref.name(i, j)
+        return plain_name(n) if self.out.plain else n
+
     def expressions(self):
         """Symbolic mode: each entry in terms of the previous step (named), or of the inputs (full)."""
         return self.s.expansion if self.s.expansion is not None else self.s.value
@@ -173,7 +182,7 @@ class StepView:
         args = list(e.args) if getattr(e, "is_Add", False) else [e]
         ks = pick(len(args), o.max_size)
         terms = [o.ellipsis_term() if k is None else o.expr(args[k]) for k in ks]
-        if not o.plain:
+        if not o.plain and self.s.expansion is None:
             widest = max(o.measure(t) for t in terms)
             if widest > o.limit - self.lw - 3.5:
                 raise BadInput(f"entry {plain_name(self.ref.name(i, j))} of step {self.s.key} has a term too wide for the page "
@@ -275,7 +284,7 @@ class StepView:
         small = all(max(r.shape) <= o.max_size for r in (a, b) + ((bias,) if bias else ()))
         budget = self.budget(lhs)
         sides: list = [rhs]
-        if small and a.value is not None and b.value is not None:
+        if small and a.value is not None and b.value is not None and not o.plain:  # plain matrices span lines: no product
             factors = [self.shown(a, budget - 2), self.shown(b, budget - 2, tr)]
             product = Seq(tuple(factors), joiner=" ")
             if bias is not None:
@@ -395,10 +404,17 @@ class StepView:
         src = resolve(self.t, s.inputs[0], s.head)
         vm["formula_block"] = self.fit_formula(vm["formula"]) if not o.plain else [vm["formula"]]
         lhs = self.named(self.ref)
-        vm["main"] = [block(self.fit(lhs, self.result_side(s.value, self.budget(lhs))))]
+        if self.mode == "numeric":
+            matrix = o.numeric_matrix(s.value, s.shape, self.budget(lhs), self.weight_log10)
+            vm["main"] = [block(self.fit(lhs, [matrix]))]
+        else:
+            vm["main"] = [block(self.fit(lhs, self.result_side(s.value, self.budget(lhs))))]
         rows = rows_to_expand(self.rows_opt, s.shape[0], 4)
         vm["entry_rows"] = rows
         if self.mode == "symbolic":
+            if s.expansion is not None:  # named: each row's sum of exponentials once, then its weights
+                vm["entries"] = [block(self.symbolic_softmax_row(src, i)) for i in rows]
+                return
             chains = [self.fit(self.entry_label(i, j), [self.symbolic_sum(i, j)], align=True, lhs_width=self.lw)
                       for i in rows for j in pick(s.shape[1], o.max_size) if j is not None]
             vm["entries"] = self.blocks_of(chains)
@@ -408,6 +424,32 @@ class StepView:
             vm["softmax_rows"].append({"row": i + 1, "token": tokens[i] if i < len(tokens) else "",
                                        "block": block(self.softmax_row(src, i))})
         vm["notes"] = self.saturation(rows, tokens)
+
+    def symbolic_softmax_row(self, src: Ref, i: int) -> list[str]:
+        """sum_k e^{t_ik} = e^{t_i1} + ... (broken to fit), then a_ij = e^{t_ij} / sum_k e^{t_ik}."""
+        s, o = self.s, self.out
+        import sympy
+
+        cols = pick(s.shape[1], o.max_size)
+        kept = [j is None or src.value[i, j] != -sympy.oo for j in cols]
+        first = next(j for j in range(s.shape[1]) if src.value[i, j] != -sympy.oo)
+        base = o.entry(src.value, i, first).rsplit("_", 1)[0]
+        wide = max(src.shape) >= 10
+        sub = f"{i + 1},k" if wide else f"{i + 1}k"
+        if o.plain:
+            sigma = f"sum_k e^({plain_name(base)}_{sub.replace(',', '')})"
+        else:
+            sigma = f"\\textstyle\\sum_{{k}} e^{{{base}_{{{sub}}}}}"
+        terms = [o.ellipsis_term() if j is None else o.exp(o.expr(src.value[i, j])) for j, k in zip(cols, kept) if k]
+        rows = [(sigma, [join_sum(terms)])]
+        for j in cols:
+            if j is None:
+                continue
+            t = src.value[i, j]
+            lhs = self.entry_label(i, j) if s.value[i, j] != 0 else self.ename_plain(i, j)  # a masked weight has no name of its own
+            rows.append((lhs, ["0" if t == -sympy.oo else o.frac(o.exp(o.expr(t)), sigma)]))
+        lw = max(o.measure(lhs) for lhs, _ in rows)
+        return [line for lhs, sides in rows for line in self.fit(lhs, sides, align=True, lhs_width=lw)]
 
     def softmax_row(self, src: Ref, i: int) -> list[str]:
         """m_i, the shifted scores, their exponentials, their sum and the weights of row i."""
@@ -425,10 +467,14 @@ class StepView:
             shifted = d.get("shifted")
             shifted_row = np.asarray(shifted[i], dtype=float) if shifted is not None else t_row - float(d["row_max"][i])
             exp_row = np.asarray(d["exp"][i], dtype=float)
-            vec = lambda xs: self.vector([None if j is None else float(xs[j]) for j in cols])  # noqa: E731
+            vec = lambda xs, lg=None: self.vector([None if j is None else float(xs[j]) for j in cols],  # noqa: E731
+                                                  None if lg is None else [None if j is None else lg(i, j) for j in cols])
             m_val = o.vector([float(d["row_max"][i])])[0]
-            total = o.vector([float(d["row_sum"][i])])[0]
-            shifted_v, exp_v, weights_v = vec(shifted_row), vec(exp_row), vec(np.asarray(s.value[i], dtype=float))
+            several = np.isfinite(self.shifted(i)).sum() > 1  # then the sum is 1 + something, never exactly 1
+            total = o.vector([float(d["row_sum"][i])], [0.0] if several else None)[0]
+            shifted_v = vec(shifted_row)
+            exp_v = vec(exp_row, self.exp_log10)
+            weights_v = vec(np.asarray(s.value[i], dtype=float), self.weight_log10)
             weights_side: list = [weights_v]
         else:  # exact
             shifted = d.get("shifted")
@@ -450,12 +496,32 @@ class StepView:
             rows.append((m, [maxf, m_val]))
             if shifted_v is not None:
                 rows.append((shift, [shifted_v]))
-        rows += [(expo, [exp_v]), (sumf, [total]), (aij, [o.frac(expo, sumf if not plain else "sum")] + weights_side)]
+        rows += [(expo, [exp_v]), (sumf, [total]), (aij, [o.frac(expo, sumf)] + weights_side)]
         lw = max(o.measure(lhs) for lhs, _ in rows)  # the block's left column is as wide as its widest left side
         return [line for lhs, sides in rows for line in self.fit(lhs, sides, align=True, lhs_width=lw)]
 
-    def vector(self, xs: list[float | None]):
-        return self.vector_tex(self.out.vector(xs))
+    def vector(self, xs: list[float | None], true_log10=None):
+        return self.vector_tex(self.out.vector(xs, true_log10))
+
+    # The floats of a softmax are not always its true values: e^-5340 underflows to 0 and
+    # 1 - e^-5340 rounds to 1. These give log10 of the true value where the float is not
+    # exact (None where it is: a masked 0, the 1 of a row with one kept key, e^0 = 1).
+    def shifted(self, i: int) -> np.ndarray:
+        d = self.s.details
+        if "shifted" in d:
+            return np.asarray(d["shifted"][i], dtype=float)
+        src = resolve(self.t, self.s.inputs[0], self.s.head)
+        return np.asarray(src.value[i], dtype=float) - float(d["row_max"][i])
+
+    def exp_log10(self, i: int, j: int) -> float | None:
+        x = float(self.shifted(i)[j])
+        return None if x == 0 or np.isneginf(x) else x / np.log(10)
+
+    def weight_log10(self, i: int, j: int) -> float | None:
+        row = self.shifted(i)
+        if np.isneginf(row[j]) or np.isfinite(row).sum() == 1:
+            return None
+        return float(row[j] - np.log(float(self.s.details["row_sum"][i]))) / np.log(10)
 
     def vector_tex(self, items: list[str]):
         o = self.out

@@ -109,7 +109,7 @@ def shape_rows(trace, out) -> list[dict[str, Any]]:
         formula = step.formula if not out.plain else plain_formula(step, scaled=trace.settings["scale"] is not False)
         formula = formula.split(", \\quad")[0].split(",  ")[0]  # the matrix form only (softmax)
         formula = formula.replace("Z^{(2)}, \\ldots", "\\ldots")
-        line = shape_dims(trace, step, out)
+        line = shape_dims(trace, step, out, short=True)
         if generic:  # write head 1's row for every head i
             formula = formula.replace("^{(1)}", "^{(i)}").replace("(1)\\top", "(i)\\top").replace("(1)", "(i)")
             line = line.replace("^{(1)}", "^{(i)}").replace("(1)\\top", "(i)\\top").replace("(1)", "(i)")
@@ -174,7 +174,11 @@ def intro_formula(trace, scaled: bool, by_sqrt: bool, plain: bool) -> str:
     if start == "weights":
         return "Z = A V"
     if start == "Z":
-        return "O = Concat(Z(1), ..., Z(h)) W_O" if plain else "O = \\operatorname{Concat}(Z^{(1)}, \\ldots, Z^{(h)})\\, W_O"
+        w_o = any(s.id == "output" for s in trace.steps)
+        if plain:
+            return "O = Concat(Z(1), ..., Z(h)) W_O" if w_o else "Z = Concat(Z(1), ..., Z(h))"
+        cat = "\\operatorname{Concat}(Z^{(1)}, \\ldots, Z^{(h)})"
+        return f"O = {cat}\\, W_O" if w_o else f"Z = {cat}"
     if plain:
         inner = "Q K^T" + (" / sqrt(d_k)" if by_sqrt else " / c" if scaled else "")
         return f"softmax({inner}) V"

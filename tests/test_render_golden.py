@@ -49,7 +49,9 @@ def test_softmax_of_article_scores():
     (-0.4, 0); e^-0.4 = 0.6703; 0.4013 = 0.6703/1.6703, 0.5987 = 1/1.6703. (The article says the
     weights stay 0.8/0.2 and 0.3/0.7: they do not; softmax of [0.8, 0.2] is [0.6457, 0.3543].)"""
     md = _golden("softmax_article", "md", "en")
-    assert "e^{0.2 - 0.8}" in md and "\\frac{\\left(1,\\ 0.5488\\right)}{1.5488}" in md
+    assert "m_{1} &= \\max_{j} s_{1j} = 0.8" in md and "s_{1j} - m_{1} &= \\left(0,\\ -0.6\\right)" in md
+    assert "e^{s_{1j} - m_{1}} &= \\left(1,\\ 0.5488\\right)" in md and "e^{s_{1k} - m_{1}} &= 1.5488" in md
+    assert "s_{2j} - m_{2} &= \\left(-0.4,\\ 0\\right)" in md and "e^{s_{2j} - m_{2}} &= \\left(0.6703,\\ 1\\right)" in md
     assert "\\left(0.6457,\\ 0.3543\\right)" in md and "\\left(0.4013,\\ 0.5987\\right)" in md
 
 
@@ -58,7 +60,8 @@ def test_scaling_by_sqrt_6():
     3/sqrt(6) = 1.2247, 1/sqrt(6) = 0.4082, -2/sqrt(6) = -0.8165."""
     md = _golden("scaling_dk6", "md", "en")
     assert "\\sqrt{6} \\approx 2.4495" in md
-    assert "t_{11} = \\frac{s_{11}}{\\sqrt{6}} = \\frac{6}{\\sqrt{6}} = 2.4495" in md
+    assert "t_{11} &= \\frac{s_{11}}{\\sqrt{6}} = \\frac{6}{\\sqrt{6}} = 2.4495" in md
+    assert "t_{12} &= \\frac{s_{12}}{\\sqrt{6}} = \\frac{3}{\\sqrt{6}} = 1.2247" in md
     assert "-0.8165" in md
 
 
@@ -76,6 +79,6 @@ def test_two_heads_concatenated_to_2_by_3h():
     head 1 is columns 1-3 and head 2 columns 4-6 (the article's z_11..z_16 | z_21..z_26 layout,
     here named z^(1)_ij and z^(2)_ij)."""
     md = _golden("concat_symbolic", "md", "zh")
-    assert "2 \\times (3 \\cdot 2) = 2 \\times 6" in md
+    assert "2 \\times (2 \\times 3) \\to (2 \\times 3 \\cdot 2) = (2 \\times 6)" in md
     assert "\\underbrace{Z^{(1)}}_{2 \\times 3} \\quad \\underbrace{Z^{(2)}}_{2 \\times 3}" in md
     assert "第 1 个头占第 1 到第 3 列。第 2 个头占第 4 到第 6 列。" in md
