@@ -402,6 +402,19 @@ def _side_tex(side) -> str:
     return side.tex() if isinstance(side, Seq) else side
 
 
+def side_width(side) -> float:
+    """The width of a side, from the (cached) widths of its parts: a matrix is measured once,
+    however many chains it is tried in."""
+    if not isinstance(side, Seq):
+        return width(side)
+    o = side.open if side.open_one is None else side.open_one
+    c = side.close if side.close_one is None else side.close_one
+    total = (width(o) if o else 0.0) + (width(c) if c else 0.0)
+    for k, item in enumerate(side.items):
+        total += width(item) + (2 * 0.222 if k and item[:2] in ("+ ", "- ") else 0.0)
+    return total + width(side.joiner) * max(0, len(side.items) - 1)
+
+
 def fit_chain(lhs: str, sides: list, limit: float, *, align: bool = False, lhs_width: float = 0.0) -> list[str]:
     """Lay out lhs = side1 = side2 = ... within `limit` em; returns the lines.
 
@@ -415,11 +428,12 @@ def fit_chain(lhs: str, sides: list, limit: float, *, align: bool = False, lhs_w
     """
     pairs = [(s if isinstance(s, tuple) else ("=", s)) for s in sides if s]
     pairs = [(rel, side) for rel, side in pairs if side]
-    one = lhs + "".join(f" {rel} {_side_tex(side)}" for rel, side in pairs)
     if not pairs:
         return [lhs]
+    widths = [side_width(side) for _, side in pairs]
     lhs_w = max(width(lhs), lhs_width) + _REL
-    if width(one) - width(lhs) + lhs_w - _REL <= limit:
+    if lhs_w + sum(widths) + _REL * (len(pairs) - 1) <= limit:
+        one = lhs + "".join(f" {rel} {_side_tex(side)}" for rel, side in pairs)
         if not align:
             return [one]
         rel, side = pairs[0]
@@ -427,9 +441,8 @@ def fit_chain(lhs: str, sides: list, limit: float, *, align: bool = False, lhs_w
     lines: list[str] = []
     cur, cur_w = f"{lhs} ", lhs_w - _REL + 0.3
     first = True
-    for rel, side in pairs:
+    for (rel, side), w in zip(pairs, widths):
         tex = _side_tex(side)
-        w = width(tex)
         if not first and cur_w + _REL + w <= limit:
             cur += f" {rel} {tex}"
             cur_w += _REL + w

@@ -243,7 +243,8 @@ class _Out:
         return body
 
     def approx_matrix(self, value: Any, shape: tuple[int, int]) -> str | None:
-        """The float approximation of an exact matrix (None when an entry is symbolic or all are already plain)."""
+        """The float approximation of an exact matrix (None when an entry is symbolic, or when every
+        entry is an integer or a fraction: then the approximation would only repeat the matrix)."""
         rows, cols = shape
         cells, plain = {}, True
         for i in pick(rows, self.max_size):
@@ -254,7 +255,8 @@ class _Out:
                 if a is None:
                     return None
                 x = value[i, j]
-                plain = plain and (x.is_Integer or _is_infinite(x) or x.is_Float)
+                # a fraction reads as well as its decimal: only irrational entries (sqrt, e^x) need one
+                plain = plain and (x.is_Rational or _is_infinite(x) or x.is_Float)
                 cells[i, j] = a
         if plain:
             return None
