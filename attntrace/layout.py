@@ -60,7 +60,8 @@ _SCRIPT = 0.8      # a sub/superscript is set at about 70% of the size
 _SCRIPTSPACE = 0.05
 _COLSEP = 1.0       # two \arraycolsep of 5pt at 10pt, between matrix columns
 _DELIM = 0.45       # a \left( or a matrix bracket
-_TOKEN = re.compile(r"\\([A-Za-z]+|.)|([{}^_&])|(\s+)|(.)", re.S)
+_GLYPH = {**_CHARS, **_LOWER, **_UPPER}
+_TOKEN = re.compile(r"(\\([A-Za-z]+|.)|([{}^_&])|(\s+)|(.))", re.S)
 
 
 def _is_cjk(ch: str) -> bool:
@@ -68,14 +69,19 @@ def _is_cjk(ch: str) -> bool:
 
 
 class _Reader:
-    """A recursive reader over the tokens of one fragment that sums glyph widths."""
+    """A recursive reader over the tokens of one fragment that sums glyph widths.
+
+    A token is (text, command, special, space, char), '' where a part is absent: the plain
+    tuples of re.findall, as the reader is the hot loop of every report."""
+
+    __slots__ = ("toks", "i")
 
     def __init__(self, tex: str):
-        self.tokens = [m for m in _TOKEN.finditer(tex)]
+        self.toks = _TOKEN.findall(tex)
         self.i = 0
 
     def peek(self):
-        return self.tokens[self.i] if self.i < len(self.tokens) else None
+        return self.toks[self.i] if self.i < len(self.toks) else None
 
     def next(self):
         tok = self.peek()
@@ -87,27 +93,27 @@ class _Reader:
         tok = self.next()
         if tok is None:
             return ""
-        if tok.group(2) != "{":
-            return tok.group(0)
-        depth, start = 1, tok.end()
+        if tok[2] != "{":
+            return tok[0]
+        depth, start = 1, self.i
         while True:
             t = self.next()
             if t is None:
                 return ""
-            if t.group(2) == "{":
+            if t[2] == "{":
                 depth += 1
-            elif t.group(2) == "}":
+            elif t[2] == "}":
                 depth -= 1
                 if depth == 0:
-                    return t.string[start:t.start()]
+                    return "".join(x[0] for x in self.toks[start:self.i - 1])
 
     def optional(self) -> str:
         tok = self.peek()
-        if tok is not None and tok.group(4) == "[":
-            start = tok.end()
-            while (t := self.next()) is not None and t.group(4) != "]":
+        if tok is not None and tok[4] == "[":
+            start = self.i + 1
+            while (t := self.next()) is not None and t[4] != "]":
                 pass
-            return "" if t is None else t.string[start:t.start()]
+            return "" if t is None else "".join(x[0] for x in self.toks[start:self.i - 1])
         return ""
 
 
@@ -119,20 +125,21 @@ def _environment(r: _Reader, name: str, text_style: bool) -> float:
     """A matrix or array: column widths plus column gaps plus the brackets."""
     if name == "array":
         r.group_text()  # column spec
-    body_start = r.tokens[r.i].start() if r.i < len(r.tokens) else 0
+    body_start = r.i
     depth = 1
-    end = body_start
+    end = len(r.toks)
     while (t := r.next()) is not None:
-        if t.group(1) == "begin":
+        if t[1] == "begin":
             r.group_text()
             depth += 1
-        elif t.group(1) == "end":
-            env = r.group_text()
+        elif t[1] == "end":
             depth -= 1
             if depth == 0:
-                end = t.start()
+                end = r.i - 1
+                r.group_text()
                 break
-    body = r.tokens[0].string[body_start:end]
+            r.group_text()
+    body = "".join(x[0] for x in r.toks[body_start:end])
     widths: list[float] = []
     for row in _split_top(body, r"\\"):
         row = re.sub(r"^\s*\[[^\]]*\]", "", row)  # \\[3pt] row spacing
@@ -184,64 +191,57 @@ def _split_top(body: str, sep: str) -> list[str]:
 
 def _sum(r: _Reader, text_style: bool, stop_at_group_end: bool = False) -> float:
     total = 0.0
-    last_w = 0.0           # width of the last atom, for sub/superscripts
-    scripts = [0.0, 0.0]   # widths of ^ and _ on the last atom
+    sup = sub = 0.0        # widths of ^ and _ on the last atom
     prev_operand = False   # whether a binary operator here is binary (not a sign)
-
-    def flush():
-        nonlocal total, scripts
-        if scripts[0] or scripts[1]:
-            total += max(scripts) * _SCRIPT + _SCRIPTSPACE
-        scripts = [0.0, 0.0]
-
-    while (tok := r.peek()) is not None:
-        cmd, special, space, ch = tok.groups()
+    toks = r.toks
+    while r.i < len(toks):
+        _, cmd, special, space, ch = toks[r.i]
         if special == "}" and stop_at_group_end:
             break
-        r.next()
-        if space is not None:
+        r.i += 1
+        if space:
             continue
-        if special in ("^", "_"):
-            arg = r.group_text()
-            scripts[0 if special == "^" else 1] = width(arg, text_style=True)
+        if special == "^" or special == "_":
+            w = width(r.group_text(), text_style=True)
+            if special == "^":
+                sup = w
+            else:
+                sub = w
             continue
-        if special == "{":
-            flush()
-            w = _sum(r, text_style, stop_at_group_end=True)
-            r.next()
-            total += w
-            prev_operand = True
+        if sup or sub:  # the scripts of the last atom end here
+            total += max(sup, sub) * _SCRIPT + _SCRIPTSPACE
+            sup = sub = 0.0
+        if special:
+            if special == "{":
+                total += _sum(r, text_style, stop_at_group_end=True)
+                r.i += 1
+                prev_operand = True
             continue
-        if special in ("}", "&"):
-            continue
-        flush()
-        if cmd is not None:
-            w, operand = _command(r, cmd, text_style)
-            if cmd in ("left", "right"):  # \left( : the delimiter that follows
+        if cmd:
+            if cmd == "left" or cmd == "right":  # \left( : the delimiter that follows
                 d = r.next()
-                w = 0.0 if d is None or d.group(0) == "." else _DELIM
-                operand = cmd == "right"
+                total += 0.0 if d is None or d[0] == "." else _DELIM
+                prev_operand = cmd == "right"
+                continue
+            w, operand = _command(r, cmd, text_style)
             total += w
-            prev_operand = operand if cmd not in _IGNORED or cmd in ("left", "right") else prev_operand
+            if cmd not in _IGNORED:
+                prev_operand = operand
             continue
         if ch in "+-":
-            w = _BIN if prev_operand else 0.778
-            total += w
+            total += _BIN if prev_operand else 0.778
             prev_operand = False
-            continue
-        if ch in "=<>":
+        elif ch in "=<>":
             total += _REL
             prev_operand = False
-            continue
-        if ch.isalpha() and ch.isascii():
-            w = _LOWER.get(ch) or _UPPER.get(ch) or 0.55
-        elif _is_cjk(ch):
-            w = 1.0
         else:
-            w = _CHARS.get(ch, 0.55)
-        total += w
-        prev_operand = ch not in "(["
-    flush()
+            w = _GLYPH.get(ch)
+            if w is None:
+                w = 1.0 if _is_cjk(ch) else 0.55
+            total += w
+            prev_operand = ch not in "(["
+    if sup or sub:
+        total += max(sup, sub) * _SCRIPT + _SCRIPTSPACE
     return total
 
 
@@ -263,7 +263,7 @@ def _command(r: _Reader, cmd: str, text_style: bool) -> tuple[float, bool]:
     if cmd in ("underbrace", "overbrace"):
         inner = width(r.group_text(), text_style=text_style)
         nxt = r.peek()
-        if nxt is not None and nxt.group(2) in ("_", "^"):  # the label goes under (over) the brace
+        if nxt is not None and nxt[2] in ("_", "^"):  # the label goes under (over) the brace
             r.next()
             return max(inner, width(r.group_text(), text_style=True) * _SCRIPT), True
         return inner, True
