@@ -44,6 +44,17 @@ def printer_classes() -> tuple[type, type]:
         def _print_Float(self, expr):
             return tex_number(float(expr), self._settings["precision"], count=False)
 
+        def _print_Mul(self, expr):
+            """2 e^{-x}, not SymPy's \\frac{2}{e^{x}}: exact weights and Z keep their exponentials
+            upstairs, as the canonical forms of attntrace.exact_form write them."""
+            from sympy import Mul, exp
+
+            if any(isinstance(a, exp) for a in expr.args) and not any(a.is_Pow and a.exp.is_negative for a in expr.args):
+                c, rest = expr.as_coeff_Mul()
+                body = " ".join(f"\\left({self._print(f)}\\right)" if f.is_Add else self._print(f) for f in Mul.make_args(rest))
+                return body if c == 1 else ("- " + body if c == -1 else self._print(c) + " " + body)
+            return super()._print_Mul(expr)
+
     class AttnStrPrinter(StrPrinter):
         _default_settings = {**StrPrinter._default_settings, "order": "none", "precision": 4}
 
@@ -164,9 +175,12 @@ class _Out:
         return bool(x.is_Add) or bool(getattr(x, "could_extract_minus_sign", lambda: False)())
 
     def factor(self, value: Any, i: int, j: int) -> str:
-        """An entry as a factor of a product: parenthesized when negative or a sum."""
+        """An entry as a factor of a product: parenthesized when negative or a sum (and in
+        plain text when it is a fraction: 1/(1 + e)*3 would read ambiguously)."""
         s = self.entry(value, i, j)
-        return self.paren(s) if self.is_negative(value, i, j) else s
+        if self.is_negative(value, i, j) or (self.plain and "/" in s and not (s.startswith("(") and s.endswith(")"))):
+            return self.paren(s)
+        return s
 
     def approx_entry(self, value: Any, i: int, j: int) -> str | None:
         """The float value of a SymPy entry, or None when it is symbolic."""
@@ -187,9 +201,10 @@ class _Out:
             ci = pick(cols, limit)
             body = [[self.dots(i, j) if i is None or j is None else cell(i, j) for j in ci] for i in ri]
             text = self.layout(body)
-            if budget is None or limit <= 3 or self.measure(text) <= budget:
+            real = sum(c is not None for c in ci)
+            if budget is None or real <= 2 or self.measure(text) <= budget:
                 return text
-            limit = min(limit, len(ci)) - 1
+            limit = real - 1  # one column fewer: the first limit-1, dots, the last
 
     def matrix(self, value: Any, shape: tuple[int, int], budget: float | None = None) -> str:
         if isinstance(value, np.ndarray):
@@ -210,10 +225,11 @@ class _Out:
             ci = pick(shape[1], limit)
             cells = [(i, j) for i in ri if i is not None for j in ci if j is not None]
             text, n = self._numeric_cells(value, ri, ci, cells, true_log10, pad=True)
-            if budget is None or limit <= 3 or self.measure(text) <= budget:
+            real = sum(c is not None for c in ci)
+            if budget is None or real <= 2 or self.measure(text) <= budget:
                 STATS["entries"] += n
                 return text
-            limit = min(limit, len(ci)) - 1
+            limit = real - 1
 
     def _numeric_cells(self, value, ri, ci, cells, true_log10, pad: bool):
         shown = [float(value[i, j]) for i, j in cells]

@@ -321,7 +321,8 @@ class StepView:
             return self.fit(lhs, [self.symbolic_sum(i, j)], align=True, lhs_width=self.lw)
         inner = a.shape[1]
         names = self.sum_seq(inner, lambda k: o.juxt(self.ename(a, i, k), self.ename(b, *bij(k))))
-        nums = self.sum_seq(inner, lambda k: o.mul(o.entry(a.value, i, k) if k == 0 else o.factor(a.value, i, k), o.factor(b.value, *bij(k))))
+        nums = self.sum_seq(inner, lambda k: o.mul(o.entry(a.value, i, k) if k == 0 and not o.plain else o.factor(a.value, i, k),
+                                                     o.factor(b.value, *bij(k))))
         if bias is not None:
             names = Seq(names.items + ("+ " + self.ename(bias, 0, j),), " ")
             nums = Seq(nums.items + ("+ " + o.factor(bias.value, 0, j),), " ")
@@ -478,14 +479,18 @@ class StepView:
             weights_side: list = [weights_v]
         else:  # exact
             shifted = d.get("shifted")
-            m_val = o.expr(d["row_max"][i]) if "row_max" in d else None
+            row_max = d.get("row_max")
+            m_val = o.expr(row_max[i]) if row_max is not None and row_max[i] is not None else None  # None: symbols, no order
             ent = lambda mat: self.vector_tex([None if j is None else o.entry(mat, i, j) for j in cols])  # noqa: E731
             shifted_v = ent(shifted) if shifted is not None else None
             exp_v = ent(d["exp"])
             total = o.expr(d["row_sum"][i])
             weights_v = ent(s.value)
-            approx = self.vector_tex([None if j is None else (o.approx_entry(s.value, i, j) or o.entry(s.value, i, j)) for j in cols])
-            weights_side = [weights_v, ("\\approx" if not plain else "~", approx)]
+            approx = [None if j is None else o.approx_entry(s.value, i, j) for j in cols]
+            weights_side = [weights_v]
+            if all(a is not None for a, j in zip(approx, cols) if j is not None):  # no approximation of symbols
+                dots = o.dots(0, None)
+                weights_side.append(("\\approx" if not plain else "~", self.vector_tex([dots if a is None else a for a in approx])))
         maxf = (f"\\max_{{j}} {tij}" if not plain else f"max_j {tij}")
         shift = f"{tij} - {m}" if m_val is not None else tij
         expo = o.exp(shift)
@@ -533,6 +538,8 @@ class StepView:
         s = self.s
         notes = []
         for i in range(s.shape[0]):
+            if self.mode != "numeric" and not all(s.value[i, j].is_number for j in range(s.shape[1])):
+                continue  # a row with symbols has no weights to compare
             vals = [float(s.value[i, j]) if self.mode == "numeric" else float(s.value[i, j].evalf(17)) for j in range(s.shape[1])]
             j = int(np.argmax(vals))
             if s.shape[1] > 1 and vals[j] >= SATURATED:
