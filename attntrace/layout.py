@@ -58,8 +58,10 @@ _ONE_ARG_SAME = {"mathbf", "boldsymbol", "mathit", "mathsf", "tilde", "hat", "ba
 _ONE_ARG_UPRIGHT = {"operatorname", "mathrm", "text", "textrm", "mathtt", "texttt", "textbf", "textit", "mbox"}
 _SCRIPT = 0.8      # a sub/superscript is set at about 70% of the size
 _SCRIPTSPACE = 0.05
+_ITALIC = 0.15      # a superscript starts after the base's italic correction (W^{..}, V^{..})
 _COLSEP = 1.0       # two \arraycolsep of 5pt at 10pt, between matrix columns
-_DELIM = 0.45       # a \left( or a matrix bracket
+_DELIM = 0.45       # a matrix bracket of one row; taller matrices get wider brackets
+_LEFT_DELIM = 0.6   # a \left( grows with what it encloses (scripts, fractions)
 _GLYPH = {**_CHARS, **_LOWER, **_UPPER}
 _TOKEN = re.compile(r"(\\([A-Za-z]+|.)|([{}^_&])|(\s+)|(.))", re.S)
 
@@ -141,7 +143,9 @@ def _environment(r: _Reader, name: str, text_style: bool) -> float:
             r.group_text()
     body = "".join(x[0] for x in r.toks[body_start:end])
     widths: list[float] = []
+    rows = 0
     for row in _split_top(body, r"\\"):
+        rows += 1
         row = re.sub(r"^\s*\[[^\]]*\]", "", row)  # \\[3pt] row spacing
         for c, cell in enumerate(_split_top(row, "&")):
             w = width(cell, text_style=True)
@@ -151,12 +155,17 @@ def _environment(r: _Reader, name: str, text_style: bool) -> float:
                 widths.append(w)
     total = sum(widths) + _COLSEP * max(0, len(widths) - 1)
     if name in ("bmatrix", "pmatrix", "vmatrix", "Bmatrix"):
-        total += 2 * _DELIM
-    if name == "array":
-        total += _COLSEP
+        total += 2 * _bracket(rows)
+    if name == "array":  # outer \arraycolsep; its \left[ \right] grow with the rows beyond a \left('s usual size
+        total += _COLSEP + 2 * max(0.0, _bracket(rows) - _LEFT_DELIM)
     if name in ("aligned", "align*", "gathered"):
         total = sum(widths)  # aligned: the columns touch
     return total
+
+
+def _bracket(rows: int) -> float:
+    """How wide a bracket is around a matrix of this many rows (measured: 0.42, 0.53, 0.67em)."""
+    return min(0.42 + 0.125 * (rows - 1), 0.9)
 
 
 def _split_top(body: str, sep: str) -> list[str]:
@@ -209,7 +218,7 @@ def _sum(r: _Reader, text_style: bool, stop_at_group_end: bool = False) -> float
                 sub = w
             continue
         if sup or sub:  # the scripts of the last atom end here
-            total += max(sup, sub) * _SCRIPT + _SCRIPTSPACE
+            total += max(sup + _ITALIC, sub) * _SCRIPT + _SCRIPTSPACE
             sup = sub = 0.0
         if special:
             if special == "{":
@@ -220,7 +229,7 @@ def _sum(r: _Reader, text_style: bool, stop_at_group_end: bool = False) -> float
         if cmd:
             if cmd == "left" or cmd == "right":  # \left( : the delimiter that follows
                 d = r.next()
-                total += 0.0 if d is None or d[0] == "." else _DELIM
+                total += 0.0 if d is None or d[0] == "." else _LEFT_DELIM
                 prev_operand = cmd == "right"
                 continue
             w, operand = _command(r, cmd, text_style)
@@ -241,7 +250,7 @@ def _sum(r: _Reader, text_style: bool, stop_at_group_end: bool = False) -> float
             total += w
             prev_operand = ch not in "(["
     if sup or sub:
-        total += max(sup, sub) * _SCRIPT + _SCRIPTSPACE
+        total += max(sup + _ITALIC, sub) * _SCRIPT + _SCRIPTSPACE
     return total
 
 

@@ -1,0 +1,153 @@
+"""The layout step: its width estimate against real xelatex, and how it breaks equations.
+
+The estimate (attntrace.layout.width) decides every line break of every report, so it is
+checked here against the typesetter itself: each display line of several real reports is set
+in an \\hbox by xelatex and its width read back (one compile for all of them). The estimate
+must never fall short by more than a little (a short estimate is an overfull line) and must
+not be wildly wide (a wide one wastes the page). Random specs at random widths are then
+compiled whole: no line may stick out.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+
+import numpy as np
+import pytest
+
+import attntrace
+from attntrace.errors import BadInput
+from attntrace.layout import Seq, fit_chain, join_sum, parse_width, width
+from pagefit import compile_latex_full
+
+SPECS = {
+    "sentence": "sentence-4x6",
+    "masked": "causal-mask",
+    "heads": "multihead-output",
+    "symbolic": {"mode": "symbolic", "X": {"shape": [2, 3]}, "W_Q": {"shape": [3, 2]}, "W_K": {"shape": [3, 2]},
+                 "W_V": {"shape": [3, 2]}, "mask": "causal"},
+    "exact": {"mode": "exact", "X": [["1", "2"], ["0", "1"]], "W_Q": [["1/2", "0"], ["0", "sqrt(2)"]],
+              "W_K": [["1", "1/3"], ["0", "1"]], "W_V": [["2", "0"], ["1", "1/2"]]},
+    "wide": {"X": np.random.default_rng(3).normal(size=(12, 12)).round(4), "W_Q": np.eye(12), "W_K": np.eye(12),
+             "W_V": np.eye(12), "num_heads": 2},
+}
+
+
+def _display_lines(tex: str) -> list[str]:
+    """Every line of every display of a LaTeX report, alignment marks and breaks removed."""
+    lines = []
+    for m in re.finditer(r"\\\[\n(.*?)\n\\\]|\\begin\{align\*\}\n(.*?)\n\\end\{align\*\}", tex, re.S):
+        body = m.group(1) or m.group(2)
+        for line in re.split(r" \\\\\n", body):
+            lines.append(line.replace("&", "", 1) if m.group(2) else line)
+    return lines
+
+
+def _strip_alignment(line: str) -> str:
+    # the first & of an align* line is the alignment point; matrices keep theirs (inside environments)
+    return line
+
+
+@pytest.fixture(scope="module")
+def measured(request):
+    import mathcheck
+
+    mathcheck.require_tool("xelatex")
+    samples = []
+    for spec in SPECS.values():
+        tex = attntrace.render(attntrace.run(spec), format="tex")
+        samples += _display_lines(tex)
+    samples = sorted(set(samples))
+    body = [f"\\sbox0{{$\\displaystyle {s}$}}\\typeout{{W{i}:\\the\\wd0}}" for i, s in enumerate(samples)]
+    doc = "\\documentclass{article}\n\\usepackage{amsmath}\n\\setcounter{MaxMatrixCols}{40}\n\\begin{document}\n" + "\n".join(body) + "\n\\mbox{}\n\\end{document}\n"
+    result = compile_latex_full(doc, workdir=request.config._tmp_path_factory.mktemp("widths"), probe_textwidth=False)
+    assert result.ok, result.error_summary()
+    real = {int(i): float(w) / 10.0 for i, w in re.findall(r"W(\d+):([\d.]+)pt", result.log)}
+    assert len(real) == len(samples), "every sample must be measured"
+    return [(s, width(s), real[i]) for i, s in enumerate(samples)]
+
+
+def test_estimate_is_close_to_xelatex_and_errs_wide(measured):
+    """Over a few hundred real display lines: never more than 4% short, median within 0-10% wide."""
+    assert len(measured) > 150
+    ratios = [est / real for _, est, real in measured if real > 1.0]
+    short = [(s[:80], round(est, 2), round(real, 2)) for s, est, real in measured if real > 1.0 and est < 0.96 * real]
+    assert not short, short[:5]
+    assert 1.0 <= statistics.median(ratios) <= 1.10, statistics.median(ratios)
+    assert max(ratios) < 1.5
+
+
+def test_one_line_when_it_fits_and_aligned_lines_when_not():
+    assert fit_chain("x", ["a + b", "c"], 30) == ["x = a + b = c"]
+    assert fit_chain("x", ["a + b", "c"], 30, align=True) == ["x &= a + b = c"]
+    lines = fit_chain("x", ["a + b + c + d", "e + f + g + h"], 8)
+    assert lines == ["x &= a + b + c + d", "&= e + f + g + h"]
+
+
+def test_long_sum_breaks_after_a_plus_and_continues_indented():
+    terms = [f"x_{{1{k}}} w_{{{k}1}}" for k in range(1, 10)]
+    lines = fit_chain("q_{11}", [join_sum(terms)], 20)
+    assert len(lines) > 1
+    assert all(line.endswith("+ {}") for line in lines[:-1])  # TeX keeps the binary spacing
+    assert all(line.startswith("&\\qquad ") for line in lines[1:])
+    assert all(width(line.replace("&", "")) <= 20 + 0.5 for line in lines)
+
+
+def test_a_row_vector_breaks_after_its_comma_with_plain_parentheses():
+    items = tuple(f"0.{k}234" for k in range(1, 10))
+    vec = Seq(items, joiner=",\\ ", tail=",", open="(", close=")", open_one="\\left(", close_one="\\right)")
+    one = fit_chain("a", [vec], 100)
+    assert one[0].startswith("a = \\left(0.1234")  # on one line the parentheses may grow
+    lines = fit_chain("a", [vec], 15)
+    assert len(lines) > 1 and all(line.endswith(",") for line in lines[:-1])
+    assert "\\left(" not in "".join(lines)  # a \left( cannot end on another line
+    assert lines[-1].endswith(")")
+
+
+def test_width_option():
+    assert parse_width(None, "tex", "en").pt == 345
+    assert parse_width("12cm", "tex", "en").pt == pytest.approx(341.4, abs=0.1)
+    assert parse_width("760px", "md", "en").em == pytest.approx(760 / 19.36)
+    for bad in ("wide", "12", "-3pt", "1e9pt", "5pt", "12 parsecs"):
+        with pytest.raises(BadInput):
+            parse_width(bad, "tex", "en")
+    with pytest.raises(BadInput):
+        attntrace.render(attntrace.run("scaling-dk6"), format="md", rows="two")
+    with pytest.raises(BadInput):
+        attntrace.render(attntrace.run("scaling-dk6"), format="md", rows=[0])
+
+
+def test_rows_option_expands_the_rows_asked_for():
+    t = attntrace.run("sentence-4x6")
+    md = attntrace.render(t, format="md", rows="2,4")
+    assert "q_{21} &=" in md and "q_{41} &=" in md and "q_{11} &=" not in md
+    assert "Entry by entry (rows 2, 4)" in md
+    every = attntrace.render(t, format="md", rows="all")
+    assert all(f"q_{{{i}6}} &=" in every for i in range(1, 5))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_specs_at_random_widths_fit_in_xelatex(tmp_path, seed):
+    """Random shapes, heads, masks, modes and page widths from 200pt to 500pt: the compiled
+    document has no line wider than the page (xelatex is the judge, not the estimate)."""
+    import mathcheck
+
+    mathcheck.require_tool("xelatex")
+    rng = np.random.default_rng(100 + seed)
+    n, heads = int(rng.integers(1, 7)), int(rng.integers(1, 3))
+    d = heads * int(rng.integers(1, 5))
+    scale = float(rng.choice([0.1, 1, 30]))
+    spec = {"X": (rng.normal(size=(n, d)) * scale).round(int(rng.integers(0, 5))),
+            **{w: rng.normal(size=(d, d)).round(3) for w in ("W_Q", "W_K", "W_V")}, "num_heads": heads}
+    if rng.random() < 0.5:
+        spec["mask"] = "causal"
+    if heads > 1 and rng.random() < 0.5:
+        spec["W_O"] = rng.normal(size=(d, d)).round(2)
+    page = f"{int(rng.integers(200, 500))}pt"
+    lang = ("en", "zh")[seed % 2]
+    tex = attntrace.render(attntrace.run(spec), format="tex", standalone=True, width=page, lang=lang)
+    result = compile_latex_full(tex, workdir=tmp_path)
+    assert result.ok, result.error_summary()
+    assert result.textwidth == pytest.approx(float(page[:-2]), abs=0.05)
+    assert [w for w in result.overfull if w > 1.0] == [], (page, spec.keys(), result.overfull_details()[:3])
