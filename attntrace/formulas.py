@@ -39,16 +39,23 @@ def scaled(head: int | None, *, by_sqrt: bool) -> str:
 
 
 def masked(head: int | None, *, scaled: bool = True) -> str:
+    """The masked scores T-tilde: a matrix of its own name, not T changed in place."""
     h = _sup(head)
     m = "T" if scaled else "S"
-    return f"{m}{h}_{{ij}} \\leftarrow -\\infty \\quad (M_{{ij}} = 0)"
+    return (f"\\tilde{{T}}{h}_{{ij}} = \\begin{{cases}} {m}{h}_{{ij}} & M{h}_{{ij}} = 1 \\\\ "
+            f"-\\infty & M{h}_{{ij}} = 0 \\end{{cases}}")
 
 
-def weights(head: int | None, *, scaled: bool = True) -> str:
-    """A = softmax(T) over the scaled scores T, or softmax(S) when there is no scaling."""
+def weights(head: int | None, *, scaled: bool = True, masked: bool = False) -> str:
+    """A = softmax(T) over the scaled scores T, softmax(S) when there is no scaling, and
+    softmax(T-tilde) over the masked scores."""
     h = _sup(head)
     m, e = ("T", "t") if scaled else ("S", "s")
-    return f"A{h} = \\operatorname{{softmax}}\\left({m}{h}\\right), \\quad a_{{ij}} = \\frac{{e^{{{e}_{{ij}}}}}}{{\\sum_{{k}} e^{{{e}_{{ik}}}}}}"
+    if masked:
+        m, e = "\\tilde{T}", "\\tilde{t}"
+    sup = "" if head is None else f"^{{({head})}}"
+    return (f"A{h} = \\operatorname{{softmax}}\\left({m}{h}\\right), \\quad a{sup}_{{ij}} = "
+            f"\\frac{{e^{{{e}{sup}_{{ij}}}}}}{{\\sum_{{k}} e^{{{e}{sup}_{{ik}}}}}}")
 
 
 def weighted_sum(head: int | None) -> str:

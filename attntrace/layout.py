@@ -158,6 +158,8 @@ def _environment(r: _Reader, name: str, text_style: bool) -> float:
         total += 2 * _bracket(rows)
     if name == "array":  # outer \arraycolsep; its \left[ \right] grow with the rows beyond a \left('s usual size
         total += _COLSEP + 2 * max(0.0, _bracket(rows) - _LEFT_DELIM)
+    if name == "cases":  # a brace on the left, a quad between the columns
+        total = sum(widths) + 0.9 + 1.0 * max(0, len(widths) - 1)
     if name in ("aligned", "align*", "gathered"):
         total = sum(widths)  # aligned: the columns touch
     return total

@@ -525,7 +525,7 @@ class PlainOut(_Out):
         return (letter if head is None else f"{letter}({head})") + ("^T" if transpose else "")
 
 
-def plain_formula(step, *, scaled: bool = True) -> str:
+def plain_formula(step, *, scaled: bool = True, masked: bool = False) -> str:
     """The general formula of a step in plain math (the LaTeX one is step.formula).
 
     `scaled` says whether the softmax reads scaled scores T or the raw scores S."""
@@ -539,8 +539,9 @@ def plain_formula(step, *, scaled: bool = True) -> str:
         "V": f"V{h} = {src} W_V{h}" + (f" + b_V{h}" if bias else ""),
         "scores": f"S{h} = Q{h} K{h}^T",
         "scaled": f"T{h} = S{h} / " + ("sqrt(d_k)" if step.details.get("by_sqrt_dk", True) else "c"),
-        "masked": f"{m}{h}_ij <- -inf where M_ij = 0",
-        "weights": f"A{h} = softmax({m}{h}),  a_ij = e^({e}_ij) / sum_k e^({e}_ik)",
+        "masked": f"T~{h}_ij = {m}{h}_ij where M_ij = 1, -inf where M_ij = 0",
+        "weights": (f"A{h} = softmax(T~{h}),  a_ij = e^(t~_ij) / sum_k e^(t~_ik)" if masked
+                    else f"A{h} = softmax({m}{h}),  a_ij = e^({e}_ij) / sum_k e^({e}_ik)"),
         "Z": f"Z{h} = A{h} V{h}",
         "concat": "Z = Concat(" + ", ".join(f"Z({i})" for i in range(1, len(step.inputs) + 1)) + ")",
         "output": "O = Z W_O" + (" + b_O" if bias else ""),

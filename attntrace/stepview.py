@@ -116,6 +116,18 @@ def shape_dims(trace, step, out, short: bool = False) -> str:
     return (" " if out.plain else "\\,").join(paren(sh) for sh in shapes) + arrow + paren(step.shape)
 
 
+def pack(chains: list[list[str]], out) -> list[list[str]]:
+    """Put one-line equations side by side (\\qquad apart) while they fit on a line."""
+    blocks: list[list[str]] = []
+    for lines in chains:
+        if (not out.plain and blocks and not block(blocks[-1])["aligned"] and not block(lines)["aligned"]
+                and out.measure(blocks[-1][0]) + 2.0 + out.measure(lines[0]) <= out.limit):
+            blocks[-1] = [blocks[-1][0] + " \\qquad " + lines[0]]
+        else:
+            blocks.append(list(lines))
+    return blocks
+
+
 class StepView:
     """Builds the view model of one step for one output (TeX or plain)."""
 
@@ -213,7 +225,7 @@ class StepView:
             "kind": s.id, "key": s.key, "head": s.head or 0, "mode": self.mode, "sup": sup,
             "psup": "" if s.head is None else f"({s.head})",
             "name": self.mname(self.ref),
-            "formula": plain_formula(s, scaled=scaled) if o.plain else s.formula,
+            "formula": plain_formula(s, scaled=scaled, masked=self.t.has("masked", s.head)) if o.plain else s.formula,
             "shape": o.shape(s.shape), "rows": s.shape[0], "cols": s.shape[1],
             "elided": max(s.shape) > o.max_size, "main": [], "entries": [], "entry_rows": [], "softmax_rows": [],
             "notes": [], "shape_line": self.shape_line(), "extra": {}, "formula_block": [],
@@ -350,7 +362,8 @@ class StepView:
         fnum = "" if factor is None else o.num(float(factor))
         if by_sqrt and d.get("d_k") is not None:
             root = o.sqrt(str(d["d_k"]))
-            extra["factor"] = o.approx(root, fnum) if fnum and fnum != str(d["d_k"] ** 0.5).rstrip("0").rstrip(".") else root
+            whole = float(d["d_k"]) ** 0.5 == int(float(d["d_k"]) ** 0.5)
+            extra["factor"] = o.eq(root, fnum) if whole else o.approx(root, fnum)
             extra["factor_tex"] = root
         else:
             extra["factor"] = o.eq("c", fnum)
@@ -397,7 +410,7 @@ class StepView:
             blocks.append(self.fit(mlhs, [o.matrix_of(s.shape[0], s.shape[1], lambda i, j: "1" if keep[i, j] else "0", self.budget(mlhs))]))
         lhs = self.named(self.ref)
         blocks.append(self.fit(lhs, [o.matrix(s.value, s.shape, self.budget(lhs))]))
-        vm["main"] = [block(b) for b in blocks]
+        vm["main"] = [block(b) for b in pack(blocks, o)]
 
     # -- softmax ------------------------------------------------------------------------
     def build_weights(self, vm) -> None:

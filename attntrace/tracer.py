@@ -117,7 +117,7 @@ class _Tracer:
 
     def weights(self, head, t: _Value) -> _Value:
         result, details = self.alg.softmax(t.value)
-        return self.emit("weights", head, [t.ref], formulas.weights(head, scaled=self.p.scale is not False), result, t.shape, details)
+        return self.emit("weights", head, [t.ref], formulas.weights(head, scaled=self.p.scale is not False, masked=self.p.mask is not None), result, t.shape, details)
 
     def weighted_sum(self, head, a: _Value, v: _Value) -> _Value:
         result, shape = self.product("Z", head, a, v)

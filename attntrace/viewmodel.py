@@ -16,7 +16,7 @@ import numpy as np
 from .layout import fit_chain
 from .usertext import format_user_text, inline_math_for
 from .printing import PlainOut, TexOut, plain_formula
-from .stepview import StepView, block, operand_ref, resolve, shape_dims
+from .stepview import StepView, block, operand_ref, pack, resolve, shape_dims
 
 
 
@@ -84,18 +84,6 @@ def operand_chain(trace, op, out) -> tuple[str, list[str]]:
     return name, fit_chain(lhs, sides, out.limit)
 
 
-def pack(chains: list[list[str]], out) -> list[list[str]]:
-    """Put one-line equations side by side (\\qquad apart) while they fit on a line."""
-    blocks: list[list[str]] = []
-    for lines in chains:
-        if (not out.plain and blocks and not block(blocks[-1])["aligned"] and not block(lines)["aligned"]
-                and out.measure(blocks[-1][0]) + 2.0 + out.measure(lines[0]) <= out.limit):
-            blocks[-1] = [blocks[-1][0] + " \\qquad " + lines[0]]
-        else:
-            blocks.append(list(lines))
-    return blocks
-
-
 def shape_rows(trace, out) -> list[dict[str, Any]]:
     """Shape mode: one row per step kind; heads whose shapes are alike collapse to one row."""
     rows: list[dict[str, Any]] = []
@@ -106,7 +94,8 @@ def shape_rows(trace, out) -> list[dict[str, Any]]:
             seen[key]["last"] = step.head
             continue
         generic = step.head is not None and trace.num_heads > 1
-        formula = step.formula if not out.plain else plain_formula(step, scaled=trace.settings["scale"] is not False)
+        formula = step.formula if not out.plain else plain_formula(step, scaled=trace.settings["scale"] is not False,
+                                                                   masked=trace.has("masked", step.head))
         formula = formula.split(", \\quad")[0].split(",  ")[0]  # the matrix form only (softmax)
         formula = formula.replace("Z^{(2)}, \\ldots", "\\ldots")
         line = shape_dims(trace, step, out, short=True)

@@ -151,3 +151,61 @@ def test_random_specs_at_random_widths_fit_in_xelatex(tmp_path, seed):
     assert result.ok, result.error_summary()
     assert result.textwidth == pytest.approx(float(page[:-2]), abs=0.05)
     assert [w for w in result.overfull if w > 1.0] == [], (page, spec.keys(), result.overfull_details()[:3])
+
+
+# ------------------------------------------------------------------ what a reader sees
+
+def test_chinese_markdown_never_glues_inline_math_to_hanzi():
+    """Several Markdown renderers do not open `自注意力$x$` as math: a space must separate them."""
+    from attntrace.examples import list_examples
+
+    for name, _ in list_examples():
+        md = attntrace.render(attntrace.run(name), format="md", lang="zh")
+        glued = [line for line in md.splitlines() if not line.startswith("$$")
+                 and re.search(r"[\u4e00-\u9fff]\$|(?<!\\)\$[\u4e00-\u9fff]", line)]
+        assert not glued, (name, glued[:2])
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_saturated_softmax_is_said_and_tiny_weights_are_not_zeros(lang):
+    """Raw heights: scores 28480..33820, so e^(28480-33820) = e^-5340 ~ 10^-2319.1 underflows to a
+    float 0; the report must still show it as nonzero (7.4 * 10^-2320) and say the row saturates."""
+    md = attntrace.render(attntrace.run("height-weight-raw"), format="md", lang=lang)
+    assert "7.4 \\cdot 10^{-2320}" in md  # 10^(-5340 / ln 10) = 10^-2319.13 = 7.4e-2320
+    assert "1.0000" in md  # the largest weight is 1 - 1e-773, not exactly 1
+    assert ("saturated in row 1" in md) if lang == "en" else ("softmax 已饱和" in md)
+    masked = attntrace.render(attntrace.run("causal-mask"), format="md", lang=lang)
+    assert "0\\phantom{.0000}" in masked  # an exactly masked weight stays a plain 0
+
+
+def test_conventions_state_only_what_applies():
+    scores_only = attntrace.render(attntrace.run("article_softmax_claim"), format="md")
+    conventions = scores_only.split("## Conventions")[1].split("##")[0]
+    assert "Row vectors" not in conventions and "Masked" not in conventions and "concatenated" not in conventions
+    assert "\\sqrt{d_k}" not in scores_only.split("## Conventions")[0]  # no scaling: the intro does not promise one
+    masked = attntrace.render(attntrace.run("causal-mask"), format="md")
+    assert "Masked entries" in masked and "Heads are concatenated" not in masked
+    heads = attntrace.render(attntrace.run("multihead-output"), format="md")
+    assert "Heads are concatenated" in heads and "W_O" in heads.split("## Given")[0]
+
+
+def test_exact_matrices_of_fractions_are_not_listed_twice():
+    spec = {"mode": "exact", "X": [["1", "2"], ["0", "1"]], "W_Q": [["1/2", "0"], ["0", "sqrt(2)"]],
+            "W_K": [["1", "1/3"], ["0", "1"]], "W_V": [["2", "0"], ["1", "1/2"]]}
+    given = attntrace.render(attntrace.run(spec), format="md").split("## Given")[1].split("## Steps")[0]
+    equations = [eq for line in given.splitlines() for eq in line.split("\\qquad")]  # packed side by side
+    w_k = next(eq for eq in equations if "{W_K}" in eq)
+    w_v = next(eq for eq in equations if "{W_V}" in eq)
+    assert "\\approx" not in w_k and "\\approx" not in w_v  # 1/3 reads as well as 0.3333
+    assert "\\approx" in next(eq for eq in equations if "{W_Q}" in eq)  # sqrt(2) needs its 1.4142
+
+
+def test_shape_mode_is_one_table():
+    md = attntrace.render(attntrace.run("eight-heads-shapes"), format="md")
+    assert md.count("| queries |") == 1 and md.count("\n| ") == 9  # one row per step kind, 8 heads collapsed
+    assert "Q^{(i)} = X W_Q^{(i)}" in md and "(100{\\times}3)" in md and "(100{\\times}24)" in md
+
+
+def test_title_math_is_typeset_not_escaped():
+    md = attntrace.render(attntrace.run("scaling-dk6"), format="md")
+    assert md.splitlines()[0] == "# Scaling by $\\sqrt{d_{k}}$ with $d_{k} = 6$"
