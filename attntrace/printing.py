@@ -399,7 +399,9 @@ class TexOut(_Out):
     def block(self, inner: str, label: str) -> str:
         return f"\\underbrace{{{inner}}}_{{{label}}}"
 
-    def inner_matrix(self, body: list[list[str]]) -> str:
+    def inner_matrix(self, body: list[list[str]], numeric: bool = False) -> str:
+        if numeric:  # right-aligned: one decimal layout lines the points up
+            return "\\begin{array}{" + "r" * len(body[0]) + "}" + " \\\\ ".join(" & ".join(r) for r in body) + "\\end{array}"
         return "\\begin{matrix}" + " \\\\ ".join(" & ".join(r) for r in body) + "\\end{matrix}"
 
     def brackets(self, parts: list[str]) -> str:
@@ -515,7 +517,7 @@ class PlainOut(_Out):
     def block(self, inner: str, label: str) -> str:
         return f"{label}"
 
-    def inner_matrix(self, body: list[list[str]]) -> str:
+    def inner_matrix(self, body: list[list[str]], numeric: bool = False) -> str:
         return "; ".join(" ".join(r) for r in body)
 
     def brackets(self, parts: list[str]) -> str:

@@ -15,7 +15,7 @@ import numpy as np
 
 from .errors import BadInput
 from .layout import Seq, fit_chain, join_sum
-from .printing import entry_name, pick, plain_formula, plain_name
+from .printing import decimals_needed, entry_name, pick, plain_formula, plain_name
 
 #: Entry names and matrix letters of each step (the masked scores are T-tilde: not the same matrix as T).
 STEP_BASE = {"Q": "q", "K": "k", "V": "v", "scores": "s", "scaled": "t", "masked": "\\tilde{t}", "weights": "a", "Z": "z",
@@ -582,6 +582,16 @@ class StepView:
                     main.append(values)
         vm["main"] = [block(b) for b in main]
 
+    def head_block(self, r: Ref, rows, cols, refs) -> str:
+        """One head's block of the concatenation; numbers share one decimal layout across heads."""
+        o = self.out
+        if not isinstance(r.value, np.ndarray):
+            body = [[o.dots(i, j) if i is None or j is None else o.entry(r.value, i, j) for j in cols] for i in rows]
+            return o.inner_matrix(body)
+        d = decimals_needed([float(x) for ref in refs for x in np.asarray(ref.value).ravel()[:4096]], o.precision)
+        body = [[o.dots(i, j) if i is None or j is None else o.fixed(float(r.value[i, j]), d) for j in cols] for i in rows]
+        return o.inner_matrix(body, numeric=True)
+
     def concat_values(self, refs, heads, lhs) -> list[str] | None:
         """The entries with each head's block marked; fewer columns per head, then fewer
         heads, until it fits; None when not even two heads of two columns fit."""
@@ -600,8 +610,7 @@ class StepView:
                         continue
                     r = refs[h]
                     cols = pick(r.shape[1], per)
-                    body = [[o.dots(i, j) if i is None or j is None else o.entry(r.value, i, j) for j in cols] for i in rows]
-                    parts.append(o.block(o.inner_matrix(body), self.mname(r)))
+                    parts.append(o.block(self.head_block(r, rows, cols, refs), self.mname(r)))
                 text = o.brackets(parts)
                 if o.measure(text) <= self.budget(lhs):
                     return self.fit(lhs, [text])
