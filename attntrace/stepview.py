@@ -15,7 +15,7 @@ import numpy as np
 
 from .errors import BadInput
 from .layout import Seq, fit_chain, join_sum
-from .printing import decimals_needed, entry_name, pick, plain_formula, plain_name
+from .printing import STATS, decimals_needed, entry_name, pick, plain_formula, plain_name
 
 #: Entry names and matrix letters of each step (the masked scores are T-tilde: not the same matrix as T).
 STEP_BASE = {"Q": "q", "K": "k", "V": "v", "scores": "s", "scaled": "t", "masked": "\\tilde{t}", "weights": "a", "Z": "z",
@@ -341,7 +341,13 @@ class StepView:
         return self.fit(lhs, [names, nums] + self.entry_result(s.value, i, j), align=True, lhs_width=self.lw)
 
     def entry_result(self, value, i, j) -> list:
+        """The result of entry (i, j); numeric results of one step share one decimal layout."""
         o = self.out
+        if isinstance(value, np.ndarray):
+            if not hasattr(self, "_decimals"):
+                self._decimals = decimals_needed([float(x) for x in value.ravel()[:4096]], o.precision)
+            STATS["entries"] += 1
+            return [o.fixed(float(value[i, j]), self._decimals, pad=False)]
         result = o.entry(value, i, j)
         sides: list = [result]
         if self.mode == "exact":
