@@ -278,6 +278,26 @@ class _Out:
             return None
         return self.matrix_of(rows, cols, lambda i, j: cells[i, j])
 
+    def fixed(self, x: float, d: int, pad: bool = True) -> str:
+        """x with d decimals; a whole number (exact 0 above all) without them, padded to the
+        column's decimals in a matrix; a nonzero value that would print as 0 in scientific
+        notation, so that it never looks like an exact 0."""
+        if math.isfinite(x) and x == int(x) and abs(x) < 1e15:
+            return str(int(x)) + (self.pad(d) if d and pad else "")
+        if math.isinf(x) or math.isnan(x):
+            return self.special(x)
+        if abs(x) < 0.5 * 10 ** -d:
+            return self.sci(*_scientific(x))
+        return f"{x:.{d}f}"
+
+    def power_of_ten(self, lg: float) -> str:
+        """10^lg in scientific notation (a value far below what a float holds)."""
+        e = math.floor(lg)
+        m = 10 ** (lg - e)
+        if round(m, 1) >= 10:
+            m, e = m / 10, e + 1
+        return self.sci(f"{m:.1f}", e)
+
     def negated(self, term: str) -> bool:
         """A term that starts with its own minus sign, written as a subtraction in a sum."""
         return term.startswith("-")
@@ -330,24 +350,14 @@ class TexOut(_Out):
         cols = "r" * len(body[0])
         return "\\left[\\begin{array}{" + cols + "}" + " \\\\ ".join(" & ".join(row) for row in body) + "\\end{array}\\right]"
 
-    def fixed(self, x: float, d: int, pad: bool = True) -> str:
-        """x with d decimals; an exact 0 as 0 (padded to the column's decimals in a matrix)."""
-        if math.isfinite(x) and x == int(x) and abs(x) < 1e15:  # exactly 0 or another whole number: no decimals
-            return str(int(x)) + (f"\\phantom{{.{'0' * d}}}" if d and pad else "")
-        if math.isinf(x) or math.isnan(x):
-            return tex_number(x, d, count=False)
-        if abs(x) < 0.5 * 10 ** -d:  # nonzero, but it would print as 0
-            m, e = _scientific(x)
-            return f"{m} \\cdot 10^{{{e}}}"
-        return f"{x:.{d}f}"
+    def pad(self, d: int) -> str:
+        return f"\\phantom{{.{'0' * d}}}"
 
-    def power_of_ten(self, lg: float) -> str:
-        """10^lg in scientific notation (a value far below what a float holds)."""
-        e = math.floor(lg)
-        m = 10 ** (lg - e)
-        if round(m, 1) >= 10:
-            m, e = m / 10, e + 1
-        return f"{m:.1f} \\cdot 10^{{{e}}}"
+    def sci(self, m: str, e: int) -> str:
+        return f"{m} \\cdot 10^{{{e}}}"
+
+    def special(self, x: float) -> str:
+        return tex_number(x, 0, count=False)
 
     def measure(self, tex: str) -> float:
         from .layout import width
@@ -444,22 +454,14 @@ class PlainOut(_Out):
     def layout_numeric(self, body: list[list[str]], decimals: int) -> str:
         return self.layout(body)
 
-    def fixed(self, x: float, d: int, pad: bool = True) -> str:
-        if math.isfinite(x) and x == int(x) and abs(x) < 1e15:
-            return str(int(x)) + (" " * (d + 1) if d and pad else "")
-        if math.isinf(x) or math.isnan(x):
-            return plain_number(x, d, count=False)
-        if abs(x) < 0.5 * 10 ** -d:
-            m, e = _scientific(x)
-            return f"{m}e{e}"
-        return f"{x:.{d}f}"
+    def pad(self, d: int) -> str:
+        return " " * (d + 1)
 
-    def power_of_ten(self, lg: float) -> str:
-        e = math.floor(lg)
-        m = 10 ** (lg - e)
-        if round(m, 1) >= 10:
-            m, e = m / 10, e + 1
-        return f"{m:.1f}e{e}"
+    def sci(self, m: str, e: int) -> str:
+        return f"{m}e{e}"
+
+    def special(self, x: float) -> str:
+        return plain_number(x, 0, count=False)
 
     def measure(self, text: str) -> float:
         return max((len(line) for line in text.splitlines()), default=0) * 0.5
