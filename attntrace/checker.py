@@ -30,9 +30,10 @@ from typing import Any, Mapping
 from .answer import AnswerMatrix, load_answer
 from .diagnose import UNKNOWN, WRONG_SHAPE, World, diagnosis_params
 from .errors import BadInput
+from .jinja_env import user_template_errors
 from .printing import plain_number
 from .trace import Trace
-from .usertext import format_user_text, inline_math_for
+from .usertext import clean_text, format_user_text, inline_math_for
 from .viewmodel import escape_md, escape_tex as tex_escape
 
 LANGS = ("en", "zh")
@@ -295,8 +296,17 @@ def render_report(report: Report, format: str = "text", lang: str = "en", **opti
         return json.dumps(report.to_dict(lang), ensure_ascii=False, indent=1)
     if format not in FORMATS:
         raise BadInput(f"unknown report format {format!r}; choose one of text, md, tex, json")
-    precision = options.get("precision") or 4
+    precision = options.get("precision")
+    precision = 4 if precision is None else precision  # 0 is a precision: whole numbers
+    if isinstance(precision, bool) or not isinstance(precision, int) or not 0 <= precision <= 15:
+        raise BadInput(f"precision must be an integer from 0 to 15, not {precision!r}")
     template_dir = options.get("template_dir")
+    env = _environment(template_dir)
+    with user_template_errors(env, template_dir):
+        return _render_report(report, format, lang, precision, template_dir, env, options)
+
+
+def _render_report(report: Report, format: str, lang: str, precision: int, template_dir, env, options: Mapping[str, Any]) -> str:
     msgs = _messages(lang, template_dir, format)
     first = report.first_wrong_step
     derivation = None
@@ -309,11 +319,10 @@ def render_report(report: Report, format: str = "text", lang: str = "en", **opti
             "code": s.diagnosis.code if s.diagnosis else None,
             "message": s.diagnosis.message(lang, format, template_dir) if s.diagnosis else None,
             "entries": [{"row": e.row, "col": e.col, "expected": format_number(e.expected, precision),
-                         "given": e.given_text} for e in s.wrong_entries],
+                         "given": clean_text(e.given_text)} for e in s.wrong_entries],
             "expected_shape": s.expected_shape, "given_shape": s.given_shape,
         })
     first_row = next((r for r in rows if r["status"] == "wrong"), None)
-    env = _environment(template_dir)
     text = env.get_template(f"check/report.{format}.j2").render(
         m=msgs, lang=lang, report=report, rows=rows, first=first_row, derivation=derivation,
         title=_title(report.trace, format, lang, options.get("math_delimiters") or "dollars"),
@@ -337,7 +346,7 @@ def _correct_computation(trace: Trace, result: StepResult, format: str, lang: st
         return render_step(trace, step, format=format, lang=lang, **kwargs).strip("\n")
     from .diagnose import to_float
 
-    precision = options.get("precision") or 4
+    precision = 4 if options.get("precision") is None else options["precision"]
     value = to_float(step.value)
     cells = [[format_number(x, precision) for x in row] for row in value]
     if format == "text":

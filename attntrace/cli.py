@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -91,16 +92,40 @@ def _render_options(args) -> dict:
     return opts
 
 
+def _write_stream(stream, text: str) -> None:
+    """Write to a terminal or pipe whose encoding may lack some characters: those become '?'
+    (or \\u escapes on standard error) instead of a UnicodeEncodeError."""
+    try:
+        stream.write(text)
+    except UnicodeEncodeError:
+        encoding = getattr(stream, "encoding", None) or "utf-8"
+        errors = "backslashreplace" if stream is sys.stderr else "replace"
+        stream.write(text.encode(encoding, errors).decode(encoding, "replace"))
+
+
+def _json(data) -> str:
+    """JSON for standard output or a file: the characters json leaves raw that must not reach
+    a terminal (DEL, C1 controls, bidi formatting, lone surrogates) written as \\u escapes."""
+    from .usertext import json_safe
+
+    return json_safe(json.dumps(data, ensure_ascii=False, indent=1))
+
+
 def _emit(text: str, output: Path | None) -> None:
+    """Write a report: no control or bidi character and no lone surrogate ever reaches the
+    output (the escapers have cleaned user text; this is the last line of defence)."""
+    from .usertext import clean_output
+
+    text = clean_output(text)
     if not text.endswith("\n"):
         text += "\n"
     if output is None:
-        sys.stdout.write(text)
+        _write_stream(sys.stdout, text)
     else:
         try:
             output.write_text(text, encoding="utf-8")
         except OSError as exc:
-            raise BadInput(f"cannot write {output}: {exc.strerror or exc}") from None
+            raise BadInput(f"cannot write {str(output)!r}: {exc.strerror or type(exc).__name__}") from None
 
 
 def cmd_run(args) -> int:
@@ -108,7 +133,7 @@ def cmd_run(args) -> int:
 
     trace = run(args.spec, mode=args.mode, expand=args.expand)
     if args.format == "json":
-        text = json.dumps(trace.to_dict(), ensure_ascii=False, indent=1)
+        text = _json(trace.to_dict())
     else:
         from .renderer import render
 
@@ -122,7 +147,7 @@ def cmd_check(args) -> int:
 
     report = check(args.spec, args.answer, mode=args.mode, atol=args.atol, rtol=args.rtol, lang=args.lang)
     if args.format == "json":
-        text = json.dumps(report.to_dict(), ensure_ascii=False, indent=1)
+        text = _json(report.to_dict())
     else:
         from .checker import render_report
 
@@ -145,19 +170,36 @@ def cmd_exercise(args) -> int:
     return exercise_command(args, _render_options(args))
 
 
+def _error(message: str) -> None:
+    """One line on standard error: newlines, control and bidi characters in the message (a
+    file name, a title quoted back) shown as escapes."""
+    from .usertext import one_line
+
+    _write_stream(sys.stderr, f"attntrace: {one_line(message)}\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         handler = {"run": cmd_run, "check": cmd_check, "examples": cmd_examples, "exercise": cmd_exercise}[args.command]
         return handler(args)
     except AttntraceError as exc:
-        print(f"attntrace: error: {exc}", file=sys.stderr)
+        _error(f"error: {exc}")
         return 2
     except KeyboardInterrupt:
-        print("attntrace: interrupted", file=sys.stderr)
+        _error("interrupted")
         return 130
+    except BrokenPipeError:  # `attntrace run ... | head`: the reader left; nothing to say
+        try:
+            sys.stdout = open(os.devnull, "w")  # the interpreter's final flush must not fail again
+        except OSError:
+            pass
+        return 1
+    except MemoryError:
+        _error("error: out of memory: the input is too large for this machine's memory limit")
+        return 2
     except Exception as exc:  # noqa: BLE001 - a one-line report, not a traceback
-        print(f"attntrace: internal error ({type(exc).__name__}): {exc}; please report it", file=sys.stderr)
+        _error(f"internal error ({type(exc).__name__}): {exc}; please report it")
         return 3
 
 

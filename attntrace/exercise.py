@@ -22,10 +22,11 @@ from typing import Any
 import numpy as np
 
 from .errors import BadInput
+from .jinja_env import user_template_errors
 from .printing import TexOut
 from .renderer import environment, tidy
 from .trace import Trace
-from .stepview import STEP_LETTER
+from .viewparts import STEP_LETTER
 
 MAX_N, MAX_D, MAX_HEADS = 12, 12, 6
 #: A row of scaled scores spanning more than this makes the softmax almost one-hot.
@@ -208,10 +209,11 @@ def render_worksheet(spec: dict, trace: Trace, format: str = "md", lang: str = "
     if lang not in ("en", "zh"):
         raise BadInput(f"lang must be en or zh, not {lang!r}")
     env = environment(template_dir)
-    prose = env.get_template(f"exercise/prose/{lang}.j2").make_module({})
-    text = env.get_template(f"exercise/worksheet.{format}.j2").render(
-        ex=worksheet_view(spec, trace), p=prose, lang=lang, standalone=standalone,
-        brackets=math_delimiters == "brackets")
+    view = worksheet_view(spec, trace)
+    with user_template_errors(env, template_dir):
+        prose = env.get_template(f"exercise/prose/{lang}.j2").make_module({})
+        text = env.get_template(f"exercise/worksheet.{format}.j2").render(
+            ex=view, p=prose, lang=lang, standalone=standalone, brackets=math_delimiters == "brackets")
     return tidy(text)
 
 
@@ -219,7 +221,7 @@ def _write(path: Path, text: str) -> None:
     try:
         Path(path).write_text(text, encoding="utf-8")
     except OSError as exc:
-        raise BadInput(f"cannot write {path}: {exc.strerror or exc}") from None
+        raise BadInput(f"cannot write {str(path)!r}: {exc.strerror or type(exc).__name__}") from None
 
 
 def exercise_command(args, render_options: dict) -> int:

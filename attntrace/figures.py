@@ -12,6 +12,7 @@ symbolic and shape traces hold no numbers to plot and are refused with BadInput.
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -19,18 +20,26 @@ import numpy as np
 
 from .errors import BadInput
 from .trace import Trace
+from .usertext import clean_text
 
 FORMATS = ("svg", "png", "pdf")
 #: Above this many rows or columns the cells are too small for their numbers.
 MAX_ANNOTATED = 12
 
 
+#: Whether matplotlib's Text can switch mathtext off (matplotlib >= 3.5); set on import.
+_HAS_PARSE_MATH = True
+
+
 def _matplotlib():
+    global _HAS_PARSE_MATH
     try:
         import matplotlib  # noqa: F401
         from matplotlib.figure import Figure
+        from matplotlib.text import Text
     except ImportError:
         raise BadInput("heatmaps need matplotlib: pip install 'attntrace[figures]'") from None
+    _HAS_PARSE_MATH = hasattr(Text, "set_parse_math")
     return Figure
 
 
@@ -61,9 +70,28 @@ def weight_matrices(trace: Trace) -> list[tuple[int | None, np.ndarray]]:
     return out
 
 
+#: A tick label longer than this is cut (with an ellipsis): a label is a word, not a paragraph.
+MAX_LABEL = 24
+
+
+def label_text(token) -> str:
+    """A token as a tick label: control and bidi characters removed (usertext.clean_text),
+    whitespace collapsed, cut to `MAX_LABEL` characters. Dollars and backslashes are kept as
+    they are: labels are drawn with matplotlib's mathtext switched off (`_TEXT_PROPS`), so
+    ``$\\frac{$`` is the text it is (escaped instead on a matplotlib without that switch)."""
+    text = " ".join(clean_text(token).split()) or " "
+    if len(text) > MAX_LABEL:
+        text = text[: MAX_LABEL - 1] + "\u2026"
+    if not _HAS_PARSE_MATH:
+        text = text.replace("$", "\\$")  # mathtext: \$ is a literal dollar
+    return text
+
+
 def _labels(trace: Trace, rows: int, cols: int) -> tuple[list[str] | None, list[str] | None]:
     tokens = trace.settings.get("tokens")
     kv_tokens = trace.settings.get("kv_tokens")
+    tokens = [label_text(t) for t in tokens] if tokens else tokens
+    kv_tokens = [label_text(t) for t in kv_tokens] if kv_tokens else kv_tokens
     row_labels = list(tokens) if tokens and len(tokens) == rows else None
     if kv_tokens and len(kv_tokens) == cols:
         col_labels = list(kv_tokens)
@@ -98,10 +126,11 @@ def _draw(Figure, matrix: np.ndarray, head: int | None, row_labels, col_labels, 
                 ax.text(j, i, text, ha="center", va="center", fontsize=8, color="white" if v > 0.6 else "black")
     ax.set_xticks(range(cols) if cols <= 40 else [])
     ax.set_yticks(range(rows) if rows <= 40 else [])
+    props = {"parse_math": False} if _HAS_PARSE_MATH else {}
     if cols <= 40:
-        ax.set_xticklabels(col_labels if col_labels else [str(j + 1) for j in range(cols)])
+        ax.set_xticklabels(col_labels if col_labels else [str(j + 1) for j in range(cols)], **props)
     if rows <= 40:
-        ax.set_yticklabels(row_labels if row_labels else [str(i + 1) for i in range(rows)])
+        ax.set_yticklabels(row_labels if row_labels else [str(i + 1) for i in range(rows)], **props)
     ax.xaxis.tick_top()
     ax.xaxis.set_label_position("top")
     ax.set_xlabel("keys")
@@ -131,22 +160,27 @@ def write_heatmaps(trace: Trace, directory, formats: Iterable[str] = ("svg",), p
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise BadInput(f"cannot create the figures folder {directory}: {exc.strerror or exc}") from None
+        raise BadInput(f"cannot create the figures folder {str(directory)!r}: {exc.strerror or type(exc).__name__}") from None
     stem = _stem(trace)
     written = []
     for head, matrix in matrices:
         row_labels, col_labels = _labels(trace, *matrix.shape)
-        fig = _draw(Figure, matrix, head, row_labels, col_labels, precision)
         paths = {}
-        for fmt in formats:
-            path = directory / (f"{stem}-head{head}.{fmt}" if head else f"{stem}.{fmt}")
-            # fixed ids and no dates: the same trace gives byte-identical SVG/PDF files
-            with matplotlib.rc_context({"svg.hashsalt": "attntrace", "svg.fonttype": "none"}):
-                try:
-                    fig.savefig(path, format=fmt, metadata={"Date": None} if fmt in ("svg", "pdf") else None,
-                                dpi=150 if fmt == "png" else None)
-                except OSError as exc:
-                    raise BadInput(f"cannot write {path}: {exc.strerror or exc}") from None
-            paths[fmt] = path
+        # matplotlib warns (several lines on stderr) about glyphs its font lacks (CJK tokens)
+        # and layouts it cannot fit: a figure is drawn all the same, so they are not shown
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=UserWarning, module=r"matplotlib(\.|$)")
+            warnings.filterwarnings("ignore", message=r"Glyph .* missing from")
+            fig = _draw(Figure, matrix, head, row_labels, col_labels, precision)
+            for fmt in formats:
+                path = directory / (f"{stem}-head{head}.{fmt}" if head else f"{stem}.{fmt}")
+                # fixed ids and no dates: the same trace gives byte-identical SVG/PDF files
+                with matplotlib.rc_context({"svg.hashsalt": "attntrace", "svg.fonttype": "none"}):
+                    try:
+                        fig.savefig(path, format=fmt, metadata={"Date": None} if fmt in ("svg", "pdf") else None,
+                                    dpi=150 if fmt == "png" else None)
+                    except OSError as exc:
+                        raise BadInput(f"cannot write {str(path)!r}: {exc.strerror or type(exc).__name__}") from None
+                paths[fmt] = path
         written.append({"path": paths[formats[0]], "head": head, "paths": paths})
     return written

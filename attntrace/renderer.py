@@ -18,7 +18,7 @@ import jinja2
 
 from .errors import BadInput
 from .layout import parse_width
-from .jinja_env import cached_environment
+from .jinja_env import cached_environment, user_template_errors
 from .resources import templates_dir
 from .trace import Step, Trace
 from .viewmodel import report_view, step_view
@@ -127,9 +127,11 @@ def render_step(trace: Trace, step: Step | str, *, format: str, lang: str = "en"
         sid, _, head = step.partition("@")
         step = trace.step(sid, int(head) if head else None)
     env = environment(s["template_dir"])
-    ctx = _context(env, s["format"], s["lang"], s["math_delimiters"])
     vm = step_view(trace, step, s["format"], s["precision"], s["max_size"], fit_limit(s), s["rows"])
-    return tidy(env.get_template(f"steps/{step.id}.j2").render(**ctx, vm=vm), s["format"])
+    with user_template_errors(env, s["template_dir"]):
+        ctx = _context(env, s["format"], s["lang"], s["math_delimiters"])
+        text = env.get_template(f"steps/{step.id}.j2").render(**ctx, vm=vm)
+    return tidy(text, s["format"])
 
 
 def _figures(trace: Trace, directory, output_path, fmt: str) -> list[dict]:
@@ -138,7 +140,7 @@ def _figures(trace: Trace, directory, output_path, fmt: str) -> list[dict]:
     except ImportError:
         raise BadInput("figures need attntrace[figures] (matplotlib)") from None
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    check_figures_folder(directory)
     base = Path(output_path).resolve().parent if output_path is not None else Path.cwd()
     out = []
     # LaTeX cannot \\includegraphics an SVG: give it a PDF; Markdown viewers show SVG.
@@ -149,6 +151,21 @@ def _figures(trace: Trace, directory, output_path, fmt: str) -> list[dict]:
     return out
 
 
+def check_figures_folder(directory: str | os.PathLike) -> None:
+    """`directory` is (or can be made) a folder heatmaps can be written into; else one line.
+    Called before any work, so that a bad --figures fails fast."""
+    directory = Path(directory)
+    shown = repr(os.fspath(directory))  # one line, whatever the name holds
+    if directory.exists() and not directory.is_dir():
+        raise BadInput(f"--figures {shown} is a file, not a folder")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BadInput(f"cannot create the figures folder {shown}: {exc.strerror or type(exc).__name__}") from None
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise BadInput(f"cannot write into the figures folder {shown}: permission denied")
+
+
 def render(trace: Trace, format: str = "md", **options: Any) -> str:
     """Render a trace as a derivation: format md | tex | text, lang en | zh (see DEFAULTS)."""
     s = validate({**options, "format": format})
@@ -156,10 +173,11 @@ def render(trace: Trace, format: str = "md", **options: Any) -> str:
         raise BadInput(f"render needs a Trace (from attntrace.run), not {type(trace).__name__}")
     figures = _figures(trace, s["figures"], s["output_path"], s["format"]) if s["figures"] is not None else []
     env = environment(s["template_dir"])
-    ctx = _context(env, s["format"], s["lang"], s["math_delimiters"])
     vm = report_view(trace, s["format"], s["precision"], s["max_size"], figures, lang=s["lang"], limit=fit_limit(s), rows=s["rows"],
                      math_delimiters=s["math_delimiters"])
     page = s["page"]
-    text = env.get_template(f"{s['format']}/report.j2").render(**ctx, r=vm, standalone=s["standalone"],
-                                                               textwidth=f"{page.pt:.1f}pt" if page.pt else "")
+    with user_template_errors(env, s["template_dir"]):
+        ctx = _context(env, s["format"], s["lang"], s["math_delimiters"])
+        text = env.get_template(f"{s['format']}/report.j2").render(**ctx, r=vm, standalone=s["standalone"],
+                                                                   textwidth=f"{page.pt:.1f}pt" if page.pt else "")
     return tidy(text, s["format"])

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from .layout import fit_chain
-from .usertext import format_user_text, inline_math_for
+from .usertext import clean_text, format_user_text, inline_math_for
 from .printing import PlainOut, TexOut, plain_formula
 from .stepview import StepView, block, operand_ref, pack, resolve, shape_dims
 
@@ -36,20 +36,23 @@ _MD_LINE_START = re.compile(r"^(\s*)([#>+-]|\d+[.)])")
 _MD_HTML = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
 
 
+# Every escaper first cleans the text (`usertext.clean_text`: control and bidi characters
+# removed, lone surrogates replaced), so no user text reaches an output with them.
+
 def escape_tex(text: str) -> str:
-    text = re.sub(r"\s+", " ", str(text))
+    text = re.sub(r"\s+", " ", clean_text(text))
     return "".join(_TEX_ESCAPES.get(c, c) for c in text)
 
 
 def escape_md(text: str) -> str:
-    text = re.sub(r"\s+", " ", str(text))
+    text = re.sub(r"\s+", " ", clean_text(text))
     text = "".join(_MD_HTML[c] if c in _MD_HTML else ("\\" + c if c in _MD_SPECIAL else c) for c in text)
     # a leading "#", "-", "1." would make a heading or a list item
     return _MD_LINE_START.sub(lambda m: m.group(1) + m.group(2)[:-1] + "\\" + m.group(2)[-1], text)
 
 
 def escape_text(text: str) -> str:
-    return re.sub(r"[\x00-\x08\x0b-\x1f\x7f]", "", re.sub(r"\s+", " ", str(text)))
+    return re.sub(r"\s+", " ", clean_text(text))
 
 
 ESCAPERS = {"md": escape_md, "tex": escape_tex, "text": escape_text}
