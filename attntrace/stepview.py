@@ -1,10 +1,9 @@
 """One step of a trace -> the view model its template lays out: displays that fit the page.
 
-Every display is a *block*: a list of lines (one line, or the lines of an aligned block with
-'&' before each relation), laid out for the report's width by `attntrace.layout`. A step's
-view holds its main block (formula = numbers substituted = result), the entry-by-entry blocks
-of the rows chosen for expansion, the softmax row by row (max, shift, exponentials, sum,
-weights) and notes (saturation). No prose: the templates write the words.
+Every display is a *block* (see `attntrace.viewparts`), laid out for the report's width by
+`attntrace.layout`. A step's view holds its main block (formula = numbers substituted =
+result), the entry-by-entry blocks of the rows chosen for expansion, the softmax row by row
+(`attntrace.softmaxview`) and notes (saturation). No prose: the templates write the words.
 """
 
 from __future__ import annotations
@@ -15,120 +14,12 @@ import numpy as np
 
 from .errors import BadInput
 from .layout import Seq, fit_chain, join_sum
-from .printing import STATS, decimals_needed, entry_name, pick, plain_formula, plain_name
-
-#: Entry names and matrix letters of each step (the masked scores are T-tilde: not the same matrix as T).
-STEP_BASE = {"Q": "q", "K": "k", "V": "v", "scores": "s", "scaled": "t", "masked": "\\tilde{t}", "weights": "a", "Z": "z",
-             "concat": "z", "output": "o"}
-STEP_LETTER = {"Q": "Q", "K": "K", "V": "V", "scores": "S", "scaled": "T", "masked": "\\tilde{T}", "weights": "A", "Z": "Z",
-               "concat": "Z", "output": "O"}
-STEP_PLAIN = {"masked": "T~"}
-OPERAND_BASE = {"X": "x", "X_kv": "y", "W_Q": "w^{Q}", "W_K": "w^{K}", "W_V": "w^{V}", "W_O": "w^{O}", "b_Q": "b^{Q}", "b_K": "b^{K}",
-                "b_V": "b^{V}", "b_O": "b^{O}", "Q": "q", "K": "k", "V": "v", "scores": "s", "weights": "a", "Z": "z"}
-OPERAND_LETTER = {"X": "X", "X_kv": "X_{kv}", "W_Q": "W_Q", "W_K": "W_K", "W_V": "W_V", "W_O": "W_O", "b_Q": "b_Q", "b_K": "b_K",
-                  "b_V": "b_V", "b_O": "b_O", "Q": "Q", "K": "K", "V": "V", "scores": "S", "weights": "A", "Z": "Z"}
-OPERAND_PLAIN = {"X_kv": "X_kv"}
-PRODUCTS = {"Q", "K", "V", "scores", "Z", "output"}
-#: A softmax row whose largest weight is at least this is called saturated in the report.
-SATURATED = 0.999
-#: Lines per aligned block at most: a long block cannot break across pages.
-BLOCK_LINES = 8
+from .printing import STATS, decimals_needed, pick, plain_formula, plain_name
+from .softmaxview import SoftmaxView
+from .viewparts import BLOCK_LINES, PRODUCTS, Ref, block, pack, resolve, rows_to_expand, shape_dims, step_ref
 
 
-def block(lines: list[str]) -> dict[str, Any]:
-    """A display: its lines, and whether they form an aligned block (several lines, or one
-    line with an alignment mark before its relation)."""
-    aligned = len(lines) > 1 or any(m in lines[0] for m in (" &= ", " &\\approx ", "} &= "))
-    return {"lines": list(lines), "aligned": aligned}
-
-
-class Ref:
-    """A matrix a step reads: its value, shape, entry base name and matrix name."""
-
-    def __init__(self, value, shape, base, letter, head, plain_letter=None):
-        self.value, self.shape, self.base, self.letter, self.head = value, tuple(shape), base, letter, head
-        self.plain_letter = plain_letter or letter
-
-    def name(self, i: int, j: int) -> str:
-        wide = max(self.shape) >= 10
-        if self.base.startswith("\\"):  # \tilde{t}: not a parser name, written out here
-            sup = "" if self.head is None else f"^{{({self.head})}}"
-            sub = f"{i + 1},{j + 1}" if wide else f"{i + 1}{j + 1}"
-            return f"{self.base}{sup}_{{{sub}}}"
-        return entry_name(self.base, i + 1, j + 1, self.head, wide=wide)
-
-
-def resolve(trace, name: str, head: int | None) -> Ref:
-    if "@" in name:
-        name, h = name.split("@")
-        head = int(h)
-    for h in dict.fromkeys((head, None)):
-        if trace.has(name, h):
-            return step_ref(trace.step(name, h))
-        try:
-            o = trace.operand(name, h)
-        except KeyError:
-            continue
-        return operand_ref(o)
-    raise KeyError(name)
-
-
-def operand_ref(op) -> Ref:
-    base = op.symbol or OPERAND_BASE.get(op.name, "x")
-    # a given Z_i in symbolic mode already carries its head in its symbol (z^{(2)})
-    head = None if (op.symbol and "(" in op.symbol) else op.head
-    return Ref(op.value, op.shape, base, OPERAND_LETTER.get(op.name, op.name), head if op.symbol else op.head,
-               OPERAND_PLAIN.get(op.name))
-
-
-def step_ref(step) -> Ref:
-    return Ref(step.value, step.shape, STEP_BASE[step.id], STEP_LETTER[step.id], step.head, STEP_PLAIN.get(step.id))
-
-
-def rows_to_expand(option, n: int, default: int) -> list[int]:
-    """0-based rows: the option's list (1-based), 'all' (every shown row), or the first `default`."""
-    if option == "all":
-        return [i for i in pick(n, 10**9) if i is not None]
-    if option:
-        return [r - 1 for r in option if r <= n]
-    return list(range(min(n, default)))
-
-
-def shape_dims(trace, step, out, short: bool = False) -> str:
-    """(100 x 3) (3 x 3) -> (100 x 3): the shapes a step reads and the shape it makes."""
-    arrow = " -> " if out.plain else " \\to "
-    paren = lambda shape: f"({out.shape(shape)})"  # noqa: E731
-    if step.id == "concat":
-        refs = [resolve(trace, n, None) for n in step.inputs]
-        if len({r.shape for r in refs}) == 1 and not short:  # the article's (n, d_v h): h heads of (n, d_v)
-            h, (n, d) = len(refs), refs[0].shape
-            if out.plain:
-                return f"{h} x ({n} x {d}){arrow}({n} x {d}*{h}) = ({n} x {d * h})"
-            return f"{h} \\times ({n} \\times {d}){arrow}({n} \\times {d} \\cdot {h}) = ({n} \\times {d * h})"
-        if len({r.shape for r in refs}) == 1:
-            times = " x " if out.plain else " \\times "
-            return f"{len(refs)}{times}{paren(refs[0].shape)}{arrow}{paren(step.shape)}"
-        return ("; " if out.plain else ",\\ ").join(paren(r.shape) for r in refs) + arrow + paren(step.shape)
-    ins = [resolve(trace, n, step.head) for n in step.inputs]
-    shapes = [r.shape for r in ins]
-    if step.id == "scores":
-        shapes[1] = shapes[1][::-1]
-    return (" " if out.plain else "\\,").join(paren(sh) for sh in shapes) + arrow + paren(step.shape)
-
-
-def pack(chains: list[list[str]], out) -> list[list[str]]:
-    """Put one-line equations side by side (\\qquad apart) while they fit on a line."""
-    blocks: list[list[str]] = []
-    for lines in chains:
-        if (not out.plain and blocks and not block(blocks[-1])["aligned"] and not block(lines)["aligned"]
-                and out.measure(blocks[-1][0]) + 2.0 + out.measure(lines[0]) <= out.limit):
-            blocks[-1] = [blocks[-1][0] + " \\qquad " + lines[0]]
-        else:
-            blocks.append(list(lines))
-    return blocks
-
-
-class StepView:
+class StepView(SoftmaxView):
     """Builds the view model of one step for one output (TeX or plain)."""
 
     def __init__(self, trace, step, out, rows, escape):
@@ -419,155 +310,6 @@ class StepView:
         vm["main"] = [block(b) for b in pack(blocks, o)]
 
     # -- softmax ------------------------------------------------------------------------
-    def build_weights(self, vm) -> None:
-        s, o = self.s, self.out
-        src = resolve(self.t, s.inputs[0], s.head)
-        vm["formula_block"] = self.fit_formula(vm["formula"]) if not o.plain else [vm["formula"]]
-        lhs = self.named(self.ref)
-        if self.mode == "numeric":
-            matrix = o.numeric_matrix(s.value, s.shape, self.budget(lhs), self.weight_log10)
-            vm["main"] = [block(self.fit(lhs, [matrix]))]
-        else:
-            vm["main"] = [block(self.fit(lhs, self.result_side(s.value, self.budget(lhs))))]
-        rows = rows_to_expand(self.rows_opt, s.shape[0], 4)
-        vm["entry_rows"] = rows
-        if self.mode == "symbolic":
-            if s.expansion is not None:  # named: each row's sum of exponentials once, then its weights
-                vm["entries"] = [block(self.symbolic_softmax_row(src, i)) for i in rows]
-                return
-            chains = [self.fit(self.entry_label(i, j), [self.symbolic_sum(i, j)], align=True, lhs_width=self.lw)
-                      for i in rows for j in pick(s.shape[1], o.max_size) if j is not None]
-            vm["entries"] = self.blocks_of(chains)
-            return
-        tokens = [self.escape(x) for x in self.t.settings.get("tokens") or ()]
-        for i in rows:
-            vm["softmax_rows"].append({"row": i + 1, "token": tokens[i] if i < len(tokens) else "",
-                                       "block": block(self.softmax_row(src, i))})
-        vm["notes"] = self.saturation(rows, tokens)
-
-    def symbolic_softmax_row(self, src: Ref, i: int) -> list[str]:
-        """sum_k e^{t_ik} = e^{t_i1} + ... (broken to fit), then a_ij = e^{t_ij} / sum_k e^{t_ik}."""
-        s, o = self.s, self.out
-        import sympy
-
-        cols = pick(s.shape[1], o.max_size)
-        kept = [j is None or src.value[i, j] != -sympy.oo for j in cols]
-        first = next(j for j in range(s.shape[1]) if src.value[i, j] != -sympy.oo)
-        base = o.entry(src.value, i, first).rsplit("_", 1)[0]
-        wide = max(src.shape) >= 10
-        sub = f"{i + 1},k" if wide else f"{i + 1}k"
-        if o.plain:
-            sigma = f"sum_k e^({plain_name(base)}_{sub.replace(',', '')})"
-        else:
-            sigma = f"\\textstyle\\sum_{{k}} e^{{{base}_{{{sub}}}}}"
-        terms = [o.ellipsis_term() if j is None else o.exp(o.expr(src.value[i, j])) for j, k in zip(cols, kept) if k]
-        rows = [(sigma, [join_sum(terms)])]
-        for j in cols:
-            if j is None:
-                continue
-            t = src.value[i, j]
-            lhs = self.entry_label(i, j) if s.value[i, j] != 0 else self.ename_plain(i, j)  # a masked weight has no name of its own
-            rows.append((lhs, ["0" if t == -sympy.oo else o.frac(o.exp(o.expr(t)), sigma)]))
-        lw = max(o.measure(lhs) for lhs, _ in rows)
-        return [line for lhs, sides in rows for line in self.fit(lhs, sides, align=True, lhs_width=lw)]
-
-    def softmax_row(self, src: Ref, i: int) -> list[str]:
-        """m_i, the shifted scores, their exponentials, their sum and the weights of row i."""
-        s, o, d = self.s, self.out, self.s.details
-        cols = pick(s.shape[1], o.max_size)
-        plain = o.plain
-        e = self.ename(src, i, 0).rsplit("_", 1)[0] if not plain else None
-        h = "" if s.head is None else (f"^{{({s.head})}}" if not plain else f"({s.head})")
-        m = f"m_{{{i + 1}}}" if not plain else f"m_{i + 1}"
-        tij = (f"{e}_{{{i + 1}j}}" if not plain else plain_name(self.ename(src, i, 0)).rsplit("_", 1)[0] + f"_{i + 1}j")
-        tik = tij.replace("j}", "k}") if not plain else tij[:-1] + "k"
-        aij = (f"a{h}_{{{i + 1}j}}" if not plain else f"a{h}_{i + 1}j")
-        if self.mode == "numeric":
-            t_row = np.asarray(src.value[i], dtype=float)
-            shifted = d.get("shifted")
-            shifted_row = np.asarray(shifted[i], dtype=float) if shifted is not None else t_row - float(d["row_max"][i])
-            exp_row = np.asarray(d["exp"][i], dtype=float)
-            vec = lambda xs, lg=None: self.vector([None if j is None else float(xs[j]) for j in cols],  # noqa: E731
-                                                  None if lg is None else [None if j is None else lg(i, j) for j in cols])
-            m_val = o.vector([float(d["row_max"][i])])[0]
-            several = np.isfinite(self.shifted(i)).sum() > 1  # then the sum is 1 + something, never exactly 1
-            total = o.vector([float(d["row_sum"][i])], [0.0] if several else None)[0]
-            shifted_v = vec(shifted_row)
-            exp_v = vec(exp_row, self.exp_log10)
-            weights_v = vec(np.asarray(s.value[i], dtype=float), self.weight_log10)
-            weights_side: list = [weights_v]
-        else:  # exact
-            shifted = d.get("shifted")
-            row_max = d.get("row_max")
-            m_val = o.expr(row_max[i]) if row_max is not None and row_max[i] is not None else None  # None: symbols, no order
-            ent = lambda mat: self.vector_tex([None if j is None else o.entry(mat, i, j) for j in cols])  # noqa: E731
-            shifted_v = ent(shifted) if shifted is not None else None
-            exp_v = ent(d["exp"])
-            total = o.expr(d["row_sum"][i])
-            weights_v = ent(s.value)
-            approx = [None if j is None else o.approx_entry(s.value, i, j) for j in cols]
-            weights_side = [weights_v]
-            if all(a is not None for a, j in zip(approx, cols) if j is not None):  # no approximation of symbols
-                dots = o.dots(0, None)
-                weights_side.append(("\\approx" if not plain else "~", self.vector_tex([dots if a is None else a for a in approx])))
-        maxf = (f"\\max_{{j}} {tij}" if not plain else f"max_j {tij}")
-        shift = f"{tij} - {m}" if m_val is not None else tij
-        expo = o.exp(shift)
-        sumf = (f"\\textstyle\\sum_{{k}} {o.exp(tik + (' - ' + m if m_val is not None else ''))}" if not plain
-                else f"sum_k e^({tik}{' - ' + m if m_val is not None else ''})")
-        rows = []
-        if m_val is not None:
-            rows.append((m, [maxf, m_val]))
-            if shifted_v is not None:
-                rows.append((shift, [shifted_v]))
-        rows += [(expo, [exp_v]), (sumf, [total]), (aij, [o.frac(expo, sumf)] + weights_side)]
-        lw = max(o.measure(lhs) for lhs, _ in rows)  # the block's left column is as wide as its widest left side
-        return [line for lhs, sides in rows for line in self.fit(lhs, sides, align=True, lhs_width=lw)]
-
-    def vector(self, xs: list[float | None], true_log10=None):
-        return self.vector_tex(self.out.vector(xs, true_log10))
-
-    # The floats of a softmax are not always its true values: e^-5340 underflows to 0 and
-    # 1 - e^-5340 rounds to 1. These give log10 of the true value where the float is not
-    # exact (None where it is: a masked 0, the 1 of a row with one kept key, e^0 = 1).
-    def shifted(self, i: int) -> np.ndarray:
-        d = self.s.details
-        if "shifted" in d:
-            return np.asarray(d["shifted"][i], dtype=float)
-        src = resolve(self.t, self.s.inputs[0], self.s.head)
-        return np.asarray(src.value[i], dtype=float) - float(d["row_max"][i])
-
-    def exp_log10(self, i: int, j: int) -> float | None:
-        x = float(self.shifted(i)[j])
-        return None if x == 0 or np.isneginf(x) else x / np.log(10)
-
-    def weight_log10(self, i: int, j: int) -> float | None:
-        row = self.shifted(i)
-        if np.isneginf(row[j]) or np.isfinite(row).sum() == 1:
-            return None
-        return float(row[j] - np.log(float(self.s.details["row_sum"][i]))) / np.log(10)
-
-    def vector_tex(self, items: list[str]):
-        o = self.out
-        if o.plain:
-            return o.row(items)
-        return Seq(tuple(items), joiner=",\\ ", tail=",", open="(", close=")", open_one="\\left(", close_one="\\right)")
-
-    def saturation(self, rows: list[int], tokens) -> list[dict]:
-        s = self.s
-        notes = []
-        for i in range(s.shape[0]):
-            if self.mode != "numeric" and not all(s.value[i, j].is_number for j in range(s.shape[1])):
-                continue  # a row with symbols has no weights to compare
-            vals = [float(s.value[i, j]) if self.mode == "numeric" else float(s.value[i, j].evalf(17)) for j in range(s.shape[1])]
-            j = int(np.argmax(vals))
-            if s.shape[1] > 1 and vals[j] >= SATURATED:
-                notes.append({"kind": "saturated", "row": i + 1, "col": j + 1, "weight": self.out.num(vals[j]),
-                              "rest": self.out.num(1.0 - vals[j]) if vals[j] < 1 else "0",
-                              "token": tokens[i] if i < len(tokens) else ""})
-        return notes
-
-    # -- concat -------------------------------------------------------------------------
     def build_concat(self, vm) -> None:
         s, o = self.s, self.out
         refs = [resolve(self.t, n, None) for n in s.inputs]

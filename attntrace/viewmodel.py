@@ -11,12 +11,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import numpy as np
-
 from .layout import fit_chain
 from .usertext import clean_text, format_user_text, inline_math_for
 from .printing import PlainOut, TexOut, plain_formula
-from .stepview import StepView, block, operand_ref, pack, resolve, shape_dims
+from .stepview import StepView
+from .viewparts import block, operand_ref, pack, resolve, shape_dims
 
 
 
