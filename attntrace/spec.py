@@ -9,11 +9,15 @@ Every key is checked against a whitelist, every matrix goes through `matrices.to
 from __future__ import annotations
 
 import json
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+import numpy as np
+
+from . import limits
 from .errors import BadInput
 from .expr import parse_expr
 from .matrices import to_matrix
@@ -55,30 +59,106 @@ class Problem:
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 
+def _shown(p: Path) -> str:
+    """A file name for a one-line message: control characters (a newline) escaped."""
+    text = str(p)
+    return text if text.isprintable() else repr(text)[1:-1]
+
+
+_JSON_STRINGS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_TOML_STRINGS = re.compile(r'"""(?:[^\\]|\\.)*?"""|\'\'\'[\s\S]*?\'\'\'|"[^"\\\n]*(?:\\.[^"\\\n]*)*"|\'[^\'\n]*\'|#[^\n]*')
+_BRACKET_STEP = np.zeros(256, dtype=np.int8)
+_BRACKET_STEP[[ord("["), ord("{")]] = 1
+_BRACKET_STEP[[ord("]"), ord("}")]] = -1
+
+
+def _check_structure(text: str, is_json: bool, name: str, what: str) -> None:
+    """Refuse, before parsing, nesting and numbers that the parsers cannot take cheaply.
+
+    json and tomllib recurse once per nested array (RecursionError at about 1000 levels),
+    tomllib takes quadratic time in the number of parts of a dotted key, and Python refuses
+    to convert integers of more than 4300 digits. Strings and comments are blanked first so
+    that brackets, dots and digits inside them do not count.
+    """
+    code = (_JSON_STRINGS if is_json else _TOML_STRINGS).sub('""', text)
+    depth_limit = limits.get("depth")
+    steps = _BRACKET_STEP[np.frombuffer(code.encode("utf-8"), dtype=np.uint8)]
+    if steps.size:
+        depth = int(np.cumsum(steps, dtype=np.int64).max())
+        if depth > depth_limit:
+            raise limits.refuse(f"{name}: arrays or tables nested {depth} deep", "depth")
+    if not is_json and re.search(r"(?:\.[^.\n=,\[\]{}]*){%d}" % depth_limit, code):
+        raise limits.refuse(f"{name}: a dotted key with more than {depth_limit} parts", "depth")
+    digits = limits.get("digits")
+    m = re.search(r"(?<![0-9])[0-9]{%d}" % (digits + 1), code)
+    if m:
+        line = code.count("\n", 0, m.start()) + 1
+        raise limits.refuse(f"{name}, line {line}: a number with more than {digits} digits", "digits")
+
+
+def _check_parsed(data: Any, name: str) -> None:
+    """Depth and integer size of the parsed tree, without recursion (dotted keys nest too)."""
+    depth_limit, digits = limits.get("depth"), limits.get("digits")
+    bits = int(digits * 3.3219280948873626) + 1
+    stack = [(data, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            children = node.values()
+        elif isinstance(node, list):
+            children = node
+        else:
+            if isinstance(node, int) and node.bit_length() > bits and len(str(node)) > digits:
+                raise limits.refuse(f"{name}: an integer with more than {digits} digits", "digits")
+            continue
+        if depth > depth_limit:
+            raise limits.refuse(f"{name}: arrays or tables nested more than {depth_limit} deep", "depth")
+        stack.extend((c, depth + 1) for c in children)
+
+
 def read_table_file(path: str | Path, what: str = "spec", parse_float=None) -> dict:
     """Read a TOML or JSON file holding one table; errors become one-line BadInput.
 
     `parse_float` receives each float's text (the checker keeps it to know the decimals written).
+    The file's size, nesting and integers are checked against `attntrace.limits` first.
     """
     p = Path(path)
+    name = _shown(Path(p.name))
+    size_limit = limits.get("file_mb") * 1_000_000
     try:
-        text = p.read_text(encoding="utf-8")
+        with open(p, "rb") as f:  # at most limit + 1 bytes: /dev/zero or a huge file is not read whole
+            raw = f.read(size_limit + 1)
     except OSError as exc:
-        raise BadInput(f"cannot read {what} file {p}: {exc.strerror or exc}") from None
+        raise BadInput(f"cannot read {what} file {_shown(p)}: {exc.strerror or exc}") from None
+    if len(raw) > size_limit:
+        raise limits.refuse(f"{what} file {_shown(p)} is larger than {limits.get('file_mb')} MB", "file_mb")
+    try:
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise BadInput(f"{what} file {p.name} is not UTF-8 text") from None
-    if p.suffix.lower() == ".json" or (p.suffix.lower() != ".toml" and text.lstrip().startswith("{")):
-        try:
-            data = json.loads(text, parse_float=parse_float, parse_constant=parse_float)
-        except json.JSONDecodeError as exc:
-            raise BadInput(f"{p.name}: JSON syntax error at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
-    else:
-        try:
-            data = tomllib.loads(text, parse_float=(lambda t: parse_float(t.replace("_", ""))) if parse_float else float)
-        except tomllib.TOMLDecodeError as exc:
-            raise BadInput(f"{p.name}: TOML syntax error: {exc}") from None
+        raise BadInput(f"{what} file {name} is not UTF-8 text") from None
+    del raw
+    is_json = p.suffix.lower() == ".json" or (p.suffix.lower() != ".toml" and text.lstrip().startswith("{"))
+    _check_structure(text, is_json, name, what)
+    try:
+        if is_json:
+            try:
+                data = json.loads(text, parse_float=parse_float, parse_constant=parse_float)
+            except json.JSONDecodeError as exc:
+                raise BadInput(f"{name}: JSON syntax error at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+        else:
+            try:
+                data = tomllib.loads(text, parse_float=(lambda t: parse_float(t.replace("_", ""))) if parse_float else float)
+            except tomllib.TOMLDecodeError as exc:
+                raise BadInput(f"{name}: TOML syntax error: {' '.join(str(exc).split())}") from None
+    except RecursionError:
+        raise limits.refuse(f"{name}: arrays or tables nested too deeply to read", "depth") from None
+    except ValueError as exc:  # Python's own limit on converting integers of > 4300 digits
+        if "digits" in str(exc):
+            raise limits.refuse(f"{name}: a number with more than {limits.get('digits')} digits", "digits") from None
+        raise BadInput(f"{name}: cannot read: {' '.join(str(exc).split())[:120]}") from None
     if not isinstance(data, dict):
-        raise BadInput(f"{p.name}: a {what} must be a table of keys, not {type(data).__name__}")
+        raise BadInput(f"{name}: a {what} must be a table of keys, not {type(data).__name__}")
+    _check_parsed(data, name)
     return data
 
 
@@ -118,7 +198,11 @@ def _scale(value: Any) -> Any:
         return value
     if isinstance(value, (int, float)) or isinstance(value, str):
         number = parse_expr(str(value), allow_symbols=False) if isinstance(value, str) else value
-        if not float(number) > 0:
+        try:
+            size = float(number)
+        except (OverflowError, TypeError, ValueError):
+            size = float("nan")
+        if not 0 < size < float("inf"):
             raise BadInput(f"scale must be true, false or a positive number, not {value!r}")
         return number
     raise BadInput(f"scale must be true, false or a positive number, not {value!r}")
@@ -202,6 +286,8 @@ def load_spec(spec: Any, *, mode: str | None = None, **overrides: Any) -> Proble
                 raise BadInput(f"{sorted(top)[0]} is given both at the top level and in heads; give per-head matrices in heads only")
             if not isinstance(heads_raw, list) or not heads_raw or not all(isinstance(h, dict) for h in heads_raw):
                 raise BadInput("heads must be a non-empty list of tables")
+            if len(heads_raw) > limits.get("heads"):
+                raise limits.refuse(f"heads lists {len(heads_raw)} tables, too many heads", "heads")
             if num_heads is not None and num_heads != len(heads_raw):
                 raise BadInput(f"num_heads = {num_heads} but heads lists {len(heads_raw)} tables")
             multi = len(heads_raw) > 1
@@ -218,6 +304,11 @@ def load_spec(spec: Any, *, mode: str | None = None, **overrides: Any) -> Proble
                 not_splittable = sorted(set(single) - set(SPLITTABLE))
                 if not_splittable:
                     raise BadInput(f"num_heads splits {', '.join(SPLITTABLE)} into column blocks; give {not_splittable[0]} per head in heads instead")
+                for k, op in single.items():  # before anything per head is built
+                    if op.shape[1] % num_heads:
+                        raise BadInput(f"num_heads = {num_heads} does not divide the width of {k} {op.shape}")
+                if num_heads > limits.get("heads"):
+                    raise limits.refuse(f"num_heads = {num_heads} is too many heads", "heads")
                 per_head = [dict() for _ in range(num_heads)]
                 for k, op in single.items():
                     for i, part in enumerate(_split(op, num_heads, mode)):

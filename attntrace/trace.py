@@ -87,23 +87,40 @@ class Trace:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "settings", _frozen(self.settings))
+        # Indexes by (id, head) and (name, head), so that step/has/operand are O(1) and
+        # rendering and checking stay linear in the number of heads. The first match wins,
+        # as a scan in order would find it. Not dataclass fields: equality, repr and
+        # dataclasses.replace ignore them (replace rebuilds them).
+        steps: dict[tuple[str, int | None], Step] = {}
+        for s in self.steps:
+            steps.setdefault((s.id, s.head), s)
+        operands: dict[tuple[str, int | None], Operand] = {}
+        for o in self.operands:
+            operands.setdefault((o.name, o.head), o)
+        object.__setattr__(self, "_step_index", MappingProxyType(steps))
+        object.__setattr__(self, "_operand_index", MappingProxyType(operands))
 
     def step(self, id: str, head: int | None = None) -> Step:
         """The step with this id (and head, for per-head steps of multi-head traces)."""
-        for s in self.steps:
-            if s.id == id and s.head == head:
-                return s
-        have = ", ".join(s.key for s in self.steps)
+        try:
+            return self._step_index[(id, head)]
+        except (KeyError, TypeError):  # TypeError: an unhashable id or head
+            pass
+        keys = [s.key for s in self.steps]
+        have = ", ".join(keys if len(keys) <= 40 else keys[:40] + [f"... ({len(keys)} steps)"])
         raise KeyError(f"no step {id!r}" + (f" for head {head}" if head else "") + f" (steps: {have})")
 
     def has(self, id: str, head: int | None = None) -> bool:
-        return any(s.id == id and s.head == head for s in self.steps)
+        try:
+            return (id, head) in self._step_index
+        except TypeError:
+            return False
 
     def operand(self, name: str, head: int | None = None) -> Operand:
-        for o in self.operands:
-            if o.name == name and o.head == head:
-                return o
-        raise KeyError(f"no operand {name!r}")
+        try:
+            return self._operand_index[(name, head)]
+        except (KeyError, TypeError):
+            raise KeyError(f"no operand {name!r}") from None
 
     def heads(self) -> list[int | None]:
         """Head numbers in order: [None] for a single-head trace, else [1..h]."""

@@ -34,12 +34,29 @@ def _label(name: str, head: int | None) -> str:
     return name if head is None else f"{name} (head {head})"
 
 
+def _sum_finite(a: np.ndarray) -> bool:
+    """True when the sum of `a` is finite, which proves every entry finite (one pass, no copy)."""
+    with np.errstate(all="ignore"):
+        return bool(np.isfinite(np.add.reduce(a, axis=None)))
+
+
+def _check_finite(a: np.ndarray, step: str, how: str) -> None:
+    """Refuse, in one line naming the step and entry, a numeric result that overflowed."""
+    if _sum_finite(a):
+        return
+    bad = ~np.isfinite(a)
+    if bad.any():
+        i, j = (int(k) + 1 for k in np.argwhere(bad)[0])
+        raise BadInput(f"step {step}: entry ({i}, {j}) overflows float64 ({how}); scale the inputs down")
+
+
 class _Tracer:
     def __init__(self, problem: Problem):
         self.p = problem
         self.alg = algebra_for(problem.mode, full_expansion=problem.full_expansion)
         self.steps: list[Step] = []
         self.multi = len(problem.heads) > 1
+        self.numeric = problem.mode == "numeric"
 
     # -- helpers ---------------------------------------------------------------
     def operand(self, op: Operand) -> _Value:
@@ -48,6 +65,9 @@ class _Tracer:
     def emit(self, id, head, inputs, formula, result, shape, details=None, symbolic_name=True) -> _Value:
         symbol = STEP_SYMBOLS.get(id) if symbolic_name else None
         value, expansion = self.alg.finish(result, symbol=symbol, head=head, shape=shape)
+        if self.numeric and id != "masked":  # masked scores are -inf on purpose; inputs were finite
+            how = f"{inputs[0]} divided by {details['factor']:.6g}" if id == "scaled" else f"computed from {', '.join(inputs)}"
+            _check_finite(value, _label(id, head), how)
         self.steps.append(Step(id=id, head=head, inputs=tuple(inputs), formula=formula, value=value, shape=tuple(shape),
                                symbol=symbol, expansion=expansion, details=details or {}))
         return _Value(value, shape, id)
@@ -117,6 +137,15 @@ class _Tracer:
 
     def weights(self, head, t: _Value) -> _Value:
         result, details = self.alg.softmax(t.value)
+        if self.numeric:
+            # t - max overflows when a row spans more than the float range (1e308 and -1e308)
+            shifted = details["shifted"]
+            if not _sum_finite(shifted):
+                bad = np.isneginf(shifted) & ~np.isneginf(t.value)
+                if bad.any():
+                    i, j = (int(k) + 1 for k in np.argwhere(bad)[0])
+                    raise BadInput(f"step {_label('weights', head)}: entry ({i}, {j}) minus its row maximum overflows float64 "
+                                   f"(the row spans more than the float range); scale the inputs down")
         return self.emit("weights", head, [t.ref], formulas.weights(head, scaled=self.p.scale is not False, masked=self.p.mask is not None), result, t.shape, details)
 
     def weighted_sum(self, head, a: _Value, v: _Value) -> _Value:
@@ -149,8 +178,14 @@ class _Tracer:
         return self.weighted_sum(head, a, v) if v is not None else None
 
     def run(self) -> Trace:
-        p = self.p
         self.check_budget()
+        if not self.numeric:
+            return self._run()
+        with np.errstate(all="ignore"):  # overflow is reported per step by _check_finite, not as warnings
+            return self._run()
+
+    def _run(self) -> Trace:
+        p = self.p
         heads = [None] if not self.multi else list(range(1, len(p.heads) + 1))
         if p.start == "Z":
             zs = [self.operand(ops["Z"]) for ops in p.heads]
