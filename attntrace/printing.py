@@ -360,7 +360,7 @@ class TexOut(_Out):
         return tex_number(x, 0, count=False)
 
     def measure(self, tex: str) -> float:
-        from .layout import width
+        from .texwidth import width
 
         return width(tex)
 

@@ -18,7 +18,8 @@ import pytest
 
 import attntrace
 from attntrace.errors import BadInput
-from attntrace.layout import Seq, fit_chain, join_sum, parse_width, width
+from attntrace.layout import Seq, fit_chain, join_sum, parse_width
+from attntrace.texwidth import width
 from pagefit import compile_latex_full
 
 SPECS = {
