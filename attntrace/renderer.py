@@ -53,7 +53,7 @@ def validate(options: dict[str, Any]) -> dict[str, Any]:
         if s[key] is not None and not isinstance(s[key], (str, os.PathLike)):
             raise BadInput(f"{key} must be a path, not {type(s[key]).__name__}")
     if s["template_dir"] is not None and not Path(s["template_dir"]).is_dir():
-        raise BadInput(f"template_dir {s['template_dir']} is not a folder")
+        raise BadInput(f"template_dir {os.fspath(s['template_dir'])!r} is not a folder")
     s["page"] = parse_width(s["width"], s["format"], s["lang"])
     s["rows"] = parse_rows(s["rows"])
     return s
