@@ -54,7 +54,14 @@ def check(spec_or_trace, answer, **options):
     return _check(spec_or_trace, answer, **options)
 
 
-__all__ = ["run", "render", "check", "Trace", "Step", "Operand", "STEP_IDS", "AttntraceError", "BadInput", "Unsupported", "__version__"]
+def check_class(spec_or_trace, answers, **options):
+    """Check and score a whole class (a folder or a list of answers); returns a ClassReport."""
+    from .classcheck import check_class as _check_class
+
+    return _check_class(spec_or_trace, answers, **options)
+
+
+__all__ = ["run", "render", "check", "check_class", "Trace", "Step", "Operand", "STEP_IDS", "AttntraceError", "BadInput", "Unsupported", "__version__"]
 
 
 def from_torch(module, query, key=None, value=None, **kwargs) -> Trace:
