@@ -136,9 +136,10 @@ def render_step(trace: Trace, step: Step | str, *, format: str, lang: str = "en"
 
 def _figures(trace: Trace, directory, output_path, fmt: str) -> list[dict]:
     try:
-        from .figures import write_heatmaps
+        from .figures import weight_matrices, write_heatmaps
     except ImportError:
         raise BadInput("figures need attntrace[figures] (matplotlib)") from None
+    weight_matrices(trace)  # nothing to plot: refused before the folder is made
     directory = Path(directory)
     check_figures_folder(directory)
     base = Path(output_path).resolve().parent if output_path is not None else Path.cwd()

@@ -326,6 +326,21 @@ def test_reports_hold_no_control_characters(fmt):
     assert not UNSAFE.search(out)
 
 
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_hostile_text_compiles_with_xelatex(xelatex, lang):
+    """Control characters made xelatex stop with "invalid character"; markup stays text."""
+    from attntrace.checker import check, render_report
+
+    trace = attntrace.run(str(FUZZ / "controls.json"))
+    ok, log, _ = xelatex(attntrace.render(trace, format="tex", standalone=True, lang=lang))
+    assert ok, log
+    report = check(str(FUZZ / "title-ansi.toml"), str(FUZZ / "answer-ansi.toml"), lang=lang)
+    ok, log, _ = xelatex(render_report(report, format="tex", standalone=True))
+    assert ok, log
+    ok, log, _ = xelatex(attntrace.render(attntrace.run(str(FUZZ / "markup.toml")), format="tex", standalone=True, lang=lang))
+    assert ok, log
+
+
 @pytest.mark.parametrize("fmt", ["text", "md", "tex"])
 def test_check_report_title_reaches_no_terminal_raw(fmt):
     """`check --format text` printed the title raw: ANSI sequences reached the terminal."""
