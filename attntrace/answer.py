@@ -33,6 +33,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from . import limits
 from .errors import BadInput
 from .spec import read_table_file
 from .trace import PER_HEAD_STEPS, STEP_IDS
@@ -229,6 +230,11 @@ def parse_entry(x: Any, where: str) -> Entry:
     if isinstance(x, np.generic):
         x = x.item()
     if isinstance(x, int):
+        digits = limits.get("digits")
+        if abs(x).bit_length() > 3 * digits and len(str(abs(x))) > digits:
+            raise limits.refuse(f"{where}: a number with more than {digits} digits", "digits")
+        if abs(x).bit_length() > 1023:
+            raise BadInput(f"{where}: {str(x)[:20]}... is too large")
         return Entry(float(x), str(x), "exact")
     if isinstance(x, float) and not isinstance(x, _Raw):
         if x == -math.inf:

@@ -49,6 +49,7 @@ from functools import lru_cache
 from numbers import Integral
 from typing import TYPE_CHECKING, NamedTuple
 
+from . import limits
 from .errors import BadInput, Unsupported
 
 if TYPE_CHECKING:  # SymPy is imported on first use: numeric mode never loads it
@@ -248,6 +249,11 @@ def _describe(tok: _Tok) -> str:
 # ---------------------------------------------------------------------------------------
 # parser
 
+def _bits_of_digits(digits: int) -> int:
+    """Bits of the largest integer with `digits` decimal digits (rounded up)."""
+    return int(digits * 3.3219280948873626) + 1
+
+
 def _max_bits(expr: sympy.Expr) -> int:
     import sympy
 
@@ -316,6 +322,10 @@ class _Parser:
 
         if result.has(sympy.nan, sympy.zoo):
             raise _Fail("undefined result (division by zero, 0*oo or oo-oo)", pos)
+        digits = limits.get("digits")
+        if _max_bits(result) > _bits_of_digits(digits):
+            raise _Fail(f"a number with more than {digits} digits", pos,
+                        f"limit digits = {digits:,}; raise it with {limits.ENV}=digits=N")
         for node in result.atoms(sympy.exp):
             arg = node.args[0]
             if arg.free_symbols or arg.has(sympy.oo, -sympy.oo):
@@ -407,8 +417,10 @@ class _Parser:
                     f"at most {MAX_EXPONENT} in size, denominator at most {MAX_EXPONENT_DENOMINATOR}",
                 )
             if exponent.is_integer:
-                if _max_bits(base) * abs(int(exponent)) > MAX_POWER_BITS:
-                    raise _Fail("power too large", pos, f"results of at most {MAX_POWER_BITS} bits")
+                digits = limits.get("digits")
+                if _max_bits(base) * abs(int(exponent)) > min(MAX_POWER_BITS, _bits_of_digits(digits)):
+                    raise _Fail(f"power too large (a number with more than {digits} digits)", pos,
+                                f"limit digits = {digits:,}; raise it with {limits.ENV}=digits=N")
             else:
                 if _total_bits(base) > MAX_ROOT_BITS:
                     raise _Fail(f"root of numbers with more than {MAX_ROOT_BITS} bits", pos)

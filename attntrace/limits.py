@@ -12,12 +12,12 @@ list of name=value pairs::
 | file_mb | 20 | size of a spec or answer file, in MB (10^6 bytes) |
 | depth | 64 | nesting of arrays and tables in a spec or answer file |
 | digits | 1000 | digits of an integer (files, answers, exact values such as 10^1000) |
-| heads | 4096 | number of heads (and never more heads than columns to split) |
+| heads | 1024 | number of heads (and never more heads than columns to split) |
 | numeric_entries | 50000000 | numeric mode: entries of one matrix, and of all a trace's steps together |
 | exact_entries | 10000 | exact and symbolic mode: entries of one matrix |
-| exact_cost | 2000000 | exact mode: predicted work (operations of the entries times their count) |
-| symbolic_cost | 2000000 | symbolic mode, named entries: predicted work |
-| expanded_cost | 60000 | symbolic mode with expand = "full": predicted work (terms of the expansion) |
+| exact_cost | 8000 | exact mode: predicted work (operations of the entries times their count) |
+| symbolic_cost | 200000 | symbolic mode, named entries: predicted work |
+| expanded_cost | 15000 | symbolic mode with expand = "full": predicted work (terms of the expansion) |
 """
 
 from __future__ import annotations
@@ -34,13 +34,16 @@ DEFAULTS: dict[str, int] = {
     "file_mb": 20,
     "depth": 64,
     "digits": 1000,
-    "heads": 4096,
+    "heads": 1024,
     "numeric_entries": 50_000_000,
     "exact_entries": 10_000,
-    "exact_cost": 2_000_000,
-    "symbolic_cost": 2_000_000,
-    "expanded_cost": 60_000,
+    "exact_cost": 8_000,
+    "symbolic_cost": 200_000,
+    "expanded_cost": 15_000,
 }
+
+#: digits cannot go higher: Python refuses to print integers of more than 4300 digits.
+MAX_DIGITS = 4000
 
 _cache: tuple[str, dict[str, int]] | None = None
 
@@ -61,6 +64,8 @@ def _parse(text: str) -> dict[str, int]:
             raise BadInput(f"{ENV}: {name} must be a positive number, not {value[:40]!r}") from None
         if not number > 0 or number > 10**15:
             raise BadInput(f"{ENV}: {name} must be a positive number up to 10^15, not {value[:40]!r}")
+        if name == "digits" and number > MAX_DIGITS:
+            raise BadInput(f"{ENV}: digits can be at most {MAX_DIGITS} (Python prints integers of at most 4300 digits)")
         out[name] = int(number)
     return out
 

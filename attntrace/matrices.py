@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from . import limits
 from .errors import BadInput
 from .expr import entry_name, parse_expr, parse_symbol_base
 from .trace import MODES
@@ -45,8 +46,9 @@ if TYPE_CHECKING:  # SymPy is imported only for exact/symbolic work: numeric mod
 
 __all__ = ["MAX_SYMBOLIC_ENTRIES", "to_matrix"]
 
-#: Largest matrix (in entries) built as a SymPy matrix in exact and symbolic mode.
-MAX_SYMBOLIC_ENTRIES = 10_000
+#: Largest matrix (in entries) built as a SymPy matrix in exact and symbolic mode by default
+#: (`attntrace.limits`, exact_entries, sets the one in force).
+MAX_SYMBOLIC_ENTRIES = limits.DEFAULTS["exact_entries"]
 
 _TABLE_KEYS = ("symbol", "shape")
 _SEQUENCES = (list, tuple)
@@ -156,11 +158,16 @@ def _brief(v: Any) -> str:
 
 def _check_size(shape: tuple[int, int], mode: str, label: _Label) -> None:
     n = shape[0] * shape[1]
-    if n > MAX_SYMBOLIC_ENTRIES:
-        raise BadInput(
-            f"{label} is {shape[0]}x{shape[1]} ({n} entries): too large for {mode} mode "
-            f"(at most {MAX_SYMBOLIC_ENTRIES} entries); use --mode shape or numeric"
-        )
+    name = "numeric_entries" if mode == "numeric" else "exact_entries"
+    if n > limits.get(name):
+        how = "use --mode shape" if mode == "numeric" else "use --mode shape or numeric"
+        raise limits.refuse(f"{label} is {shape[0]}x{shape[1]} ({n} entries): too large for {mode} mode; {how}", name)
+
+
+def _check_int(v: int, where: str) -> None:
+    digits = limits.get("digits")
+    if abs(v).bit_length() > 3 * digits and len(str(abs(v))) > digits:
+        raise limits.refuse(f"{where} has more than {digits} digits", "digits")
 
 
 # ---------------------------------------------------------------------------------------
@@ -223,6 +230,8 @@ def _from_array(raw: np.ndarray, mode: str, label: _Label):
     shape = (int(raw.shape[0]), int(raw.shape[1]))
     if mode == "shape":
         return None, shape, None
+    if mode == "numeric":
+        _check_size(shape, mode, label)
     kind = raw.dtype.kind
     if kind == "b":
         raise BadInput(f"{label} is a boolean array; entries must be numbers")
@@ -241,6 +250,7 @@ def _from_array(raw: np.ndarray, mode: str, label: _Label):
 
 def _convert_rows(rows: list, shape: tuple[int, int], mode: str, label: _Label):
     if mode == "numeric":
+        _check_size(shape, mode, label)
         if all(_FAST_TYPES.issuperset(map(type, row)) for row in rows):
             try:
                 return _finish_numeric(np.array(rows, dtype=np.float64), label), shape, None
@@ -351,10 +361,13 @@ def _to_exact(v: Any, label: _Label, i: int, j: int) -> sympy.Expr:
     if isinstance(v, (bool, np.bool_)):
         _refuse_entry(v, label, i, j)
     if isinstance(v, (int, np.integer)):
+        _check_int(int(v), where)
         return sympy.Integer(int(v))
     if isinstance(v, (float, np.floating)):
         return _rational_of_float(float(v), where)
     if isinstance(v, _PyRational) and not isinstance(v, sympy.Basic):  # fractions.Fraction
+        _check_int(int(v.numerator), where)
+        _check_int(int(v.denominator), where)
         return sympy.Rational(int(v.numerator), int(v.denominator))
     if isinstance(v, str):
         return _parse_entry(v, where)

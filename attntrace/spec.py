@@ -324,6 +324,9 @@ def load_spec(spec: Any, *, mode: str | None = None, **overrides: Any) -> Proble
                 if op.shape != heads[0][key].shape:
                     raise BadInput(f"heads disagree: {key} of head {i} is {op.shape} but {key} of head 1 is {heads[0][key].shape}")
 
+    tokens = _tokens(data["tokens"], "tokens") if "tokens" in data else None
+    kv_tokens = _tokens(data["kv_tokens"], "kv_tokens") if "kv_tokens" in data else None
+    _check_token_counts(tokens, kv_tokens, heads[0], shared)
     expand = data.get("expand", "named")
     if expand not in ("named", "full"):
         raise BadInput(f"expand must be \"named\" or \"full\", not {expand!r}")
@@ -339,10 +342,29 @@ def load_spec(spec: Any, *, mode: str | None = None, **overrides: Any) -> Proble
         title=_text(data["title"], "title") if "title" in data else None,
         description=_text(data["description"], "description") if "description" in data else None,
         localized={k: _text(data[k], k) for k in ("title_zh", "description_zh") if k in data},
-        tokens=_tokens(data["tokens"], "tokens") if "tokens" in data else None,
-        kv_tokens=_tokens(data["kv_tokens"], "kv_tokens") if "kv_tokens" in data else None,
+        tokens=tokens,
+        kv_tokens=kv_tokens,
         source=source,
     )
+
+
+def _check_token_counts(tokens, kv_tokens, head: Mapping[str, Operand], shared: Mapping[str, Operand]) -> None:
+    """tokens label the queries (rows), kv_tokens the keys: one label each."""
+    x = shared.get("X")
+    if x is not None:
+        n, m = x.shape[0], shared.get("X_kv", x).shape[0]
+    elif "Q" in head:
+        n, m = head["Q"].shape[0], head["K"].shape[0] if "K" in head else None
+    elif "scores" in head or "weights" in head:
+        n, m = head["scores" if "scores" in head else "weights"].shape
+    elif "Z" in head:
+        n, m = head["Z"].shape[0], None
+    else:
+        return
+    if tokens is not None and len(tokens) != n:
+        raise BadInput(f"tokens lists {len(tokens)} labels but there are {n} queries (rows); give one label per row")
+    if kv_tokens is not None and m is not None and len(kv_tokens) != m:
+        raise BadInput(f"kv_tokens lists {len(kv_tokens)} labels but there are {m} keys; give one label per key")
 
 
 def _start(head: Mapping[str, Operand], shared: Mapping[str, Operand]) -> str:
