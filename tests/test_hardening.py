@@ -136,7 +136,10 @@ def run_case(case: Case, cwd: Path, generated: Path, cache: Path) -> Result:
 # ----------------------------------------------------------------------------- the cases
 
 FORMATS = ("text", "md", "tex", "json")
-HOSTILE_TEXT_SPECS = ("title-ansi.toml", "title-surrogate.json", "controls.json", "markup.toml", "mathtext-tokens.toml")
+#: hostile user text, and the formats each runs in (every format for the first two; the
+#: in-process tests below run every spec in every format)
+HOSTILE_TEXT_SPECS = {"title-ansi.toml": FORMATS, "title-surrogate.json": FORMATS, "controls.json": ("text", "tex", "json"),
+                      "markup.toml": ("md", "tex"), "mathtext-tokens.toml": ("text",)}
 ANSWER = str(EXAMPLES / "article_softmax_claim.answer.toml")
 CLAIM = str(EXAMPLES / "article_softmax_claim.toml")
 
@@ -145,8 +148,8 @@ def _cases() -> list[Case]:
     cases: list[Case] = []
     add = cases.append
     # user text in every format and language
-    for spec in HOSTILE_TEXT_SPECS:
-        for fmt in FORMATS:
+    for spec, formats in HOSTILE_TEXT_SPECS.items():
+        for fmt in formats:
             add(Case(f"run-{spec}-{fmt}", ["run", "{F}/" + spec, "--format", fmt], rc=(0,)))
     add(Case("run-controls-zh-md", ["run", "{F}/controls.json", "--format", "md", "--lang", "zh"], rc=(0,)))
     add(Case("run-controls-zh-tex-standalone", ["run", "{F}/controls.json", "--format", "tex", "--lang", "zh", "--standalone"], rc=(0,)))
@@ -162,9 +165,9 @@ def _cases() -> list[Case]:
     add(Case("check-surrogate-text", ["check", "{F}/title-surrogate.json", "{F}/answer-ansi.toml"], rc=(1,)))
     add(Case("check-precision-0", ["check", CLAIM, ANSWER, "--precision", "0"], rc=(1,)))
     # the exact inputs quoted in the issue: NaN from finite inputs
-    for spec in ("nan-scores-1e308.json", "nan-scale-1e-320.toml", "nan-overflow-1e200.toml"):
-        for fmt in ("text", "json"):
-            add(Case(f"nan-{spec}-{fmt}", ["run", "{F}/" + spec, "--format", fmt]))
+    for spec, fmt in (("nan-scores-1e308.json", "text"), ("nan-scores-1e308.json", "json"), ("nan-scale-1e-320.toml", "md"),
+                      ("nan-overflow-1e200.toml", "tex")):
+        add(Case(f"nan-{spec}-{fmt}", ["run", "{F}/" + spec, "--format", fmt]))
     # memory and time
     for spec in ("heads-1e18.json", "heads-1e9.json", "shape-wide.json", "tokens-mismatch.toml", "bigint.json", "bigint.toml",
                  "bigpow-exact.toml", "expand-full-10x10.toml", "exact-sqrt-10x10.json", "expand-full-4x12.toml",
@@ -317,6 +320,17 @@ def _trace_with(title="T", tokens=("A", "B"), description=None):
     if description is not None:
         spec["description"] = description
     return attntrace.run(spec)
+
+
+@pytest.mark.parametrize("spec", ["title-ansi.toml", "title-surrogate.json", "controls.json", "markup.toml", "mathtext-tokens.toml"])
+def test_every_hostile_spec_in_every_format(spec, capsys):
+    from attntrace.cli import main
+
+    for fmt in FORMATS:
+        for lang in ("en", "zh"):
+            assert main(["run", str(FUZZ / spec), "--format", fmt, "--lang", lang]) == 0
+            captured = capsys.readouterr()
+            assert not captured.err and not UNSAFE.search(captured.out), (fmt, lang)
 
 
 @pytest.mark.parametrize("fmt", ["md", "tex", "text"])
