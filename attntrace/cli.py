@@ -92,15 +92,28 @@ def _render_options(args) -> dict:
     return opts
 
 
-def _write_stream(stream, text: str) -> None:
+def _write_stream(stream, text: str, is_json: bool = False) -> None:
     """Write to a terminal or pipe whose encoding may lack some characters: those become '?'
-    (or \\u escapes on standard error) instead of a UnicodeEncodeError."""
+    (\\u escapes on standard error and in JSON, which stays valid JSON) instead of a
+    UnicodeEncodeError."""
     try:
         stream.write(text)
     except UnicodeEncodeError:
         encoding = getattr(stream, "encoding", None) or "utf-8"
-        errors = "backslashreplace" if stream is sys.stderr else "replace"
-        stream.write(text.encode(encoding, errors).decode(encoding, "replace"))
+        if is_json:  # characters the encoding lacks occur only inside strings: \\u escapes
+            text = "".join(c if _encodable(c, encoding) else json.dumps(c)[1:-1] for c in text)
+        else:
+            errors = "backslashreplace" if stream is sys.stderr else "replace"
+            text = text.encode(encoding, errors).decode(encoding, "replace")
+        stream.write(text)
+
+
+def _encodable(c: str, encoding: str) -> bool:
+    try:
+        c.encode(encoding)
+        return True
+    except (UnicodeEncodeError, LookupError):
+        return False
 
 
 def _json(data) -> str:
@@ -111,16 +124,17 @@ def _json(data) -> str:
     return json_safe(json.dumps(data, ensure_ascii=False, indent=1))
 
 
-def _emit(text: str, output: Path | None) -> None:
+def _emit(text: str, output: Path | None, is_json: bool = False) -> None:
     """Write a report: no control or bidi character and no lone surrogate ever reaches the
-    output (the escapers have cleaned user text; this is the last line of defence)."""
+    output (the escapers have cleaned user text; this is the last line of defence; JSON has
+    them as \\u escapes already, see `_json`)."""
     from .usertext import clean_output
 
     text = clean_output(text)
     if not text.endswith("\n"):
         text += "\n"
     if output is None:
-        _write_stream(sys.stdout, text)
+        _write_stream(sys.stdout, text, is_json)
     else:
         try:
             output.write_text(text, encoding="utf-8")
@@ -138,7 +152,7 @@ def cmd_run(args) -> int:
         from .renderer import render
 
         text = render(trace, format=args.format, **_render_options(args))
-    _emit(text, args.output)
+    _emit(text, args.output, args.format == "json")
     return 0
 
 
@@ -152,15 +166,14 @@ def cmd_check(args) -> int:
         from .checker import render_report
 
         text = render_report(report, format=args.format, **_render_options(args))
-    _emit(text, args.output)
+    _emit(text, args.output, args.format == "json")
     return 0 if report.ok else 1
 
 
 def cmd_examples(args) -> int:
     from .examples import list_examples
 
-    for name, summary in list_examples():
-        print(f"{name:28s} {summary}")
+    _write_stream(sys.stdout, "".join(f"{name:28s} {summary}\n" for name, summary in list_examples()))
     return 0
 
 

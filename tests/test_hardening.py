@@ -200,6 +200,8 @@ def _cases() -> list[Case]:
     add(Case("template-dir-missing", ["run", "sentence-4x6", "--template-dir", "no\nfolder"], rc=(2,)))
     # output encodings that lack characters: replaced, never a crash
     add(Case("ascii-terminal-zh", ["run", "sentence-4x6", "--format", "md", "--lang", "zh"], env={"PYTHONIOENCODING": "ascii"}, rc=(0,)))
+    add(Case("ascii-terminal-json", ["run", "{F}/title-surrogate.json", "--format", "json", "--lang", "zh"],
+             env={"PYTHONIOENCODING": "ascii"}, rc=(0,)))
     add(Case("ascii-terminal-check", ["check", "{F}/title-surrogate.json", "{F}/answer-ansi.toml", "--lang", "zh"],
              env={"PYTHONIOENCODING": "ascii"}, rc=(1,)))
     # exercise and examples
@@ -395,6 +397,19 @@ def test_an_output_encoding_without_the_characters_does_not_crash(monkeypatch):
     cli._emit("自注意力 softmax √6\n", None)
     stream.flush()
     assert raw.getvalue() == b"???? softmax ?6\n"
+
+
+def test_json_on_an_ascii_terminal_stays_valid_json(tmp_path, monkeypatch):
+    from attntrace.cli import main
+
+    spec = tmp_path / "s.json"
+    spec.write_text(json.dumps({"title": "自注意力 😀 \u202e", "scores": [[0.8, 0.2], [0.3, 0.7]], "scale": False}), encoding="utf-8")
+    raw = io.BytesIO()
+    stream = io.TextIOWrapper(raw, encoding="ascii", errors="strict")
+    monkeypatch.setattr(sys, "stdout", stream)
+    assert main(["run", str(spec), "--format", "json"]) == 0
+    stream.flush()
+    assert json.loads(raw.getvalue().decode("ascii"))["title"] == "自注意力 😀 \u202e"
 
 
 def test_error_messages_are_one_line(tmp_path, capsys):
