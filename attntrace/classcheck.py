@@ -57,7 +57,7 @@ class StudentResult:
 
     name: str
     source: str | None  # the file name, None for an answer given as a dict
-    report: Any = None  # checker.Report
+    report: Any = field(default=None, repr=False)  # checker.Report
     reason: str | None = None  # why the answer is unreadable
     statuses: Mapping[str, str] = field(default_factory=dict)  # graded step key -> STATUSES
     points: float | None = None
@@ -104,7 +104,7 @@ class StudentResult:
 class ClassReport:
     """The class: each student's result and the summary (`render`, `to_dict`, `to_csv`)."""
 
-    trace: Trace
+    trace: Trace = field(repr=False)
     students: tuple[StudentResult, ...]
     weights: Mapping[str, float]  # graded step key -> weight (> 0), in trace order
     lang: str = "en"
@@ -221,20 +221,13 @@ def check_class(spec_or_trace: Any, answers: Any, *, weights: Mapping[str, float
     for i, answer in enumerate(answer_list(answers), start=1):
         source = Path(answer).name if isinstance(answer, (str, Path)) else None
         fallback = Path(answer).stem if source is not None else f"#{i}"
+        name = fallback
         try:
             data = _read(answer)
-        except AttntraceError as exc:
-            students.append(StudentResult(fallback, source, reason=_one_line(exc), max_points=total))
-            continue
-        name = data.get("student") if isinstance(data, Mapping) else None
-        name = _clean_name(name) or fallback
-        try:
+            name = _clean_name(data.get("student")) or fallback
             report = check(trace, data, atol=atol, rtol=rtol, lang=lang)
-        except AttntraceError as exc:
-            students.append(StudentResult(name, source, reason=_one_line(exc), max_points=total))
-            continue
-        except RecursionError:
-            students.append(StudentResult(name, source, reason="the answer is nested too deeply", max_points=total))
+        except (AttntraceError, RecursionError, MemoryError, Exception) as exc:  # noqa: BLE001 - one answer never stops the class
+            students.append(StudentResult(name, source, reason=_reason(exc), max_points=total))
             continue
         given = {s.key: s.status for s in report.steps}
         statuses = {key: given.get(key, "missing") for key in graded}
@@ -322,8 +315,25 @@ def _read(answer: Any) -> Mapping:
     return read_answer_file(answer)
 
 
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
+def _reason(exc: BaseException) -> str:
+    """Why an answer is unreadable, in one line (an unexpected error is named as such)."""
+    from .usertext import one_line
+
+    text = one_line(" ".join(str(exc).split()))
+    if isinstance(exc, AttntraceError):
+        return text or type(exc).__name__
+    if isinstance(exc, RecursionError):
+        return "the answer is nested too deeply"
+    if isinstance(exc, MemoryError):
+        return "out of memory: the answer is too large for this machine's memory limit"
+    return f"internal error ({type(exc).__name__}): {text}; please report it"
+
+
+def _without_prefix(reason: str | None, source: str | None) -> str | None:
+    """A reason shown next to its file name need not start with it again."""
+    if reason and source and reason.startswith(source + ": "):
+        return reason[len(source) + 2:]
+    return reason
 
 
 def _clean_name(name: Any) -> str | None:
@@ -417,7 +427,7 @@ def render_class(report: ClassReport, format: str = "text", *, summary_only: boo
         students.append({"name": s.name, "source": s.source, "readable": s.readable, "ok": s.ok,
                          "score": percent(s.score), "points": "" if s.points is None else _trim(s.points, 2),
                          "max_points": _trim(s.max_points, 2), "first_wrong": s.first_wrong, "codes": list(s.codes),
-                         "reason": s.reason, "report": text})
+                         "reason": _without_prefix(s.reason, s.source), "report": text})
     counts = report.step_counts()
     steps = [{"key": k, "weight": _trim(w, 2), **counts[k]} for k, w in report.weights.items()]
     env = _environment(template_dir)
@@ -435,6 +445,28 @@ def render_class(report: ClassReport, format: str = "text", *, summary_only: boo
             title=_title(report.trace, format, lang, options.get("math_delimiters") or "dollars"),
         )
     return text.rstrip("\n") + "\n"
+
+
+def wants_class(args) -> bool:
+    """`attntrace check`: grade a class when given several answers, a folder, csv, a
+    summary or weights; one answer file alone is the single check, unchanged."""
+    return (len(args.answer) > 1 or Path(args.answer[0]).is_dir() or args.format == "csv"
+            or args.summary_only or args.weights is not None)
+
+
+def class_command(args, render_options: Mapping[str, Any], emit, to_json) -> int:
+    """`attntrace check SPEC ANSWER... | DIR`: each student's report and the class summary
+    (only the summary with --summary-only, csv or json). Exit 0 when every answer is right."""
+    report = check_class(args.spec, args.answer, weights=parse_weights(args.weights), mode=args.mode,
+                         atol=args.atol, rtol=args.rtol, lang=args.lang)
+    if args.format == "json":
+        text = to_json(report.to_dict())
+    elif args.format == "csv":
+        text = report.to_csv()
+    else:
+        text = render_class(report, args.format, summary_only=args.summary_only, **render_options)
+    emit(text, args.output)
+    return 0 if report.ok else 1
 
 
 __all__ = ["check_class", "ClassReport", "StudentResult", "render_class", "step_weights", "parse_weights", "STATUSES"]
