@@ -12,8 +12,8 @@ list of name=value pairs::
 | file_mb | 20 | size of a spec or answer file, in MB (10^6 bytes) |
 | depth | 64 | nesting of arrays and tables in a spec or answer file |
 | digits | 1000 | digits of an integer (files, answers, exact values such as 10^1000) |
-| heads | 1024 | number of heads (and never more heads than columns to split) |
-| numeric_entries | 50000000 | numeric mode: entries of one matrix, and of all a trace's steps together |
+| heads | 512 | number of heads (and never more heads than columns to split) |
+| numeric_entries | 5000000 | numeric mode: entries of one matrix written as a list, and of all a trace's steps together |
 | exact_entries | 10000 | exact and symbolic mode: entries of one matrix |
 | exact_cost | 8000 | exact mode: predicted work (operations of the entries times their count) |
 | symbolic_cost | 200000 | symbolic mode, named entries: predicted work |
@@ -34,8 +34,8 @@ DEFAULTS: dict[str, int] = {
     "file_mb": 20,
     "depth": 64,
     "digits": 1000,
-    "heads": 1024,
-    "numeric_entries": 50_000_000,
+    "heads": 512,
+    "numeric_entries": 5_000_000,
     "exact_entries": 10_000,
     "exact_cost": 8_000,
     "symbolic_cost": 200_000,

@@ -230,8 +230,6 @@ def _from_array(raw: np.ndarray, mode: str, label: _Label):
     shape = (int(raw.shape[0]), int(raw.shape[1]))
     if mode == "shape":
         return None, shape, None
-    if mode == "numeric":
-        _check_size(shape, mode, label)
     kind = raw.dtype.kind
     if kind == "b":
         raise BadInput(f"{label} is a boolean array; entries must be numbers")
