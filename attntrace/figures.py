@@ -168,14 +168,16 @@ def write_heatmaps(trace: Trace, directory, formats: Iterable[str] = ("svg",), p
         paths = {}
         # matplotlib warns (several lines on stderr) about glyphs its font lacks (CJK tokens)
         # and layouts it cannot fit: a figure is drawn all the same, so they are not shown
-        with warnings.catch_warnings():
+        # text.usetex off whatever the user's matplotlibrc says: with it, labels would be
+        # typeset by a LaTeX run (a token \input{...} would be read as a command)
+        with warnings.catch_warnings(), matplotlib.rc_context({"text.usetex": False}):
             warnings.filterwarnings("ignore", category=UserWarning, module=r"matplotlib(\.|$)")
             warnings.filterwarnings("ignore", message=r"Glyph .* missing from")
             fig = _draw(Figure, matrix, head, row_labels, col_labels, precision)
             for fmt in formats:
                 path = directory / (f"{stem}-head{head}.{fmt}" if head else f"{stem}.{fmt}")
                 # fixed ids and no dates: the same trace gives byte-identical SVG/PDF files
-                with matplotlib.rc_context({"svg.hashsalt": "attntrace", "svg.fonttype": "none"}):
+                with matplotlib.rc_context({"svg.hashsalt": "attntrace", "svg.fonttype": "none", "text.usetex": False}):
                     try:
                         fig.savefig(path, format=fmt, metadata={"Date": None} if fmt in ("svg", "pdf") else None,
                                     dpi=150 if fmt == "png" else None)

@@ -436,10 +436,11 @@ def test_figures_naming_a_file_or_an_unwritable_place(tmp_path, capsys):
     assert err.startswith("attntrace: error: cannot create the figures folder '/proc/attntrace-no/figs'") and err.count("\n") == 1
 
 
-def test_heatmap_labels_are_text_not_mathtext(tmp_path):
-    pytest.importorskip("matplotlib")
+def test_heatmap_labels_are_text_not_mathtext(tmp_path, monkeypatch):
+    matplotlib = pytest.importorskip("matplotlib")
     from attntrace.figures import write_heatmaps
 
+    monkeypatch.setitem(matplotlib.rcParams, "text.usetex", True)  # a user's matplotlibrc: still no LaTeX run
     trace = _trace_with(tokens=("$\\frac{$", "a\x07$x$\u202e"))
     [fig] = write_heatmaps(trace, tmp_path, formats=("svg", "png"))
     svg = Path(fig["paths"]["svg"]).read_text(encoding="utf-8")
