@@ -172,10 +172,34 @@ def _bytecode_cache(folder: Path | None, options: dict[str, Any]) -> jinja2.Byte
 MAX_PRODUCT = 1_000_000
 
 
+#: A report (one template's whole output) may not be longer than this, in characters.
+MAX_OUTPUT = 50_000_000
+#: Rendering with a user's template folder may take at most this long, in seconds (the CLI,
+#: on POSIX: a SIGALRM timer while no other timer or SIGALRM handler is in use).
+TEMPLATE_TIME_LIMIT = 60.0
+
+
+class TemplateLimit(SecurityError):
+    """A template wrote too much or ran too long."""
+
+
 class ReportEnvironment(SandboxedEnvironment):
-    """The sandbox with `*` and `**` checked: ``{{ "x" * 10**10 }}`` is refused, not computed."""
+    """The sandbox with `*` and `**` checked (``{{ "x" * 10**10 }}`` is refused, not computed)
+    and the output of a template bounded by `MAX_OUTPUT`."""
 
     intercepted_binops = frozenset({"*", "**"})
+
+    def concat(self, pieces) -> str:  # Template.render joins the root generator's pieces here
+        out, size = [], 0
+        for piece in pieces:
+            size += len(piece)
+            if size > MAX_OUTPUT:
+                frame = getattr(pieces, "gi_frame", None)
+                exc = TemplateLimit(f"writes more than {MAX_OUTPUT:,} characters")
+                exc.template_file = frame.f_code.co_filename if frame is not None else None
+                raise exc
+            out.append(piece)
+        return "".join(out)
 
     def call_binop(self, context, operator, left, right):
         if operator == "**":
@@ -260,6 +284,8 @@ def describe_template_error(exc: BaseException, folders: tuple[str, ...]) -> str
         return f"template {name}, line {exc.lineno}: {_message(exc)}"
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if _template_name(f.filename, folders)]
     if not frames:
+        if isinstance(exc, TemplateLimit):  # raised while joining the output: no template line
+            return f"template {_template_name(getattr(exc, 'template_file', None), folders) or '?'}: {_message(exc)}"
         return None
     frame = frames[-1]  # the innermost template line: where the error happened
     return f"template {_template_name(frame.filename, folders)}, line {frame.lineno}: {_message(exc)}"
@@ -273,7 +299,9 @@ def user_template_errors(env: jinja2.Environment, template_dir: str | os.PathLik
     if template_dir is None:
         yield
         return
+    timer = _Timer()
     try:
+        timer.start()
         yield
     except AttntraceError:
         raise
@@ -284,3 +312,37 @@ def user_template_errors(env: jinja2.Environment, template_dir: str | os.PathLik
         if message is None:
             raise
         raise BadInput(message) from None
+    finally:
+        timer.stop()
+
+
+class _Timer:
+    """SIGALRM after `TEMPLATE_TIME_LIMIT` seconds, raising TemplateLimit in the template that
+    runs; only in the main thread, and only when no timer and no SIGALRM handler are in use
+    (a test runner's own timeout, an outer render's timer)."""
+
+    def __init__(self) -> None:
+        self.previous = None
+
+    def start(self) -> None:
+        import signal
+
+        if not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
+            return
+        if signal.getitimer(signal.ITIMER_REAL) != (0.0, 0.0) or signal.getsignal(signal.SIGALRM) is not signal.SIG_DFL:
+            return
+
+        def expired(signum, frame):
+            raise TemplateLimit(f"rendering took longer than {TEMPLATE_TIME_LIMIT:g} s")
+
+        self.previous = signal.signal(signal.SIGALRM, expired)
+        signal.setitimer(signal.ITIMER_REAL, TEMPLATE_TIME_LIMIT)
+
+    def stop(self) -> None:
+        if self.previous is None:
+            return
+        import signal
+
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, self.previous)
+        self.previous = None
