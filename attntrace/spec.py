@@ -208,9 +208,23 @@ def _scale(value: Any) -> Any:
     raise BadInput(f"scale must be true, false or a positive number, not {value!r}")
 
 
+#: Largest d_k or num_heads: beyond it a float cannot hold sqrt(d_k) exactly enough to matter,
+#: and no matrix is that wide.
+MAX_COUNT = 10**12
+
+
+def _short(n: int) -> str:
+    """An integer for a one-line message: at most 20 digits, then how many there are."""
+    text = str(n)
+    return text if len(text) <= 20 else f"{text[:12]}... ({len(text)} digits)"
+
+
 def _positive_int(value: Any, key: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise BadInput(f"{key} must be a positive integer, not {value!r}")
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise BadInput(f"{key} must be a positive integer, not {shown}")
+    if key == "d_k" and value > MAX_COUNT:
+        raise BadInput(f"{key} = {_short(value)} is too large (at most 10^12)")
     return value
 
 
@@ -289,7 +303,7 @@ def load_spec(spec: Any, *, mode: str | None = None, **overrides: Any) -> Proble
             if len(heads_raw) > limits.get("heads"):
                 raise limits.refuse(f"heads lists {len(heads_raw)} tables, too many heads", "heads")
             if num_heads is not None and num_heads != len(heads_raw):
-                raise BadInput(f"num_heads = {num_heads} but heads lists {len(heads_raw)} tables")
+                raise BadInput(f"num_heads = {_short(num_heads)} but heads lists {len(heads_raw)} tables")
             multi = len(heads_raw) > 1
             heads_list = []
             for i, table in enumerate(heads_raw, start=1):
@@ -306,9 +320,9 @@ def load_spec(spec: Any, *, mode: str | None = None, **overrides: Any) -> Proble
                     raise BadInput(f"num_heads splits {', '.join(SPLITTABLE)} into column blocks; give {not_splittable[0]} per head in heads instead")
                 for k, op in single.items():  # before anything per head is built
                     if op.shape[1] % num_heads:
-                        raise BadInput(f"num_heads = {num_heads} does not divide the width of {k} {op.shape}")
+                        raise BadInput(f"num_heads = {_short(num_heads)} does not divide the width of {k} {op.shape}")
                 if num_heads > limits.get("heads"):
-                    raise limits.refuse(f"num_heads = {num_heads} is too many heads", "heads")
+                    raise limits.refuse(f"num_heads = {_short(num_heads)} is too many heads", "heads")
                 per_head = [dict() for _ in range(num_heads)]
                 for k, op in single.items():
                     for i, part in enumerate(_split(op, num_heads, mode)):

@@ -295,3 +295,28 @@ def test_numeric_scores_too_large_refused_before_allocation():
 def test_exact_entries_limit():
     with pytest.raises(BadInput, match="exact_entries"):
         attntrace.run({"mode": "symbolic", "weights": {"symbol": "a", "shape": [200, 200]}, "V": {"symbol": "v", "shape": [200, 1]}})
+
+
+# -- other numbers and counts in a spec ------------------------------------------------------------
+def test_d_k_with_900_digits(tmp_path):
+    p = write(tmp_path, "d.toml", "scores = [[1, 2]]\nd_k = 1" + "0" * 900 + "\n")
+    refused(cli("run", p, "--format", "md"), "d_k", "too large")
+
+
+def test_num_heads_with_900_digits_is_shown_short(tmp_path):
+    p = write(tmp_path, "h.toml", "Q = [[1, 2]]\nK = [[1, 2]]\nnum_heads = 1" + "0" * 900 + "\n")
+    line = refused(cli("run", p), "num_heads", "901 digits")
+    assert len(line) < 200
+
+
+def test_tokens_counted_against_rows(tmp_path):
+    p = write(tmp_path, "t.toml", 'scores = [[1, 2], [3, 4]]\nscale = false\ntokens = ["a", "b", "c"]\n')
+    refused(cli("run", p), "tokens lists 3 labels", "2 queries")
+    p = write(tmp_path, "k.toml", 'scores = [[1, 2, 3]]\nscale = false\ntokens = ["a"]\nkv_tokens = ["x", "y"]\n')
+    refused(cli("run", p), "kv_tokens lists 2 labels", "3 keys")
+    p = write(tmp_path, "ok.toml", 'scores = [[1, 2, 3]]\nscale = false\ntokens = ["a"]\nkv_tokens = ["x", "y", "z"]\n')
+    assert cli("run", p).returncode == 0
+
+
+def test_file_name_with_a_newline_is_one_line(tmp_path):
+    refused(cli("run", str(tmp_path / "no\nsuch.toml")), "cannot read", "\\n")
