@@ -111,7 +111,7 @@ def side_width(side) -> float:
     c = side.close if side.close_one is None else side.close_one
     total = (width(o) if o else 0.0) + (width(c) if c else 0.0)
     for k, item in enumerate(side.items):
-        total += width(item) + (2 * 0.222 if k and item[:2] in ("+ ", "- ") else 0.0)
+        total += width(item) + (2 * 0.222 if k and side.joiner == " " and item[:2] in ("+ ", "- ") else 0.0)
     return total + width(side.joiner) * max(0, len(side.items) - 1)
 
 
@@ -180,11 +180,12 @@ def _break_seq(seq: Seq, first_limit: float, limit: float) -> list[str]:
     for k, item in enumerate(seq.items):
         piece = ("" if empty else seq.joiner) + item
         # a leading + or - is binary here (it follows a term): measured alone it would be a sign
-        binary = 2 * 0.222 if item[:2] in ("+ ", "- ") and not empty else 0.0
+        is_op = seq.joiner == " " and item[:2] in ("+ ", "- ")  # a sum's operator; in a vector, a sign
+        binary = 2 * 0.222 if is_op and not empty else 0.0
         w = width(piece) + binary + (close_w if k == len(seq.items) - 1 else width(seq.tail) + 0.8)
         if not empty and cur_w + w > lim:
             op, rest = "", item
-            if item[:2] in ("+ ", "- "):
+            if is_op:
                 op, rest = " " + item[0] + " {}", item[2:]
             lines.append(cur + seq.tail + op)
             cur, cur_w, lim = rest, width(rest), limit

@@ -38,6 +38,7 @@ import numpy as np
 
 from . import limits
 from .errors import BadInput
+from .usertext import check_sympy_entry
 from .expr import entry_name, parse_expr, parse_symbol_base
 from .trace import MODES
 
@@ -379,6 +380,7 @@ def _exact_sympy(v: sympy.Basic, where: str) -> sympy.Expr:
 
     if not isinstance(v, sympy.Expr) or isinstance(v, sympy.MatrixBase):
         raise BadInput(f"{where} is {_brief(v)}, not a number or expression")
+    check_sympy_entry(v, where)  # from the Python API: only what a spec could have written (names, functions)
     if v.has(sympy.nan, sympy.zoo, sympy.oo, -sympy.oo):
         raise BadInput(f"{where} is {_brief(v)}; inputs must be finite")
     if v.has(sympy.I):

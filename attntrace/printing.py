@@ -189,7 +189,17 @@ class _Out:
             return self.num(float(x))
         if getattr(x, "free_symbols", None) or not getattr(x, "is_number", False):
             return None
-        return self.num(complex(x.evalf(17)).real)
+        f = x.evalf(17)
+        if f.is_real is False:  # a complex value cannot come from real inputs; show its real part
+            f = f.as_real_imag()[0]
+        if f == 0 or x == 0:
+            return self.num(0.0)
+        if abs(f) < 0.5 * 10 ** -self.precision:  # e^{-161/3} ~ 1e-23 (even 1e-5000): tiny, never 0
+            import sympy
+
+            lg = float(sympy.log(abs(f), 10).evalf(17))
+            return ("-" if f < 0 else "") + self.power_of_ten(lg)
+        return self.num(float(f))
 
     def matrix_of(self, rows: int, cols: int, cell, budget: float | None = None) -> str:
         """A matrix of shown cells: cell(i, j) for shown indices, dots for the gaps.
@@ -258,7 +268,7 @@ class _Out:
         STATS["entries"] += n
         return body
 
-    def approx_matrix(self, value: Any, shape: tuple[int, int]) -> str | None:
+    def approx_matrix(self, value: Any, shape: tuple[int, int], budget: float | None = None) -> str | None:
         """The float approximation of an exact matrix (None when an entry is symbolic, or when every
         entry is an integer or a fraction: then the approximation would only repeat the matrix)."""
         rows, cols = shape
@@ -276,7 +286,7 @@ class _Out:
                 cells[i, j] = a
         if plain:
             return None
-        return self.matrix_of(rows, cols, lambda i, j: cells[i, j])
+        return self.matrix_of(rows, cols, lambda i, j: cells[i, j], budget)
 
     def fixed(self, x: float, d: int, pad: bool = True) -> str:
         """x with d decimals; a whole number (exact 0 above all) without them, padded to the

@@ -102,16 +102,20 @@ class SoftmaxView:
             shifted = d.get("shifted")
             row_max = d.get("row_max")
             m_val = o.expr(row_max[i]) if row_max is not None and row_max[i] is not None else None  # None: symbols, no order
-            ent = lambda mat: self.vector_tex([None if j is None else o.entry(mat, i, j) for j in cols])  # noqa: E731
+            ent = lambda mat: self.vector_tex([o.dots(0, None) if j is None else o.entry(mat, i, j) for j in cols])  # noqa: E731
             shifted_v = ent(shifted) if shifted is not None else None
             exp_v = ent(d["exp"])
-            total = o.expr(d["row_sum"][i])
+            rs = d["row_sum"][i]  # a sum of exponentials: breakable after its + like any sum
+            total = join_sum([o.expr(t) for t in rs.args]) if getattr(rs, "is_Add", False) and not plain else o.expr(rs)
             weights_v = ent(s.value)
             approx = [None if j is None else o.approx_entry(s.value, i, j) for j in cols]
             weights_side = [weights_v]
             if all(a is not None for a, j in zip(approx, cols) if j is not None):  # no approximation of symbols
                 dots = o.dots(0, None)
                 weights_side.append(("\\approx" if not plain else "~", self.vector_tex([dots if a is None else a for a in approx])))
+                room = o.limit - 9.0  # the row's left column and an indent
+                if not plain and any(o.measure(x) > room for x in weights_v.items):
+                    weights_side = weights_side[1:]  # a weight wider than the page: its value, not its form
         maxf = (f"\\max_{{j}} {tij}" if not plain else f"max_j {tij}")
         shift = f"{tij} - {m}" if m_val is not None else tij
         expo = o.exp(shift)

@@ -19,6 +19,7 @@ import numpy as np
 
 from . import limits
 from .errors import BadInput
+from .usertext import clean_text
 from .expr import parse_expr
 from .matrices import to_matrix
 from .trace import MODES, Operand
@@ -171,7 +172,7 @@ def _text(value: Any, key: str) -> str:
         raise BadInput(f"{key} must be text, not {type(value).__name__}")
     if len(value) > 500:
         raise BadInput(f"{key} is too long ({len(value)} characters; at most 500)")
-    return value
+    return clean_text(value)  # control and bidi characters never enter the trace (nor its JSON)
 
 
 def _tokens(value: Any, key: str) -> tuple[str, ...]:

@@ -151,11 +151,14 @@ class StepView(SoftmaxView):
     def result_side(self, value, budget: float) -> list:
         """The result matrix, and in exact mode its approximation as a second side."""
         o, shape = self.out, self.s.shape
-        sides: list = [o.matrix(value, shape, budget)]
+        exact = o.matrix(value, shape, budget)
+        sides: list = [exact]
         if self.mode == "exact":
-            approx = o.approx_matrix(value, shape)
+            approx = o.approx_matrix(value, shape, budget)
             if approx:
                 sides.append(("\\approx" if not o.plain else "~", approx))
+                if not o.plain and o.measure(exact) > budget:
+                    sides = sides[1:]  # the exact entries do not fit even with dots: the entry lines show them
         return sides
 
     # -- shapes ---------------------------------------------------------------------
@@ -192,7 +195,8 @@ class StepView(SoftmaxView):
             product = Seq(tuple(factors), joiner=" ")
             if bias is not None:
                 product = Seq((product.tex(), "+ " + self.shown(bias, budget - 2)), joiner=" ")
-            sides.append(product)
+            if all(o.measure(f) <= budget for f in product.items):  # a factor too wide even with dots is left out
+                sides.append(product)
         expand_all = False
         if self.mode == "symbolic":
             full = o.matrix(self.expressions(), s.shape)
@@ -245,6 +249,8 @@ class StepView(SoftmaxView):
             approx = o.approx_entry(value, i, j)
             if approx is not None and approx != result:
                 sides.append(("\\approx" if not o.plain else "~", approx))
+                if not o.plain and o.measure(result) > o.limit - self.lw - 3.0:
+                    sides = sides[1:]  # one fraction wider than the page: its value, not its form
         return sides
 
     # -- scaling ------------------------------------------------------------------------

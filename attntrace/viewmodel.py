@@ -123,8 +123,12 @@ def report_view(trace, fmt: str, precision: int, max_size: int, figures: list[di
     shape_mode = trace.mode == "shape"
     sections, combined = [], []
     if not shape_mode:
+        by_head: dict[int, list] = {}  # one pass over the steps: rendering stays linear in the heads
+        for s in trace.steps:
+            if s.head is not None:
+                by_head.setdefault(s.head, []).append(s)
         for h in trace.heads():
-            steps = [StepView(trace, s, out, rows, esc).build() for s in trace.steps if s.head == h and s.head is not None]
+            steps = [StepView(trace, s, out, rows, esc).build() for s in by_head.get(h, ())]
             if steps:
                 sections.append({"head": h, "steps": steps})
         combined = [StepView(trace, s, out, rows, esc).build() for s in trace.steps if s.head is None]

@@ -473,7 +473,6 @@ def test_check_sympy_entry_refuses_names_a_spec_could_not_write():
         check_sympy_entry(good, "scores[1,1]")
 
 
-@pytest.mark.xfail(strict=False, reason="needs the one-line call check_sympy_entry(v, where) in matrices._exact_sympy (input side)")
 @pytest.mark.parametrize("mode", ["exact", "symbolic"])
 def test_a_sympy_symbol_cannot_make_the_latex_read_a_file(mode):
     sympy = pytest.importorskip("sympy")
