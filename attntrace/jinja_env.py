@@ -38,7 +38,6 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
-import traceback
 from collections import OrderedDict
 from contextlib import contextmanager
 from pathlib import Path
@@ -282,6 +281,8 @@ def describe_template_error(exc: BaseException, folders: tuple[str, ...]) -> str
     if isinstance(exc, jinja2.TemplateSyntaxError):
         name = _template_name(exc.filename, folders) or exc.name or "?"
         return f"template {name}, line {exc.lineno}: {_message(exc)}"
+    import traceback  # only when a template failed
+
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if _template_name(f.filename, folders)]
     if not frames:
         if isinstance(exc, TemplateLimit):  # raised while joining the output: no template line

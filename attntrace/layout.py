@@ -10,7 +10,7 @@ Widths come from `attntrace.texwidth`.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from .texwidth import REL as _REL
 from .texwidth import width  # noqa: F401  (re-exported: the width of a fragment)
@@ -26,8 +26,7 @@ _UNITS = {"pt": 1.0, "bp": 72.27 / 72, "mm": 72.27 / 25.4, "cm": 72.27 / 2.54, "
 _WIDTH_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(pt|bp|mm|cm|in|px|em|ch)\s*$")
 
 
-@dataclass(frozen=True)
-class Width:
+class Width(NamedTuple):
     """The target width of one report: `em` for the fitter, `pt` for a standalone page."""
 
     em: float
@@ -69,22 +68,22 @@ def parse_width(text: str | None, fmt: str, lang: str) -> Width:
 
 # ----------------------------------------------------------------------------- fitting a chain
 
-@dataclass(frozen=True)
 class Seq:
     """A side of an equation that may break: terms of a sum, factors of a product, a row vector.
 
     `items` are LaTeX strings; `joiner` goes between them on one line; when broken, each line
-    but the last ends with `tail` (a + or a comma) and the next starts indented.
+    but the last ends with `tail` (a + or a comma) and the next starts indented. `open_one`
+    and `close_one` are the delimiters when the whole Seq is on one line (a \\left( grows with
+    fractions, but it cannot span lines). A plain class, not a tuple: a side that is a tuple
+    means (relation, side) to `fit_chain`.
     """
 
-    items: tuple[str, ...]
-    joiner: str
-    tail: str = ""
-    open: str = ""
-    close: str = ""
-    #: delimiters when the whole Seq is on one line (\left( grows with fractions; it cannot span lines)
-    open_one: str | None = None
-    close_one: str | None = None
+    __slots__ = ("items", "joiner", "tail", "open", "close", "open_one", "close_one")
+
+    def __init__(self, items, joiner: str, tail: str = "", open: str = "", close: str = "",  # noqa: A002
+                 open_one: str | None = None, close_one: str | None = None):
+        self.items, self.joiner, self.tail, self.open, self.close = tuple(items), joiner, tail, open, close
+        self.open_one, self.close_one = open_one, close_one
 
     def tex(self) -> str:
         o = self.open if self.open_one is None else self.open_one
