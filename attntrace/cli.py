@@ -54,9 +54,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     check = sub.add_parser("check", help="check a hand calculation against the trace")
     check.add_argument("spec")
-    check.add_argument("answer")
+    check.add_argument("answer", nargs="+", help="answer file; several files or a folder of .toml/.json answers grade a class")
     check.add_argument("--mode", choices=("numeric", "exact"), default=None)
-    check.add_argument("--format", choices=("text", "md", "tex", "json"), default="text")
+    check.add_argument("--format", choices=("text", "md", "tex", "json", "csv"), default="text",
+                       help="csv and json of a class: the summary only (csv: one row per student)")
+    check.add_argument("--summary-only", action="store_true", help="a class: the summary without each student's report")
+    check.add_argument("--weights", default=None, help="a class: step weights of the score, e.g. weights=2,Q=0 (default 1 each)")
     check.add_argument("--atol", type=float, default=None)
     check.add_argument("--rtol", type=float, default=None)
     _add_render_options(check)
@@ -68,7 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--d", type=int, default=4, help="model width; each head gets d_k = d / heads columns (d_k = 1 or 4 keeps sqrt(d_k) whole)")
     ex.add_argument("--heads", type=int, default=1)
     ex.add_argument("--seed", type=int, default=0)
-    ex.add_argument("--format", choices=("md", "tex"), default="md")
+    ex.add_argument("--format", choices=("md", "tex", "moodle", "qti"), default="md",
+                    help="worksheet (md, tex), or a quiz: moodle (Moodle XML), qti (QTI 1.2 zip for Canvas, needs -o)")
+    ex.add_argument("--variants", type=int, default=1, help="moodle/qti: this many seeded variants (seed, seed + 1, ...)")
     ex.add_argument("--key", action="store_true", help="print the answer key instead of the worksheet")
     ex.add_argument("--spec-out", type=Path, default=None, help="also write the problem's spec (TOML) here")
     ex.add_argument("--answer-out", type=Path, default=None, help="also write the answer key as an answer file (TOML) here")
@@ -157,9 +162,15 @@ def cmd_run(args) -> int:
 
 
 def cmd_check(args) -> int:
+    from .classcheck import class_command, wants_class
+
+    if wants_class(args):  # several answers, a folder, csv, --summary-only or --weights: a class
+        text, ok = class_command(args, _render_options(args), _json)
+        _emit(text, args.output, args.format == "json")
+        return 0 if ok else 1
     from .checker import check
 
-    report = check(args.spec, args.answer, mode=args.mode, atol=args.atol, rtol=args.rtol, lang=args.lang)
+    report = check(args.spec, args.answer[0], mode=args.mode, atol=args.atol, rtol=args.rtol, lang=args.lang)
     if args.format == "json":
         text = _json(report.to_dict())
     else:

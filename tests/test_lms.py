@@ -1,0 +1,216 @@
+"""LMS export: Moodle XML (Cloze questions) and QTI 1.2 packages (Canvas).
+
+The XML is parsed back and its structure checked element by element against the Moodle XML
+format (quiz/question[@type]/name/questiontext/...) and the QTI 1.2 ASI content model
+(questestinterop/assessment/section/item/presentation/resprocessing) as Canvas imports it.
+XSD validation is NOT done: no package on PyPI, npm or Debian that we could find ships the
+published ims_qtiasiv1p2p1.xsd / imscp_v1p1.xsd, and Moodle XML has no official XSD.
+
+Every embedded answer is compared with the answer key of `attntrace.run` on the generated
+spec, and its tolerance with what `attntrace check` accepts.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import zipfile
+from xml.etree import ElementTree as ET
+
+import numpy as np
+import pytest
+
+import attntrace
+from attntrace import BadInput, cli, lms
+from attntrace.answer import Entry
+from attntrace.exercise import answer_key, exercise_spec
+
+QTI = "{http://www.imsglobal.org/xsd/ims_qtiasiv1p2}"
+CP = "{http://www.imsglobal.org/xsd/imscp_v1p1}"
+CLOZE = re.compile(r"\{1:NUMERICAL:=([^:}]+):([^:}]+)\}")
+CONFIGS = [(3, 4, 1, 7), (3, 4, 2, 205), (2, 2, 2, 4), (4, 8, 2, 1)]
+
+
+def _truth(n, d, heads, seed):
+    """The answer key, computed from scratch: the spec regenerated, traced by attntrace.run."""
+    trace = attntrace.run(exercise_spec(n, d, heads, seed))
+    return trace, answer_key(trace)
+
+
+def _children(el):
+    return [c.tag for c in el]
+
+
+# --------------------------------------------------------------------------- Moodle
+
+
+@pytest.mark.parametrize("n,d,heads,seed", CONFIGS)
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_moodle_xml_structure_and_answers(n, d, heads, seed, lang):
+    variants = lms.make_variants(n, d, heads, seed, variants=2)
+    root = ET.fromstring(lms.moodle_xml(variants, lang=lang).encode("utf-8"))
+    assert root.tag == "quiz"
+    questions = root.findall("question")
+    assert all(q.get("type") in ("category", "cloze") for q in questions)
+    expected_seeds = [seed, seed + 1]
+    categories = [q for q in questions if q.get("type") == "category"]
+    assert [c.findtext("category/text").rsplit("seed ", 1)[1] for c in categories] == [str(s) for s in expected_seeds]
+    blocks = []
+    for q in questions:
+        if q.get("type") == "category":
+            blocks.append([])
+        else:
+            blocks[-1].append(q)
+    for s, block in zip(expected_seeds, blocks):
+        trace, key = _truth(n, d, heads, s)
+        assert len(block) == len(trace.steps)  # one question per step to fill
+        for q, step in zip(block, trace.steps):
+            assert _children(q)[:2] == ["name", "questiontext"]
+            assert q.findtext("name/text").endswith(f": {step.key}")
+            assert q.find("questiontext").get("format") == "html"
+            text = q.findtext("questiontext/text")
+            blanks = CLOZE.findall(text)
+            got = np.array([float(a) for a, _ in blanks]).reshape(np.shape(key[step.key]))
+            assert got.tolist() == key[step.key], (s, step.key)
+            exact = np.asarray(trace.step(step.id, step.head).value, dtype=float)
+            assert np.abs(got - exact).max() <= 0.5e-4 + 1e-12
+            assert all(float(t) == pytest.approx(1.5e-4) for _, t in blanks)
+            assert q.findtext("hidden") == "0" and q.find("generalfeedback") is not None
+
+
+def test_moodle_tolerance_accepts_exactly_what_check_accepts():
+    """On answers typed with 4 decimals, |x - key| <= tolerance iff `attntrace check` says right."""
+    trace, key = _truth(3, 4, 2, 205)
+    for step in trace.steps:
+        exact = np.asarray(step.value, dtype=float)
+        for (i, j), want in np.ndenumerate(np.asarray(key[step.key])):
+            for k in range(-3, 4):
+                typed = f"{want + k * 1e-4:.4f}"
+                entry = Entry(float(typed), typed, "decimal", 4)
+                lms_ok = abs(float(typed) - want) <= lms.tolerance(want) * (1 + 1e-12)
+                assert lms_ok == entry.matches(float(exact[i, j])), (step.key, i, j, typed)
+
+
+def test_titles_and_user_text_are_escaped():
+    spec = exercise_spec(2, 4, 1, 3)
+    spec["title"] = 'Evil <script>alert("x")</script> & ]]> {1:NUMERICAL:=9:9}'
+    variant = lms.Variant(3, spec, attntrace.run(spec))
+    for xml_text in (lms.moodle_xml([variant]), lms.qti_xml([variant])):
+        root = ET.fromstring(xml_text.encode("utf-8"))
+        texts = [t for t in root.itertext()]
+        html_text = "".join(texts)
+        assert "<script>" not in html_text and "&lt;script&gt;" in html_text
+        assert "&amp; ]]&gt;" in html_text
+
+
+# --------------------------------------------------------------------------- QTI 1.2
+
+
+def _package(n, d, heads, seed, variants=1, lang="en"):
+    data = lms.qti_package(lms.make_variants(n, d, heads, seed, variants=variants), lang=lang)
+    z = zipfile.ZipFile(io.BytesIO(data))
+    manifest = ET.fromstring(z.read("imsmanifest.xml"))
+    return z, manifest
+
+
+@pytest.mark.parametrize("n,d,heads,seed", CONFIGS)
+def test_qti_package_structure_and_answers(n, d, heads, seed):
+    z, manifest = _package(n, d, heads, seed, variants=2, lang="zh")
+    assert manifest.tag == f"{CP}manifest"
+    assert _children(manifest) == [f"{CP}metadata", f"{CP}organizations", f"{CP}resources"]
+    resources = manifest.findall(f"{CP}resources/{CP}resource")
+    assert len(resources) == 1 and resources[0].get("type") == "imsqti_xmlv1p2"
+    href = resources[0].get("href")
+    assert resources[0].find(f"{CP}file").get("href") == href and href in z.namelist()
+
+    root = ET.fromstring(z.read(href))
+    assert root.tag == f"{QTI}questestinterop"
+    assessment = root.find(f"{QTI}assessment")
+    assert assessment.get("ident") and assessment.get("title")
+    sections = assessment.findall(f"{QTI}section")
+    assert len(sections) == 1
+    items = sections[0].findall(f"{QTI}item")
+    idents = [it.get("ident") for it in items]
+    assert len(set(idents)) == len(idents)
+    expected = []
+    for s in (seed, seed + 1):
+        trace, key = _truth(n, d, heads, s)
+        for step in trace.steps:
+            for (i, j), v in np.ndenumerate(np.asarray(key[step.key])):
+                expected.append((s, step.key, i + 1, j + 1, v))
+    assert len(items) == len(expected)
+    for item, (s, step_key, i, j, value) in zip(items, expected):
+        assert item.get("title") .startswith(f"seed {s}, step ") and item.get("title").endswith(f"{step_key} ({i}, {j})")
+        assert _children(item) == [f"{QTI}itemmetadata", f"{QTI}presentation", f"{QTI}resprocessing"]
+        fields = {f.findtext(f"{QTI}fieldlabel"): f.findtext(f"{QTI}fieldentry")
+                  for f in item.iter(f"{QTI}qtimetadatafield")}
+        assert fields["question_type"] == "numerical_question"
+        presentation = item.find(f"{QTI}presentation")
+        assert _children(presentation) == [f"{QTI}material", f"{QTI}response_str"]
+        assert presentation.find(f"{QTI}material/{QTI}mattext").get("texttype") == "text/html"
+        response = presentation.find(f"{QTI}response_str")
+        assert response.get("ident") == "response1" and response.get("rcardinality") == "Single"
+        assert response.find(f"{QTI}render_fib/{QTI}response_label") is not None
+        processing = item.find(f"{QTI}resprocessing")
+        assert _children(processing) == [f"{QTI}outcomes", f"{QTI}respcondition"]
+        assert processing.find(f"{QTI}outcomes/{QTI}decvar").get("varname") == "SCORE"
+        condition = processing.find(f"{QTI}respcondition")
+        assert _children(condition) == [f"{QTI}conditionvar", f"{QTI}setvar"]
+        either = condition.find(f"{QTI}conditionvar/{QTI}or")
+        assert float(either.findtext(f"{QTI}varequal")) == value
+        low = float(either.findtext(f"{QTI}and/{QTI}vargte"))
+        high = float(either.findtext(f"{QTI}and/{QTI}varlte"))
+        assert low == pytest.approx(value - 1.5e-4, abs=1e-12) and high == pytest.approx(value + 1.5e-4, abs=1e-12)
+        assert all(el.get("respident") == "response1" for el in either.iter() if el.get("respident"))
+        assert condition.findtext(f"{QTI}setvar") == "100"
+
+
+def test_qti_package_is_reproducible():
+    a = lms.qti_package(lms.make_variants(2, 4, 1, 5))
+    b = lms.qti_package(lms.make_variants(2, 4, 1, 5))
+    assert a == b
+
+
+@pytest.mark.parametrize("variants", [0, 51, True, 2.5])
+def test_bad_variants(variants):
+    with pytest.raises(BadInput, match="variants"):
+        lms.make_variants(2, 4, 1, 0, variants=variants)
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def test_cli_moodle(tmp_path, capsys):
+    assert cli.main(["exercise", "--n", "3", "--d", "4", "--heads", "2", "--seed", "205",
+                     "--format", "moodle", "--variants", "3"]) == 0
+    root = ET.fromstring(capsys.readouterr().out.encode("utf-8"))
+    assert len(root.findall("question[@type='category']")) == 3
+    out = tmp_path / "quiz.xml"
+    assert cli.main(["exercise", "--format", "moodle", "--lang", "zh", "-o", str(out)]) == 0
+    assert ET.parse(out).getroot().tag == "quiz"
+
+
+def test_cli_qti(tmp_path, capsys):
+    out = tmp_path / "quiz.zip"
+    assert cli.main(["exercise", "--n", "2", "--d", "2", "--heads", "2", "--format", "qti",
+                     "--variants", "2", "-o", str(out)]) == 0
+    assert "imsmanifest.xml" in zipfile.ZipFile(out).namelist()
+    assert cli.main(["exercise", "--format", "qti"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "-o FILE.zip" in err
+    assert cli.main(["exercise", "--format", "moodle", "--key"]) == 2
+
+
+def test_question_math_parses_with_katex(katex):
+    """The LaTeX in the questions' HTML (typeset by the LMS's MathJax filter) parses."""
+    import html
+
+    spans = []
+    for xml_text in (lms.moodle_xml(lms.make_variants(3, 4, 2, 7), lang="zh"), lms.qti_xml(lms.make_variants(2, 8, 2, 3))):
+        for text in ET.fromstring(xml_text.encode("utf-8")).itertext():
+            body = html.unescape(text)
+            spans += [(m, False) for m in re.findall(r"\\\((.+?)\\\)", body, re.S)]
+            spans += [(m, True) for m in re.findall(r"\\\[(.+?)\\\]", body, re.S)]
+    spans = list(dict.fromkeys(spans))
+    assert len(spans) > 20
+    assert katex(spans) == []
