@@ -454,9 +454,9 @@ def wants_class(args) -> bool:
             or args.summary_only or args.weights is not None)
 
 
-def class_command(args, render_options: Mapping[str, Any], emit, to_json) -> int:
-    """`attntrace check SPEC ANSWER... | DIR`: each student's report and the class summary
-    (only the summary with --summary-only, csv or json). Exit 0 when every answer is right."""
+def class_command(args, render_options: Mapping[str, Any], to_json) -> tuple[str, bool]:
+    """`attntrace check SPEC ANSWER... | DIR`: (the text to print, every answer right?): each
+    student's report and the class summary (only the summary with --summary-only, csv or json)."""
     report = check_class(args.spec, args.answer, weights=parse_weights(args.weights), mode=args.mode,
                          atol=args.atol, rtol=args.rtol, lang=args.lang)
     if args.format == "json":
@@ -465,8 +465,7 @@ def class_command(args, render_options: Mapping[str, Any], emit, to_json) -> int
         text = report.to_csv()
     else:
         text = render_class(report, args.format, summary_only=args.summary_only, **render_options)
-    emit(text, args.output)
-    return 0 if report.ok else 1
+    return text, report.ok
 
 
 __all__ = ["check_class", "ClassReport", "StudentResult", "render_class", "step_weights", "parse_weights", "STATUSES"]

@@ -299,3 +299,72 @@ def test_tex_full_class_report_compiles(report, xelatex, lang):
     tex = render_class(report, "tex", lang=lang, standalone=True)
     ok, log, _ = xelatex(tex)
     assert ok, log
+
+
+# -- command line ----------------------------------------------------------------------------
+def _write_spec(tmp_path: Path) -> Path:
+    path = tmp_path / "problem.json"
+    path.write_text(json.dumps(SPEC), encoding="utf-8")
+    return path
+
+
+def test_cli_directory_and_exit_codes(tmp_path, capsys, class_dir):
+    spec = _write_spec(tmp_path)
+    assert main(["check", str(spec), str(class_dir), "--format", "csv"]) == 1
+    out = capsys.readouterr().out
+    assert len(list(csv.DictReader(io.StringIO(out)))) == len(list(class_dir.glob("*.toml"))) + len(list(class_dir.glob("*.json")))
+    good = tmp_path / "good"
+    good.mkdir()
+    for i, decimals in enumerate((2, 4)):
+        (good / f"s{i}.toml").write_text(toml_answer(simulate(P, decimals=decimals), f"S{i}"), encoding="utf-8")
+    assert main(["check", str(spec), str(good)]) == 0
+    out = capsys.readouterr().out
+    assert "==== S0" in out and "==== S1" in out and "Class summary" in out
+    assert main(["check", str(spec), str(good), "--summary-only", "--format", "md"]) == 0
+    out = capsys.readouterr().out
+    assert "Check of your hand calculation" not in out and "# Class summary" in out
+    assert main(["check", str(spec), str(good / "s0.toml"), str(good / "s1.toml"), "--format", "json"]) == 0
+    assert [s["student"] for s in json.loads(capsys.readouterr().out)["students"]] == ["S0", "S1"]
+    # one unreadable file among good ones: exit 1, the others still graded
+    (good / "zz.toml").write_text("oops = [", encoding="utf-8")
+    assert main(["check", str(spec), str(good), "--format", "csv"]) == 1
+    assert [r["status"] for r in csv.DictReader(io.StringIO(capsys.readouterr().out))] == ["ok", "ok", "unreadable"]
+    assert main(["check", str(spec), str(good), "--weights", "weights=2"]) == 1
+    capsys.readouterr()
+    # a bad spec, bad arguments, an empty folder: exit 2
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["check", str(spec), str(empty)]) == 2
+    (tmp_path / "bad.toml").write_text("X = [[1, 2]]\n", encoding="utf-8")
+    assert main(["check", str(tmp_path / "bad.toml"), str(good)]) == 2
+    assert main(["check", str(spec), str(good), "--weights", "nope=1"]) == 2
+    assert main(["check", str(spec), str(good), "--format", "csv", "--weights", "weights:2"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("attntrace: error:") == 4
+
+
+def test_cli_one_answer_unchanged(tmp_path, capsys):
+    """With one answer file, `check` is the single check: same output, same exit codes."""
+    from attntrace.checker import check, render_report
+
+    spec = _write_spec(tmp_path)
+    answer = tmp_path / "a.toml"
+    answer.write_text(toml_answer(simulate(P, plant="column_softmax", plant_head=1), "Alice"), encoding="utf-8")
+    assert main(["check", str(spec), str(answer)]) == 1
+    assert capsys.readouterr().out == render_report(check(spec, answer), "text")
+    answer.write_text("oops = [", encoding="utf-8")
+    assert main(["check", str(spec), str(answer)]) == 2  # a single bad answer stays an error
+    # csv and --summary-only make one file a class of one
+    assert main(["check", str(spec), str(answer), "--format", "csv"]) == 1
+    assert [r["status"] for r in csv.DictReader(io.StringIO(capsys.readouterr().out))] == ["unreadable"]
+
+
+def test_readme_class_summary_is_real_output():
+    """README, Teachers: the class summary shown is what the command prints today."""
+    root = Path(__file__).resolve().parent.parent
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    shown = readme.split("docs/class-example/answers/ --summary-only`", 1)[1].split("```text\n", 1)[1].split("```", 1)[0]
+    example = root / "docs" / "class-example"
+    real = check_class(example / "problem.toml", example / "answers").render("text")
+    assert real.startswith(shown), (shown, real)
+    assert main(["check", str(example / "problem.toml"), str(example / "answers"), "--summary-only", "--format", "csv"]) == 1
