@@ -122,13 +122,12 @@ def _json_number(x: float):
 
 
 # -- checking ------------------------------------------------------------------------------------
-def check(spec_or_trace: Any, answer: Any, *, mode: str | None = None, atol: float | None = None,
-          rtol: float | None = None, lang: str = "en") -> Report:
-    """Check `answer` (path or dict, see attntrace.answer) against the trace of `spec_or_trace`."""
+def checked_trace(spec_or_trace: Any, *, mode: str | None, atol: float | None, rtol: float | None, lang: str) -> Trace:
+    """The options of a check validated, and the trace answers are checked against (numeric or exact)."""
     if lang not in LANGS:
         raise BadInput(f"unknown language {lang!r}; choose one of {', '.join(LANGS)}")
     for name, v in (("atol", atol), ("rtol", rtol)):
-        if v is not None and not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+        if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0):
             raise BadInput(f"--{name} must be a number >= 0, not {v!r}")
     if isinstance(spec_or_trace, Trace):
         trace = spec_or_trace
@@ -140,6 +139,13 @@ def check(spec_or_trace: Any, answer: Any, *, mode: str | None = None, atol: flo
         trace = run(spec_or_trace, mode=mode)
     if trace.mode not in ("numeric", "exact"):
         raise BadInput(f"checking needs numbers; this problem is in {trace.mode} mode (use mode numeric or exact)")
+    return trace
+
+
+def check(spec_or_trace: Any, answer: Any, *, mode: str | None = None, atol: float | None = None,
+          rtol: float | None = None, lang: str = "en") -> Report:
+    """Check `answer` (path or dict, see attntrace.answer) against the trace of `spec_or_trace`."""
+    trace = checked_trace(spec_or_trace, mode=mode, atol=atol, rtol=rtol, lang=lang)
     answers = load_answer(answer)
     _check_keys(trace, answers)
 

@@ -197,23 +197,9 @@ def check_class(spec_or_trace: Any, answers: Any, *, weights: Mapping[str, float
 
     A bad problem, bad options or no answers at all raise BadInput; a bad answer never does.
     """
-    from .checker import LANGS, check
+    from .checker import check, checked_trace
 
-    if lang not in LANGS:
-        raise BadInput(f"unknown language {lang!r}; choose one of {', '.join(LANGS)}")
-    for name, v in (("atol", atol), ("rtol", rtol)):
-        if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0):
-            raise BadInput(f"--{name} must be a number >= 0, not {v!r}")
-    if isinstance(spec_or_trace, Trace):
-        trace = spec_or_trace
-        if mode is not None and mode != trace.mode:
-            raise BadInput(f"the trace is in {trace.mode} mode; mode={mode!r} needs the spec, not a finished trace")
-    else:
-        from . import run
-
-        trace = run(spec_or_trace, mode=mode)
-    if trace.mode not in ("numeric", "exact"):
-        raise BadInput(f"checking needs numbers; this problem is in {trace.mode} mode (use mode numeric or exact)")
+    trace = checked_trace(spec_or_trace, mode=mode, atol=atol, rtol=rtol, lang=lang)
     graded = step_weights(trace, weights)
     total = sum(graded.values())
 
