@@ -111,15 +111,6 @@ def _rendered(docs, fmt: str, **options) -> dict:
     return out
 
 
-def _width_option_missing() -> str | None:
-    from attntrace import renderer
-
-    if "width" not in getattr(renderer, "DEFAULTS", {}):
-        return ("render option 'width' does not exist yet (not in attntrace.renderer.DEFAULTS); "
-                "the layout work adds it and removes this skip")
-    return None
-
-
 # ------------------------------------------------------------- the measuring tools
 
 #: A hand-made LaTeX document: one 30-column matrix (about 224pt too wide for article's
@@ -345,9 +336,6 @@ NARROW_DOC = "sentence-4x6"
 
 @pytest.mark.parametrize("lang", LANGS)
 def test_narrow_tex_page_250pt(pagefit_latex, lang):
-    reason = _width_option_missing()
-    if reason:
-        pytest.skip(reason)
     result = pagefit_latex(_render(NARROW_DOC, lang, "tex", width="250pt"))
     assert result.ok, result.error_summary()
     assert result.textwidth == pytest.approx(250.0, abs=0.01), (
@@ -356,9 +344,6 @@ def test_narrow_tex_page_250pt(pagefit_latex, lang):
 
 
 def test_narrow_markdown_column_480px(pagefit_browser):
-    reason = _width_option_missing()
-    if reason:
-        pytest.skip(reason)
     docs = {f"{NARROW_DOC}-{lang}": _render(NARROW_DOC, lang, "md", width="480px") for lang in LANGS}
     measured = pagefit_browser(docs, column_px=480)
     for name, records in measured.items():
