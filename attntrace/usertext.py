@@ -69,7 +69,7 @@ import re
 from functools import lru_cache
 from typing import Callable, NamedTuple
 
-from .expr import GREEK, MAX_DEPTH, MAX_LENGTH
+from .expr import GREEK, MAX_DEPTH, MAX_LENGTH, _balanced  # parentheses balanced: the parser's own test
 
 __all__ = ["MAX_SPANS_PER_TEXT", "check_sympy_entry", "clean_output", "clean_text", "format_user_text", "has_unsafe_chars", "inline_math_for",
            "json_safe", "one_line", "render_math"]
@@ -151,15 +151,6 @@ def _read_name(text: str, pos: int, base: str) -> tuple[tuple[str, str], int]:
         tex += f"_{{{_script_tex(sub)}}}"
         plain += f"_{sub}"
     return (tex, plain), pos
-
-
-def _balanced(content: str) -> bool:
-    level = 0
-    for c in content:
-        level += (c == "(") - (c == ")")
-        if level < 0:
-            return False
-    return level == 0
 
 
 def _tokenize(text: str) -> list[_Tok]:
