@@ -303,7 +303,7 @@ def _read(answer: Any) -> Mapping:
 
 def _reason(exc: BaseException) -> str:
     """Why an answer is unreadable, in one line (an unexpected error is named as such)."""
-    from .usertext import one_line
+    from .safetext import one_line
 
     text = one_line(" ".join(str(exc).split()))
     if isinstance(exc, AttntraceError):
@@ -325,7 +325,7 @@ def _without_prefix(reason: str | None, source: str | None) -> str | None:
 def _clean_name(name: Any) -> str | None:
     if not isinstance(name, str):
         return None
-    from .usertext import clean_text
+    from .safetext import clean_text
 
     text = " ".join(clean_text(name).split())
     return text[:80] or None
@@ -333,7 +333,7 @@ def _clean_name(name: Any) -> str | None:
 
 def _csv_text(text: str) -> str:
     """A cell a spreadsheet will not run as a formula (=, +, -, @ first: quoted with ')."""
-    from .usertext import clean_text
+    from .safetext import clean_text
 
     text = clean_text(text)
     return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text

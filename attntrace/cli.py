@@ -124,7 +124,7 @@ def _encodable(c: str, encoding: str) -> bool:
 def _json(data) -> str:
     """JSON for standard output or a file: the characters json leaves raw that must not reach
     a terminal (DEL, C1 controls, bidi formatting, lone surrogates) written as \\u escapes."""
-    from .usertext import json_safe
+    from .safetext import json_safe
 
     return json_safe(json.dumps(data, ensure_ascii=False, indent=1))
 
@@ -133,7 +133,7 @@ def _emit(text: str, output: Path | None, is_json: bool = False) -> None:
     """Write a report: no control or bidi character and no lone surrogate ever reaches the
     output (the escapers have cleaned user text; this is the last line of defence; JSON has
     them as \\u escapes already, see `_json`)."""
-    from .usertext import clean_output
+    from .safetext import clean_output
 
     text = clean_output(text)
     if not text.endswith("\n"):
@@ -197,7 +197,7 @@ def cmd_exercise(args) -> int:
 def _error(message: str) -> None:
     """One line on standard error: newlines, control and bidi characters in the message (a
     file name, a title quoted back) shown as escapes."""
-    from .usertext import one_line
+    from .safetext import one_line
 
     _write_stream(sys.stderr, f"attntrace: {one_line(message)}\n")
 

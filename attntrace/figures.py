@@ -20,7 +20,7 @@ import numpy as np
 
 from .errors import BadInput
 from .trace import Trace
-from .usertext import clean_text
+from .safetext import clean_text
 
 FORMATS = ("svg", "png", "pdf")
 #: Above this many rows or columns the cells are too small for their numbers.
@@ -75,7 +75,7 @@ MAX_LABEL = 24
 
 
 def label_text(token) -> str:
-    """A token as a tick label: control and bidi characters removed (usertext.clean_text),
+    """A token as a tick label: control and bidi characters removed (safetext.clean_text),
     whitespace collapsed, cut to `MAX_LABEL` characters. Dollars and backslashes are kept as
     they are: labels are drawn with matplotlib's mathtext switched off (`_TEXT_PROPS`), so
     ``$\\frac{$`` is the text it is (escaped instead on a matplotlib without that switch)."""

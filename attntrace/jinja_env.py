@@ -259,7 +259,7 @@ def _template_name(filename: str | None, folders: tuple[str, ...]) -> str | None
 
 
 def _message(exc: BaseException) -> str:
-    from .usertext import one_line
+    from .safetext import one_line
 
     if isinstance(exc, jinja2.TemplateNotFound):
         text = f"template {exc.name!r} not found"

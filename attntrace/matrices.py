@@ -38,7 +38,7 @@ import numpy as np
 
 from . import limits
 from .errors import BadInput
-from .usertext import check_sympy_entry
+from .safetext import check_sympy_entry
 from .expr import entry_name, parse_expr, parse_symbol_base
 from .trace import MODES
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from . import limits
 from .errors import BadInput
-from .usertext import clean_text
+from .safetext import clean_text
 from .expr import parse_expr
 from .matrices import to_matrix
 from .trace import MODES, Operand

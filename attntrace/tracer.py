@@ -252,7 +252,7 @@ class _Tracer:
         if p.mode == "numeric":
             total, biggest = 0, (0, "")
             for h, dm in enumerate(dims, start=1):
-                n, m, d, dk, dv = dm["n"], dm["m"], dm["d"], dm["dk"], dm["dv"]
+                n, m, dk, dv = dm["n"], dm["m"], dm["dk"], dm["dv"]
                 sizes = {"Q": n * dk, "K": m * dk, "V": m * dv, "scores": 6 * n * m, "Z": n * dv}
                 total += sum(sizes.values())
                 biggest = max(biggest, (n * m, f"scores ({n}x{m})"), (n * dk, f"Q ({n}x{dk})"))

@@ -35,7 +35,7 @@ _MD_LINE_START = re.compile(r"^(\s*)([#>+-]|\d+[.)])")
 _MD_HTML = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
 
 
-# Every escaper first cleans the text (`usertext.clean_text`: control and bidi characters
+# Every escaper first cleans the text (`safetext.clean_text`: control and bidi characters
 # removed, lone surrogates replaced), so no user text reaches an output with them.
 
 def escape_tex(text: str) -> str:
