@@ -10,8 +10,8 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from .errors import AttntraceError, BadInput, Unsupported  # noqa: E402
-from .trace import STEP_IDS, Operand, Step, Trace  # noqa: E402
+from attntrace.model.errors import AttntraceError, BadInput, Unsupported  # noqa: E402
+from attntrace.model.trace import STEP_IDS, Operand, Step, Trace  # noqa: E402
 
 
 def run(spec, **overrides) -> Trace:
@@ -19,8 +19,8 @@ def run(spec, **overrides) -> Trace:
 
     Overrides replace spec keys: mode, scale, d_k, mask, title, expand, ...
     """
-    from .spec import load_spec
-    from .tracer import trace
+    from attntrace.inputs.spec import load_spec
+    from attntrace.tracer import trace
 
     mode = overrides.pop("mode", None)
     return trace(load_spec(_resolve(spec), mode=mode, **overrides))
@@ -34,7 +34,7 @@ def _resolve(spec):
     if isinstance(spec, (str, Path)) and not os.path.exists(spec):
         text = str(spec)
         if os.sep not in text and "/" not in text and not Path(text).suffix:
-            from .examples import example_path
+            from attntrace.teach.examples import example_path
 
             return example_path(text)
     return spec
@@ -42,21 +42,21 @@ def _resolve(spec):
 
 def render(trace: Trace, format: str = "md", **options) -> str:
     """Render a trace as a Markdown, LaTeX or plain-text derivation."""
-    from .renderer import render as _render
+    from attntrace.rendering.renderer import render as _render
 
     return _render(trace, format=format, **options)
 
 
 def check(spec_or_trace, answer, **options):
     """Check a student's answer against the trace; returns a Report."""
-    from .checker import check as _check
+    from attntrace.grading.checker import check as _check
 
     return _check(spec_or_trace, answer, **options)
 
 
 def check_class(spec_or_trace, answers, **options):
     """Check and score a whole class (a folder or a list of answers); returns a ClassReport."""
-    from .classcheck import check_class as _check_class
+    from attntrace.teach.classcheck import check_class as _check_class
 
     return _check_class(spec_or_trace, answers, **options)
 
@@ -66,14 +66,14 @@ __all__ = ["run", "render", "check", "check_class", "Trace", "Step", "Operand", 
 
 def from_torch(module, query, key=None, value=None, **kwargs) -> Trace:
     """Trace a `torch.nn.MultiheadAttention` module on the given inputs (needs attntrace[torch])."""
-    from .torch_bridge import from_torch as _from_torch
+    from attntrace.bridges.pytorch import from_torch as _from_torch
 
     return _from_torch(module, query, key, value, **kwargs)
 
 
 def from_qkv(q, k, v, **kwargs) -> Trace:
     """Trace the tensors one would pass to `scaled_dot_product_attention` (needs attntrace[torch])."""
-    from .torch_bridge import from_qkv as _from_qkv
+    from attntrace.bridges.pytorch import from_qkv as _from_qkv
 
     return _from_qkv(q, k, v, **kwargs)
 

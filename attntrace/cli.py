@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from .errors import AttntraceError, BadInput
+from attntrace.model.errors import AttntraceError, BadInput
 
 RUN_FORMATS = ("text", "md", "tex", "json")
 
@@ -40,7 +40,7 @@ def _add_render_options(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="attntrace", description="Transformer attention, traced step by step.")
-    from . import __version__
+    from attntrace import __version__
 
     parser.add_argument("--version", action="version", version=f"attntrace {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -124,7 +124,7 @@ def _encodable(c: str, encoding: str) -> bool:
 def _json(data) -> str:
     """JSON for standard output or a file: the characters json leaves raw that must not reach
     a terminal (DEL, C1 controls, bidi formatting, lone surrogates) written as \\u escapes."""
-    from .safetext import json_safe
+    from attntrace.inputs.safetext import json_safe
 
     return json_safe(json.dumps(data, ensure_ascii=False, indent=1))
 
@@ -133,7 +133,7 @@ def _emit(text: str, output: Path | None, is_json: bool = False) -> None:
     """Write a report: no control or bidi character and no lone surrogate ever reaches the
     output (the escapers have cleaned user text; this is the last line of defence; JSON has
     them as \\u escapes already, see `_json`)."""
-    from .safetext import clean_output
+    from attntrace.inputs.safetext import clean_output
 
     text = clean_output(text)
     if not text.endswith("\n"):
@@ -148,13 +148,13 @@ def _emit(text: str, output: Path | None, is_json: bool = False) -> None:
 
 
 def cmd_run(args) -> int:
-    from . import run
+    from attntrace import run
 
     trace = run(args.spec, mode=args.mode, expand=args.expand)
     if args.format == "json":
         text = _json(trace.to_dict())
     else:
-        from .renderer import render
+        from attntrace.rendering.renderer import render
 
         text = render(trace, format=args.format, **_render_options(args))
     _emit(text, args.output, args.format == "json")
@@ -162,19 +162,19 @@ def cmd_run(args) -> int:
 
 
 def cmd_check(args) -> int:
-    from .classcheck import class_command, wants_class
+    from attntrace.teach.classcheck import class_command, wants_class
 
     if wants_class(args):  # several answers, a folder, csv, --summary-only or --weights: a class
         text, ok = class_command(args, _render_options(args), _json)
         _emit(text, args.output, args.format == "json")
         return 0 if ok else 1
-    from .checker import check
+    from attntrace.grading.checker import check
 
     report = check(args.spec, args.answer[0], mode=args.mode, atol=args.atol, rtol=args.rtol, lang=args.lang)
     if args.format == "json":
         text = _json(report.to_dict())
     else:
-        from .checker import render_report
+        from attntrace.grading.checker import render_report
 
         text = render_report(report, format=args.format, **_render_options(args))
     _emit(text, args.output, args.format == "json")
@@ -182,14 +182,14 @@ def cmd_check(args) -> int:
 
 
 def cmd_examples(args) -> int:
-    from .examples import list_examples
+    from attntrace.teach.examples import list_examples
 
     _write_stream(sys.stdout, "".join(f"{name:28s} {summary}\n" for name, summary in list_examples()))
     return 0
 
 
 def cmd_exercise(args) -> int:
-    from .exercise import exercise_command
+    from attntrace.teach.exercise import exercise_command
 
     return exercise_command(args, _render_options(args))
 
@@ -197,7 +197,7 @@ def cmd_exercise(args) -> int:
 def _error(message: str) -> None:
     """One line on standard error: newlines, control and bidi characters in the message (a
     file name, a title quoted back) shown as escapes."""
-    from .safetext import one_line
+    from attntrace.inputs.safetext import one_line
 
     _write_stream(sys.stderr, f"attntrace: {one_line(message)}\n")
 

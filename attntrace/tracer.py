@@ -11,11 +11,12 @@ import math
 
 import numpy as np
 
-from . import formulas, limits
-from .algebra import algebra_for
-from .errors import BadInput
-from .spec import Problem
-from .trace import Operand, Step, Trace
+from attntrace.kinds import formulas
+from attntrace.inputs import limits
+from attntrace.algebra.modes import algebra_for
+from attntrace.model.errors import BadInput
+from attntrace.inputs.spec import Problem
+from attntrace.model.trace import Operand, Step, Trace
 
 #: Entry names of each step in symbolic mode (the article's letters; t for scaled scores).
 STEP_SYMBOLS = {"Q": "q", "K": "k", "V": "v", "scores": "s", "scaled": "t", "weights": "a", "Z": "z", "output": "o"}

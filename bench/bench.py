@@ -174,7 +174,7 @@ def bench_numeric(n=128, d=768, h=12, repeats=21) -> dict:
     p = bert_layer(n, d, h)
     out = at.run(p).step("output").value
     assert np.allclose(out, numpy_layer(p), atol=1e-9), "attntrace and NumPy disagree"
-    from attntrace.spec import load_spec
+    from attntrace.inputs.spec import load_spec
     from attntrace.tracer import trace
 
     problem = load_spec(p)
@@ -266,7 +266,7 @@ def naive_sympy(n: int, d: int) -> int:
 
 def render_available() -> bool:
     try:
-        import attntrace.renderer  # noqa: F401
+        import attntrace.rendering.renderer  # noqa: F401
     except ImportError:
         return False
     return True

@@ -6,7 +6,8 @@ import attntrace
 
 
 def test_functions_are_not_shadowed_by_submodules():
-    for module in ("renderer", "checker", "spec", "tracer", "export", "examples", "exercise"):
+    for module in ("rendering.renderer", "grading.checker", "inputs.spec", "tracer", "rendering.export", "teach.examples",
+                   "teach.exercise", "model.trace", "algebra.modes", "kinds", "bridges"):
         importlib.import_module(f"attntrace.{module}")
     t = attntrace.run({"scores": [[0.8, 0.2], [0.3, 0.7]], "scale": False})
     assert callable(attntrace.render) and callable(attntrace.check) and callable(attntrace.run)
@@ -30,7 +31,7 @@ def test_numeric_run_and_every_report_format_never_import_sympy():
 
 
 def test_jupyter_display_shows_an_error_instead_of_raising(monkeypatch):
-    from attntrace import renderer
+    from attntrace.rendering import renderer
 
     t = attntrace.run({"scores": [[1, 2]], "scale": False})
 

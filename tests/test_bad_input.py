@@ -84,7 +84,7 @@ def test_json_output_round_trips(tmp_path):
 
 
 def test_json_exact_entries_parse_back(tmp_path):
-    from attntrace.expr import parse_expr
+    from attntrace.inputs.expr import parse_expr
 
     proc = run_cli(tmp_path, 'mode = "exact"\nscores = [["4/5", "1/5"]]\nd_k = 4\nmask = [[1, 0]]\n', "--format", "json")
     assert proc.returncode == 0, proc.stderr

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 import attntrace
-from attntrace.answer import load_answer, parse_entry
-from attntrace.checker import check, render_report
-from attntrace.errors import BadInput
+from attntrace.grading.answer import load_answer, parse_entry
+from attntrace.grading.checker import check, render_report
+from attntrace.model.errors import BadInput
 
 
 # -- problems ----------------------------------------------------------------------------------
@@ -326,7 +326,7 @@ def test_standalone_tex_report_compiles(xelatex, lang):
 
 def test_exercise_answer_key_checks_as_correct(tmp_path):
     """The answer file `attntrace exercise --answer-out` writes is an answer this checker reads."""
-    from attntrace import exercise
+    from attntrace.teach import exercise
     spec, p = problem(n=3, d_model=6, d_k=2, h=2, seed=4, causal=True)
     trace = attntrace.run(spec)
     path = tmp_path / "key.toml"

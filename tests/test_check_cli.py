@@ -91,7 +91,7 @@ def test_report_titles_are_escaped_and_localized():
     """User text in a check report is data: no HTML tag in Markdown, no command in LaTeX;
     a spec's title_zh is used for --lang zh."""
     import attntrace
-    from attntrace.checker import render_report
+    from attntrace.grading.checker import render_report
 
     spec = {"scores": [[0.8, 0.2]], "scale": False, "title": "<script>alert(1)</script> \\input{x}", "title_zh": "原文的 softmax 例子"}
     report = attntrace.check(spec, {"weights": [[0.8, 0.2]]})

@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 
 import attntrace
-from attntrace.classcheck import STATUSES, check_class, parse_weights, render_class
+from attntrace.teach.classcheck import STATUSES, check_class, parse_weights, render_class
 from attntrace.cli import main
-from attntrace.diagnose import CATALOGUE, CODES
-from attntrace.errors import BadInput
+from attntrace.grading.diagnose import CATALOGUE, CODES
+from attntrace.model.errors import BadInput
 from test_check import problem, simulate
 
 SPEC, P = problem(n=3, d_model=6, d_k=2, h=2, seed=4, causal=True)
@@ -345,7 +345,7 @@ def test_cli_directory_and_exit_codes(tmp_path, capsys, class_dir):
 
 def test_cli_one_answer_unchanged(tmp_path, capsys):
     """With one answer file, `check` is the single check: same output, same exit codes."""
-    from attntrace.checker import check, render_report
+    from attntrace.grading.checker import check, render_report
 
     spec = _write_spec(tmp_path)
     answer = tmp_path / "a.toml"

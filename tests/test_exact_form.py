@@ -1,4 +1,4 @@
-"""Exact mode's canonical forms (attntrace.exact_form, ExactAlgebra in attntrace.algebra).
+"""Exact mode's canonical forms (attntrace.algebra.exact_form, ExactAlgebra in attntrace.algebra.modes).
 
 Expected forms are compared as printed by SymPy's str printer with order="none", which
 writes the arguments in the order the trace stored them, so a test fails when the term
@@ -34,7 +34,7 @@ import sympy as sp
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import attntrace
-from attntrace import exact_form as xf
+from attntrace.algebra import exact_form as xf
 
 
 def s(e) -> str:
@@ -58,7 +58,7 @@ def run(spec, **kw):
     ("1/2 + sqrt(3)/2 - 1/2", "sqrt(3)/2"),
 ])
 def test_canonical_numbers_by_hand(text, expected):
-    from attntrace.expr import parse_expr
+    from attntrace.inputs.expr import parse_expr
 
     assert s(xf.canonical(parse_expr(text))) == expected
 
@@ -73,7 +73,7 @@ _atoms = st.sampled_from(["0", "1", "-1", "2", "1/2", "-3/2", "1/3", "sqrt(2)", 
 
 @st.composite
 def _numbers(draw):
-    from attntrace.expr import parse_expr
+    from attntrace.inputs.expr import parse_expr
 
     terms = draw(st.lists(st.tuples(_atoms, _atoms), min_size=1, max_size=3))
     return sp.Add(*[parse_expr(a) * parse_expr(b) for a, b in terms])

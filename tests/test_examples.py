@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 import attntrace
-from attntrace.usertext import format_user_text
+from attntrace.inputs.usertext import format_user_text
 from attntrace import cli
-from attntrace.examples import example_path, example_paths, list_examples
-from attntrace.renderer import render
+from attntrace.teach.examples import example_path, example_paths, list_examples
+from attntrace.rendering.renderer import render
 from attntrace.resources import examples_dir
 from mathcheck import markdown_math_spans
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from attntrace import BadInput, cli
-from attntrace.checker import check
-from attntrace.exercise import answer_key, make_exercise, render_worksheet, to_toml
+from attntrace.grading.checker import check
+from attntrace.teach.exercise import answer_key, make_exercise, render_worksheet, to_toml
 from mathcheck import markdown_math_spans
 
 CONFIGS = [(2, 4, 1), (3, 2, 2), (2, 1, 1), (3, 4, 2), (4, 6, 3)]
@@ -126,7 +126,7 @@ def test_worksheet_latex_compiles(lang, worksheets, xelatex):
 
 
 def test_key_latex_math_parses(katex):
-    from attntrace.renderer import render
+    from attntrace.rendering.renderer import render
 
     _, trace = make_exercise(2, 4, 1, 0)
     spans = markdown_math_spans(render(trace, format="md", lang="zh"))
@@ -139,7 +139,7 @@ def test_key_latex_math_parses(katex):
 # rendering or tracing) and checks them with its own NumPy code, independent of the
 # generator's validation.
 
-from attntrace.exercise import MAX_WEIGHT, MIN_WEIGHT, exercise_spec, problems  # noqa: E402
+from attntrace.teach.exercise import MAX_WEIGHT, MIN_WEIGHT, exercise_spec, problems  # noqa: E402
 
 GRID = [(n, d, h) for n in (2, 3, 4) for d in (2, 4, 8) for h in (1, 2, 4) if d % h == 0]
 PROPERTY_SEEDS = 200
@@ -279,7 +279,7 @@ def test_worksheet_math_is_math(lang):
 @pytest.mark.parametrize("lang", ["en", "zh"])
 @pytest.mark.parametrize("n,d,heads,seed", [(4, 8, 2, 1), (4, 4, 4, 3), (3, 8, 1, 2)])
 def test_worksheet_and_key_fit_the_page(lang, n, d, heads, seed, pagefit_latex):
-    from attntrace.renderer import render
+    from attntrace.rendering.renderer import render
 
     spec, trace = make_exercise(n, d, heads, seed)
     for kind, src in (("worksheet", render_worksheet(spec, trace, format="tex", lang=lang, standalone=True)),

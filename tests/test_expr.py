@@ -1,4 +1,4 @@
-"""Tests for attntrace.expr: the whitelist expression parser and symbol names."""
+"""Tests for attntrace.inputs.expr: the whitelist expression parser and symbol names."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from sympy import Integer, Rational, Symbol
 
-from attntrace.errors import BadInput, Unsupported
-from attntrace.expr import (
+from attntrace.model.errors import BadInput, Unsupported
+from attntrace.inputs.expr import (
     GREEK,
     MAX_DEPTH,
     MAX_LENGTH,
@@ -450,7 +450,7 @@ def test_injection_rejected(template, tmp_path):
 
 def test_source_never_evaluates():
     """expr.py contains no eval/exec/compile/sympify/S()/sympy.parse_expr or sympy.parsing."""
-    source = (Path(__file__).resolve().parents[1] / "attntrace" / "expr.py").read_text()
+    source = (Path(__file__).resolve().parents[1] / "attntrace" / "inputs" / "expr.py").read_text()
     tree = ast.parse(source)
     forbidden = {"eval", "exec", "compile", "sympify", "S", "parse_expr", "__import__", "simplify", "getattr"}
     for node in ast.walk(tree):

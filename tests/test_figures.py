@@ -11,8 +11,8 @@ import pytest
 
 import attntrace
 from attntrace import BadInput
-from attntrace.figures import write_heatmaps
-from attntrace.renderer import render
+from attntrace.rendering.figures import write_heatmaps
+from attntrace.rendering.renderer import render
 from mathcheck import in_ci
 
 
@@ -84,7 +84,7 @@ def test_without_matplotlib_a_clear_bad_input(tmp_path, monkeypatch):
 
 
 def test_import_attntrace_does_not_import_matplotlib():
-    code = "import sys, attntrace, attntrace.figures, attntrace.cli; print('matplotlib' in sys.modules)"
+    code = "import sys, attntrace, attntrace.rendering.figures, attntrace.cli; print('matplotlib' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
 

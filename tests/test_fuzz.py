@@ -5,8 +5,8 @@ import json
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import attntrace
-from attntrace.checker import render_report
-from attntrace.errors import AttntraceError
+from attntrace.grading.checker import render_report
+from attntrace.model.errors import AttntraceError
 
 ATOMS = st.sampled_from([0, 1, 2, -1, 0.5, "1/3", "x", "abc", "sqrt(2)", "", None, True, "causal", "exp(1000)", "1e400", "-inf", [1]])
 MATRICES = st.lists(st.lists(ATOMS | st.integers(-3, 3), min_size=0, max_size=3), min_size=0, max_size=3)

@@ -38,7 +38,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import attntrace
-from attntrace.errors import BadInput
+from attntrace.model.errors import BadInput
 
 resource = pytest.importorskip("resource")
 
@@ -295,8 +295,8 @@ HOSTILE = "a\x1b[31mb\x1b]0;t\x07c\x00d\x7fe\x9bf\u202eg\u2066h\u2069i\u200fj\ud
 
 @pytest.mark.parametrize("fmt", ["md", "tex", "text"])
 def test_escapers_and_user_text_drop_controls_bidi_and_surrogates(fmt):
-    from attntrace.usertext import format_user_text
-    from attntrace.viewmodel import ESCAPERS
+    from attntrace.inputs.usertext import format_user_text
+    from attntrace.rendering.viewmodel import ESCAPERS
 
     for out in (ESCAPERS[fmt](HOSTILE), format_user_text(HOSTILE, fmt), format_user_text("$x$ " + HOSTILE + " $y$", fmt)):
         assert not UNSAFE.search(out), repr(out)
@@ -305,7 +305,7 @@ def test_escapers_and_user_text_drop_controls_bidi_and_surrogates(fmt):
 
 
 def test_clean_text_one_line_and_json_safe():
-    from attntrace.usertext import clean_output, clean_text, json_safe, one_line
+    from attntrace.inputs.usertext import clean_output, clean_text, json_safe, one_line
 
     assert clean_text("plain text") == "plain text"
     assert clean_text("a\tb\nc") == "a\tb\nc"  # whitespace is the escapers' business
@@ -345,7 +345,7 @@ def test_reports_hold_no_control_characters(fmt):
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_hostile_text_compiles_with_xelatex(xelatex, lang):
     """Control characters made xelatex stop with "invalid character"; markup stays text."""
-    from attntrace.checker import check, render_report
+    from attntrace.grading.checker import check, render_report
 
     trace = attntrace.run(str(FUZZ / "controls.json"))
     ok, log, _ = xelatex(attntrace.render(trace, format="tex", standalone=True, lang=lang))
@@ -360,7 +360,7 @@ def test_hostile_text_compiles_with_xelatex(xelatex, lang):
 @pytest.mark.parametrize("fmt", ["text", "md", "tex"])
 def test_check_report_title_reaches_no_terminal_raw(fmt):
     """`check --format text` printed the title raw: ANSI sequences reached the terminal."""
-    from attntrace.checker import check, render_report
+    from attntrace.grading.checker import check, render_report
 
     report = check(_trace_with(title="\x1b[2J\x1b[31mall correct\x1b[0m \u202e"), {"weights": [[0.8, 0.2], [0.3, 0.7]]})
     out = render_report(report, format=fmt)
@@ -438,7 +438,7 @@ def test_figures_naming_a_file_or_an_unwritable_place(tmp_path, capsys):
 
 def test_heatmap_labels_are_text_not_mathtext(tmp_path, monkeypatch):
     matplotlib = pytest.importorskip("matplotlib")
-    from attntrace.figures import write_heatmaps
+    from attntrace.rendering.figures import write_heatmaps
 
     monkeypatch.setitem(matplotlib.rcParams, "text.usetex", True)  # a user's matplotlibrc: still no LaTeX run
     trace = _trace_with(tokens=("$\\frac{$", "a\x07$x$\u202e"))
@@ -455,7 +455,7 @@ EVIL_SYMBOL = "x\\input{/etc/hostname}"
 
 def test_check_sympy_entry_refuses_names_a_spec_could_not_write():
     sympy = pytest.importorskip("sympy")
-    from attntrace.usertext import check_sympy_entry
+    from attntrace.inputs.usertext import check_sympy_entry
 
     a = sympy.Symbol("a")
 
@@ -522,7 +522,7 @@ def test_a_template_folder_cannot_run_code(tmp_path, monkeypatch, source):
 def test_every_environment_is_sandboxed_and_cached_apart():
     from jinja2.sandbox import SandboxedEnvironment
 
-    from attntrace.renderer import environment
+    from attntrace.rendering.renderer import environment
 
     assert isinstance(environment(), SandboxedEnvironment)
 
@@ -546,7 +546,7 @@ def test_a_template_error_is_one_line_naming_template_and_line(tmp_path, rel, te
 
 
 def test_a_template_that_loops_or_writes_without_end_is_stopped(tmp_path, monkeypatch):
-    from attntrace import jinja_env
+    from attntrace.rendering import jinja_env
 
     monkeypatch.setattr(jinja_env, "TEMPLATE_TIME_LIMIT", 0.5)
     trace = attntrace.run("sentence-4x6")
@@ -564,8 +564,8 @@ def test_a_template_that_loops_or_writes_without_end_is_stopped(tmp_path, monkey
 
 
 def test_template_errors_in_check_and_exercise(tmp_path):
-    from attntrace.checker import check, render_report
-    from attntrace.exercise import make_exercise, render_worksheet
+    from attntrace.grading.checker import check, render_report
+    from attntrace.teach.exercise import make_exercise, render_worksheet
 
     folder = _template_folder(tmp_path, "check/report.md.j2", "ok\n{{ nothing.here }}\n")
     _template_folder(tmp_path, "exercise/worksheet.md.j2", "{{ ex.title.__class__ }}\n")
@@ -581,8 +581,8 @@ def test_a_shipped_template_error_stays_an_error_of_attntrace(monkeypatch):
     """Without a user folder an error in a template is a bug: not blamed on the user."""
     import jinja2
 
-    from attntrace.jinja_env import user_template_errors
-    from attntrace.renderer import environment
+    from attntrace.rendering.jinja_env import user_template_errors
+    from attntrace.rendering.renderer import environment
 
     env = environment()
     with pytest.raises(jinja2.UndefinedError):

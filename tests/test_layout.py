@@ -1,6 +1,6 @@
 """The layout step: its width estimate against real xelatex, and how it breaks equations.
 
-The estimate (attntrace.layout.width) decides every line break of every report, so it is
+The estimate (attntrace.rendering.layout.width) decides every line break of every report, so it is
 checked here against the typesetter itself: each display line of several real reports is set
 in an \\hbox by xelatex and its width read back (one compile for all of them). The estimate
 must never fall short by more than a little (a short estimate is an overfull line) and must
@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 import attntrace
-from attntrace.errors import BadInput
-from attntrace.layout import Seq, fit_chain, join_sum, parse_width
-from attntrace.texwidth import width
+from attntrace.model.errors import BadInput
+from attntrace.rendering.layout import Seq, fit_chain, join_sum, parse_width
+from attntrace.rendering.texwidth import width
 from pagefit import compile_latex_full
 
 SPECS = {
@@ -158,7 +158,7 @@ def test_random_specs_at_random_widths_fit_in_xelatex(tmp_path, seed):
 
 def test_chinese_markdown_never_glues_inline_math_to_hanzi():
     """Several Markdown renderers do not open `自注意力$x$` as math: a space must separate them."""
-    from attntrace.examples import list_examples
+    from attntrace.teach.examples import list_examples
 
     for name, _ in list_examples():
         md = attntrace.render(attntrace.run(name), format="md", lang="zh")

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 import attntrace
-from attntrace import limits
-from attntrace.errors import BadInput
+from attntrace.inputs import limits
+from attntrace.model.errors import BadInput
 
 ROOT = Path(__file__).resolve().parent.parent
 TWO_GB = 2 * 1024**3

@@ -21,9 +21,10 @@ import numpy as np
 import pytest
 
 import attntrace
-from attntrace import BadInput, cli, lms
-from attntrace.answer import Entry
-from attntrace.exercise import answer_key, exercise_spec
+from attntrace import BadInput, cli
+from attntrace.teach import lms
+from attntrace.grading.answer import Entry
+from attntrace.teach.exercise import answer_key, exercise_spec
 
 QTI = "{http://www.imsglobal.org/xsd/ims_qtiasiv1p2}"
 CP = "{http://www.imsglobal.org/xsd/imscp_v1p1}"

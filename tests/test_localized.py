@@ -6,8 +6,8 @@ import re
 import pytest
 
 import attntrace
-from attntrace.examples import example_paths
-from attntrace.usertext import format_user_text
+from attntrace.teach.examples import example_paths
+from attntrace.inputs.usertext import format_user_text
 
 EXAMPLES = [p.stem for p in example_paths()]
 

@@ -1,4 +1,4 @@
-"""Tests for attntrace.matrices.to_matrix: raw input -> matrix in one mode."""
+"""Tests for attntrace.inputs.matrices.to_matrix: raw input -> matrix in one mode."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sympy import ImmutableMatrix, Integer, Rational, Symbol
 
-from attntrace.errors import BadInput
-from attntrace.expr import parse_expr
-from attntrace.matrices import MAX_SYMBOLIC_ENTRIES, to_matrix
+from attntrace.model.errors import BadInput
+from attntrace.inputs.expr import parse_expr
+from attntrace.inputs.matrices import MAX_SYMBOLIC_ENTRIES, to_matrix
 
 FAST = settings(max_examples=50, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -334,8 +334,8 @@ def test_numeric_and_shape_modes_do_not_import_sympy():
 
     code = (
         "import sys, numpy as np\n"
-        "from attntrace.matrices import to_matrix\n"
-        "from attntrace.expr import entry_name, parse_symbol_base\n"
+        "from attntrace.inputs.matrices import to_matrix\n"
+        "from attntrace.inputs.expr import entry_name, parse_symbol_base\n"
         "to_matrix([[1, 2.5]], mode='numeric', name='X')\n"
         "to_matrix(np.eye(2), mode='numeric', name='X')\n"
         "to_matrix({'shape': [2, 2]}, mode='shape', name='X', default_symbol='v')\n"

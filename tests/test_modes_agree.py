@@ -6,7 +6,7 @@ import sympy as sp
 from hypothesis import given, settings, strategies as st
 
 import attntrace
-from attntrace.symbolic import substitute
+from attntrace.algebra.substitute import substitute
 
 KEYS = ("X", "W_Q", "W_K", "W_V")
 

@@ -6,7 +6,7 @@ import pytest
 import sympy as sp
 
 import attntrace
-from attntrace.errors import BadInput
+from attntrace.model.errors import BadInput
 
 
 def _random(h=2, n=3, d=4, dk=2, dv=3, seed=0):

@@ -28,7 +28,7 @@ import pytest
 
 import attntrace
 import mathcheck
-from attntrace.examples import list_examples
+from attntrace.teach.examples import list_examples
 from pagefit import markdown_equation_widths, overfull_boxes, overfull_details, page_count, unwrap_log
 
 LANGS = ("en", "zh")

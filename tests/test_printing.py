@@ -3,8 +3,8 @@
 import numpy as np
 import sympy as sp
 
-from attntrace import printing
-from attntrace.printing import PlainOut, TexOut, latex_expr
+from attntrace.rendering import printing
+from attntrace.rendering.printing import PlainOut, TexOut, latex_expr
 
 
 def test_greek_entry_names_and_infinity():

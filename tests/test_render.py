@@ -11,9 +11,9 @@ from mathcheck import markdown_math_spans, stray_math_delimiters
 from test_render_specs import SPECS
 
 import attntrace
-from attntrace import printing
-from attntrace.errors import BadInput
-from attntrace.renderer import environment, render, render_step
+from attntrace.rendering import printing
+from attntrace.model.errors import BadInput
+from attntrace.rendering.renderer import environment, render, render_step
 
 TRACES = {name: attntrace.run(spec) for name, spec in SPECS.items()}
 

@@ -14,8 +14,8 @@ import pytest
 from jinja2.bccache import bc_magic
 
 import attntrace
-from attntrace import jinja_env
-from attntrace.renderer import environment, render, render_step
+from attntrace.rendering import jinja_env
+from attntrace.rendering.renderer import environment, render, render_step
 from attntrace.resources import templates_dir
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -159,7 +159,7 @@ def test_a_new_process_reads_compiled_templates_and_never_writes_into_the_packag
                                 "W_V": [[1, 2], [3, 4]]}), encoding="utf-8")
     code = (
         "import sys\n"
-        "from attntrace import renderer\n"
+        "from attntrace.rendering import renderer\n"
         "env = renderer.environment()\n"
         "calls = []\n"
         "compile_ = env.compile\n"

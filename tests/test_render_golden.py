@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import attntrace
-from attntrace.renderer import render
+from attntrace.rendering.renderer import render
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 REGEN = os.environ.get("ATTNTRACE_REGEN_GOLDEN") == "1"

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import attntrace
-from attntrace.errors import BadInput, Unsupported
+from attntrace.model.errors import BadInput, Unsupported
 
 ATOL = 1e-10
 

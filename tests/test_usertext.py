@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from attntrace.examples import example_paths
-from attntrace.usertext import MAX_SPANS_PER_TEXT, format_user_text, inline_math_for, render_math
-from attntrace.viewmodel import escape_md, escape_tex, escape_text
+from attntrace.teach.examples import example_paths
+from attntrace.inputs.usertext import MAX_SPANS_PER_TEXT, format_user_text, inline_math_for, render_math
+from attntrace.rendering.viewmodel import escape_md, escape_tex, escape_text
 from mathcheck import markdown_math_spans, stray_math_delimiters
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -194,8 +194,8 @@ def test_cjk_and_inline_math_get_a_space():
 
 def test_greek_names_match_sympys_latex():
     sympy = pytest.importorskip("sympy")
-    from attntrace.expr import GREEK
-    from attntrace.printing import greek_name
+    from attntrace.inputs.expr import GREEK
+    from attntrace.rendering.printing import greek_name
 
     for name in sorted(GREEK):
         want = greek_name(name) if name == "epsilon" else sympy.latex(sympy.Symbol(name))  # attntrace: \varepsilon
@@ -207,8 +207,8 @@ def test_same_latex_as_the_entry_printer_where_sympy_keeps_the_form():
     """Where evaluation does not change the form, the span prints as attntrace's SymPy printer
     prints the parsed entry (spaces aside). Where it does, the span keeps the author's form:
     SymPy writes 2*a + b as b + 2 a, 2*q*k - k^2 as - k^{2} + 2 k q and 0.25 as 1/4."""
-    from attntrace.expr import parse_expr
-    from attntrace.printing import latex_expr
+    from attntrace.inputs.expr import parse_expr
+    from attntrace.rendering.printing import latex_expr
 
     for source in ["sqrt(6)", "a + 2*b", "a_11*v_11 + a_12*v_21", "x^2", "exp(x)", "w^Q_12", "alpha_1", "a/b",
                    "(a + b)*(c + d)", "-(q - k)^2", "sqrt(d)", "-x", "x^10"]:
@@ -218,7 +218,7 @@ def test_same_latex_as_the_entry_printer_where_sympy_keeps_the_form():
 
 
 def test_usertext_never_imports_sympy():
-    code = ("import sys\nfrom attntrace.usertext import format_user_text\n"
+    code = ("import sys\nfrom attntrace.inputs.usertext import format_user_text\n"
             "for f in ('md', 'tex', 'text'):\n"
             "    format_user_text('Scaling by $sqrt(d_k)$, $alpha_1 = -(q - k)^2/2$, $Omega$ $2.5e3$', f)\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'sympy')[:3])\n")
@@ -284,7 +284,7 @@ def test_titles_with_math_compile_with_xelatex(xelatex):
 
 def test_check_report_titles_show_math():
     import attntrace
-    from attntrace.checker import render_report
+    from attntrace.grading.checker import render_report
 
     spec = {"scores": [[0.8, 0.2]], "scale": False, "title": r"Softmax of $-(q - k)^2$ <b> \input{x} $\input{y}$"}
     report = attntrace.check(spec, {"weights": [[0.8, 0.2]]})

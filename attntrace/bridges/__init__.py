@@ -1,0 +1,1 @@
+"""Traces of real layers: PyTorch (and Hugging Face) modules."""

@@ -1,0 +1,259 @@
+"""PyTorch -> attntrace: trace a `torch.nn.MultiheadAttention` call or an SDPA call.
+
+torch is an optional extra (`pip install attntrace[torch]`); it is imported only here, and
+only when one of these functions is called. Everything is converted to float64 NumPy in
+attntrace's row-vector convention before tracing:
+
+- torch's `nn.Linear` / `in_proj_weight` store (out, in) and compute x W^T + b; attntrace
+  writes Q = X W_Q + b_Q with W_Q (d_model, d_k), so every weight is transposed.
+- `nn.MultiheadAttention` masks: bool True = *masked* (the opposite of attntrace's 0/1 keep
+  matrix, where 1 = kept); float masks are added to the scores, so only 0 (keep) and -inf
+  (mask) have an attntrace equivalent.
+- `scaled_dot_product_attention` masks: bool True = *kept* (the opposite of MHA!); float
+  masks as above. Its `scale` multiplies the scores; attntrace's `scale` divides them.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from attntrace.model.errors import BadInput, Unsupported
+from attntrace.model.trace import Trace
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - depends on the environment
+        raise Unsupported("PyTorch is not installed: pip install 'attntrace[torch]'") from None
+    return torch
+
+
+def _np(t, what: str) -> np.ndarray:
+    """A tensor (or array-like) as a fresh float64 ndarray."""
+    torch = _torch()
+    if isinstance(t, torch.Tensor):
+        if t.is_nested:
+            raise Unsupported(f"{what} is a nested tensor; give a plain tensor")
+        if t.is_complex():
+            raise Unsupported(f"{what} is complex; attntrace traces real attention")
+        return t.detach().to(device="cpu", dtype=torch.float64).numpy().copy()
+    try:
+        return np.array(t, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise BadInput(f"{what} must be a tensor or an array of numbers, not {type(t).__name__}") from None
+
+
+# -- masks ---------------------------------------------------------------------------------
+def _keep_from_mask(mask, *, what: str, bool_true_means_keep: bool) -> np.ndarray:
+    """A torch-style mask (bool or additive float 0/-inf) as attntrace's keep matrix (True = kept)."""
+    torch = _torch()
+    if isinstance(mask, torch.Tensor):
+        is_bool = mask.dtype == torch.bool
+        arr = mask.detach().cpu().numpy() if is_bool else _np(mask, what)
+    else:
+        arr = np.asarray(mask)
+        is_bool = arr.dtype == np.bool_
+        if not is_bool:
+            arr = _np(arr, what)
+    if is_bool:
+        return arr.astype(bool) if bool_true_means_keep else ~arr.astype(bool)
+    if np.isnan(arr).any() or np.isposinf(arr).any():
+        raise BadInput(f"{what} contains NaN or +inf")
+    zero, neg_inf = arr == 0, np.isneginf(arr)
+    if not (zero | neg_inf).all():
+        bad = arr[~(zero | neg_inf)].flat[0]
+        raise Unsupported(f"{what} is a float mask with the entry {bad!r}; attntrace masks are 0 (keep) or -inf (mask) only, "
+                          "not additive biases")
+    return zero
+
+
+def _one_mask(keep: np.ndarray, L: int, S: int, *, what: str, heads: int) -> np.ndarray:
+    """Reduce a (L, S), (1|H, L, S) or (1, 1|H, L, S) keep matrix to one (L, S) matrix shared by all heads."""
+    if keep.ndim < 2 or keep.ndim > 4:
+        raise BadInput(f"{what} must be 2-, 3- or 4-dimensional, not of shape {keep.shape}")
+    if keep.shape[-2:] != (L, S) and keep.shape[-2:] not in ((1, S), (L, 1)):
+        raise BadInput(f"{what} has shape {tuple(keep.shape)}; expected (..., {L}, {S})")
+    lead = keep.shape[:-2]
+    if any(d not in (1, heads) for d in lead):
+        raise Unsupported(f"{what} of shape {tuple(keep.shape)} is for a batch of more than one; attntrace traces one sequence")
+    flat = np.broadcast_to(keep, lead + (L, S)).reshape(-1, L, S)
+    if not all(np.array_equal(flat[0], m) for m in flat[1:]):
+        raise Unsupported(f"{what} differs between heads; attntrace applies one mask to every head")
+    return np.ascontiguousarray(flat[0])
+
+
+def _combine_causal(keep: np.ndarray | None, is_causal: bool, L: int, S: int, *, what: str) -> Any:
+    if not is_causal:
+        return keep
+    causal = np.tril(np.ones((L, S), dtype=bool))
+    if keep is not None and not np.array_equal(keep, causal):
+        raise BadInput(f"is_causal=True but {what} is not the causal mask; give one or the other")
+    return "causal"
+
+
+def _mask_spec(keep) -> Any:
+    if keep is None or isinstance(keep, str):
+        return keep
+    if keep.all():
+        return None
+    return keep.astype(int).tolist()  # 0/1 rows, the form every spec reader accepts
+
+
+# -- nn.MultiheadAttention -------------------------------------------------------------------
+def _sequence(x, what: str, batch_first: bool) -> np.ndarray:
+    """(L, E), or a batch of one: (1, L, E) if batch_first else (L, 1, E) -> (L, E) float64."""
+    a = _np(x, what)
+    if a.ndim == 2:
+        return a
+    if a.ndim == 3:
+        batch_axis = 0 if batch_first else 1
+        if a.shape[batch_axis] != 1:
+            layout = "(N, L, E)" if batch_first else "(L, N, E)"
+            raise Unsupported(f"{what} {tuple(a.shape)} is a batch of {a.shape[batch_axis]} {layout}; attntrace traces one sequence: pass a batch of one")
+        return np.ascontiguousarray(a[0] if batch_first else a[:, 0])
+    raise BadInput(f"{what} must be (L, E) or a batch of one, not of shape {tuple(a.shape)}")
+
+
+def _same(a, b) -> bool:
+    return a is b or (a.shape == b.shape and np.array_equal(a, b))
+
+
+def multihead_spec(module, query, key=None, value=None, *, attn_mask=None, is_causal=False, key_padding_mask=None) -> dict:
+    """The attntrace spec (a dict of float64 arrays) equivalent to `module(query, key, value, ...)`."""
+    torch = _torch()
+    if not isinstance(module, torch.nn.MultiheadAttention):
+        raise Unsupported(f"from_torch traces torch.nn.MultiheadAttention, not {type(module).__name__}")
+    m = module
+    if m.bias_k is not None or m.bias_v is not None:
+        raise Unsupported("MultiheadAttention with add_bias_kv=True is not supported (its extra key/value row has no attntrace step)")
+    if m.add_zero_attn:
+        raise Unsupported("MultiheadAttention with add_zero_attn=True is not supported (its zero key/value row has no attntrace step)")
+    if m.training and m.dropout > 0:
+        raise Unsupported(f"MultiheadAttention in training mode with dropout={m.dropout} is random; call module.eval() first")
+
+    if m.kdim != m.vdim:
+        raise Unsupported(f"kdim={m.kdim} differs from vdim={m.vdim}; attntrace computes K and V from the same X_kv")
+
+    key = query if key is None else key
+    value = key if value is None else value
+    batch_first = bool(m.batch_first)
+    X = _sequence(query, "query", batch_first)
+    Y = _sequence(key, "key", batch_first)
+    Yv = Y if value is key else _sequence(value, "value", batch_first)
+    if not _same(Y, Yv):
+        raise Unsupported("key and value are different tensors; attntrace computes K and V from the same X_kv")
+    E, h = m.embed_dim, m.num_heads
+    if X.shape[1] != E:
+        raise BadInput(f"query has width {X.shape[1]} but the module's embed_dim is {E}")
+
+    if m._qkv_same_embed_dim:
+        W = _np(m.in_proj_weight, "in_proj_weight")  # (3E, E), torch's (out, in)
+        WQ, WK, WV = W[:E].T, W[E:2 * E].T, W[2 * E:].T  # each (E, E), row-vector convention
+    else:
+        WQ = _np(m.q_proj_weight, "q_proj_weight").T  # (E, E)
+        WK = _np(m.k_proj_weight, "k_proj_weight").T  # (kdim, E)
+        WV = _np(m.v_proj_weight, "v_proj_weight").T  # (vdim, E)
+    if Y.shape[1] != WK.shape[0]:
+        raise BadInput(f"key has width {Y.shape[1]} but the module expects {WK.shape[0]}")
+
+    spec: dict[str, Any] = {"X": X, "W_Q": np.ascontiguousarray(WQ), "W_K": np.ascontiguousarray(WK),
+                            "W_V": np.ascontiguousarray(WV)}
+    if m.in_proj_bias is not None:
+        b = _np(m.in_proj_bias, "in_proj_bias")  # (3E,)
+        spec.update(b_Q=b[None, :E], b_K=b[None, E:2 * E], b_V=b[None, 2 * E:])
+    spec["W_O"] = np.ascontiguousarray(_np(m.out_proj.weight, "out_proj.weight").T)  # (E, E)
+    if m.out_proj.bias is not None:
+        spec["b_O"] = _np(m.out_proj.bias, "out_proj.bias")[None, :]
+    cross = query is not key and not _same(X, Y)
+    if cross:
+        spec["X_kv"] = Y
+    if h > 1:
+        spec["num_heads"] = h
+
+    L, S = X.shape[0], Y.shape[0]
+    keep = None
+    if attn_mask is not None:
+        keep = _one_mask(_keep_from_mask(attn_mask, what="attn_mask", bool_true_means_keep=False), L, S, what="attn_mask", heads=h)
+    if key_padding_mask is not None:
+        pad = _keep_from_mask(key_padding_mask, what="key_padding_mask", bool_true_means_keep=False)
+        if pad.ndim == 2 and pad.shape[0] == 1:
+            pad = pad[0]
+        if pad.shape != (S,):
+            raise BadInput(f"key_padding_mask has shape {tuple(pad.shape)}; expected ({S},) or (1, {S})")
+        keep = (np.ones((L, S), dtype=bool) if keep is None else keep) & pad[None, :]
+    # torch's MHA insists on attn_mask with is_causal (a hint); here is_causal alone is enough.
+    mask = _mask_spec(_combine_causal(keep, is_causal and key_padding_mask is None, L, S, what="attn_mask"))
+    if mask is not None:
+        spec["mask"] = mask
+    return spec
+
+
+def from_torch(module, query, key=None, value=None, *, attn_mask=None, is_causal=False, key_padding_mask=None,
+               **run_overrides) -> Trace:
+    """Trace `module(query, key, value, attn_mask=..., is_causal=...)` for a `torch.nn.MultiheadAttention`.
+
+    query/key/value: (L, E) or a batch of one ((1, L, E) with batch_first, else (L, 1, E)).
+    key defaults to query (self-attention), value to key. attn_mask follows torch: bool True =
+    masked, or a float mask of 0 / -inf; (L, S) or (num_heads, L, S) with the same mask per head.
+    The trace's output and per-head weights equal the module's (need_weights=True,
+    average_attn_weights=False). Extra keyword arguments go to `attntrace.run` (title, mode, ...).
+    """
+    from attntrace import run
+
+    spec = multihead_spec(module, query, key, value, attn_mask=attn_mask, is_causal=is_causal,
+                          key_padding_mask=key_padding_mask)
+    return run(spec, **run_overrides)
+
+
+# -- scaled_dot_product_attention ---------------------------------------------------------------
+def _heads(x, what: str) -> np.ndarray:
+    """(L, E), (1, L, E) or (1, H, L, E) -> (H, L, E) float64."""
+    a = _np(x, what)
+    if a.ndim == 2:
+        return a[None]
+    if a.ndim in (3, 4):
+        if a.shape[0] != 1:
+            raise Unsupported(f"{what} {tuple(a.shape)} has a batch of {a.shape[0]}; attntrace traces one sequence: pass a batch of one")
+        return a[0][None] if a.ndim == 3 else a[0]
+    raise BadInput(f"{what} must be (L, E), (1, L, E) or (1, H, L, E), not of shape {tuple(a.shape)}")
+
+
+def qkv_spec(q, k, v, *, attn_mask=None, is_causal=False, scale=None) -> dict:
+    """The attntrace spec equivalent to `F.scaled_dot_product_attention(q, k, v, ...)`."""
+    Q, K, V = _heads(q, "q"), _heads(k, "k"), _heads(v, "v")
+    h = Q.shape[0]
+    if K.shape[0] != h or V.shape[0] != h:
+        raise Unsupported(f"q, k, v have {h}, {K.shape[0]}, {V.shape[0]} heads; grouped-query attention (enable_gqa) is not supported")
+    L, S = Q.shape[1], K.shape[1]
+    if attn_mask is not None and is_causal:
+        raise BadInput("give attn_mask or is_causal=True, not both (as scaled_dot_product_attention)")
+    keep = None
+    if attn_mask is not None:
+        keep = _one_mask(_keep_from_mask(attn_mask, what="attn_mask", bool_true_means_keep=True), L, S, what="attn_mask", heads=h)
+    mask = _mask_spec("causal" if is_causal else keep)
+    tables = [{"Q": Q[i], "K": K[i], "V": V[i]} for i in range(h)]
+    spec: dict[str, Any] = {"heads": tables} if h > 1 else dict(tables[0])
+    if scale is not None:
+        scale = float(scale)
+        if not scale > 0 or math.isinf(scale):
+            raise Unsupported(f"scale={scale!r}: attntrace divides the scores by a positive number, so the SDPA scale must be positive")
+        spec["scale"] = 1.0 / scale  # SDPA multiplies by scale; attntrace divides by its factor
+    if mask is not None:
+        spec["mask"] = mask
+    return spec
+
+
+def from_qkv(q, k, v, *, attn_mask=None, is_causal=False, scale=None, **run_overrides) -> Trace:
+    """Trace `torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask, is_causal=..., scale=...)`.
+
+    q, k, v: (L, E), (1, L, E) or (1, H, L, E); H > 1 gives a multi-head trace (one head per
+    slice; its concat step is SDPA's output transposed to (L, H*E); no W_O, SDPA has none). attn_mask follows SDPA: bool
+    True = kept, or a float mask of 0 / -inf. Tensors or NumPy arrays.
+    """
+    from attntrace import run
+
+    return run(qkv_spec(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale), **run_overrides)

@@ -1,0 +1,1 @@
+"""Checking a student's hand calculation: answers, the mistake catalogue, the checker."""

@@ -1,0 +1,308 @@
+"""A student's answer (TOML / JSON file, or a dict) -> their matrices, entry by entry.
+
+Format (TOML shown; JSON is the same tree)::
+
+    title = "my homework"           # optional text: title, student, comment
+    scores  = [[1, 2], [3, 4]]      # any subset of the step ids, as matrices (lists of rows)
+    weights = [["1/3", "2/3"], [0.27, 0.73]]
+    masked  = [[0.5, "-inf"], [0.1, 0.2]]
+
+    [head.2]                        # per-head steps of a multi-head problem: a table per head
+    weights = [[0.5, 0.5], [0.25, 0.75]]
+
+    # ... or, equivalently, the key form (quote it in TOML): "weights@2" = [[...]]
+
+Entries are integers, decimals (as numbers or strings), exact forms as strings ("1/3",
+"sqrt(6)/3", "exp(2)/(1+exp(2))", parsed by the whitelist parser `attntrace.inputs.expr.parse_expr`, never
+evaluated), or "-inf" for a masked score (TOML's bare -inf works too).
+
+Each entry keeps how it was written, because the tolerance follows it (see `Entry.tolerance`):
+TOML and JSON numbers are read with their raw text (so 0.650 counts as 3 decimals); Python
+floats given in a dict count the decimals of `repr(x)` (0.65 -> 2 decimals).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from attntrace.inputs import limits
+from attntrace.model.errors import BadInput
+from attntrace.inputs.spec import read_table_file
+from attntrace.model.trace import PER_HEAD_STEPS, STEP_IDS
+
+#: Text keys an answer file may hold besides the steps.
+META_KEYS = ("title", "student", "comment")
+#: The table holding per-head steps: [head.2] in TOML, {"head": {"2": {...}}} in JSON.
+HEAD_TABLE = "head"
+MAX_ENTRIES = 100_000
+MAX_TEXT = 200
+
+_INTEGER = re.compile(r"[+-]?\d+")
+_DECIMAL = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+_NEG_INF = {"-inf", "-infinity", "-oo", "-∞", "−inf", "−∞", "-\\infty"}
+
+
+class _Raw(str):
+    """The raw text of a TOML/JSON float, kept so that 0.650 stays three decimals."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One number as the student wrote it.
+
+    kind: "decimal" (decimals = digits after the point, scientific notation counted),
+    "exact" (an integer or an exact form such as 1/3), or "neg_inf" (a masked score).
+    """
+
+    value: float
+    text: str
+    kind: str
+    decimals: int | None = None
+
+    def tolerance(self, expected: float, atol: float | None = None, rtol: float | None = None) -> float:
+        """How far from `expected` this entry may be and still count as right.
+
+        --atol/--rtol (either one) override everything: atol + rtol*|expected|. Otherwise a
+        decimal with d places is right when it is the expected value rounded to d places,
+        give or take one unit in the last place (|given - expected| <= 1.5 * 10^-d), and an
+        exact entry must agree to 1e-9 relative.
+        """
+        scale = max(1.0, abs(expected))
+        if atol is not None or rtol is not None:
+            return (atol or 0.0) + (rtol or 0.0) * abs(expected)
+        if self.kind == "decimal":
+            return max(1.5 * 10.0 ** -self.decimals, 1e-9 * scale)
+        return 1e-9 * scale
+
+    def matches(self, expected: float, atol: float | None = None, rtol: float | None = None) -> bool:
+        if math.isnan(expected):
+            return False
+        if math.isinf(expected) or self.kind == "neg_inf":
+            return self.value == expected
+        return abs(self.value - expected) <= self.tolerance(expected, atol, rtol) * (1 + 1e-12)
+
+
+@dataclass(frozen=True)
+class AnswerMatrix:
+    """The student's matrix for one step (`key` is 'weights' or 'weights@2')."""
+
+    id: str
+    head: int | None
+    entries: tuple[tuple[Entry, ...], ...]
+
+    @property
+    def key(self) -> str:
+        return self.id if self.head is None else f"{self.id}@{self.head}"
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (len(self.entries), len(self.entries[0]))
+
+    @property
+    def values(self) -> np.ndarray:
+        a = np.array([[e.value for e in row] for row in self.entries], dtype=np.float64)
+        a.setflags(write=False)
+        return a
+
+    def matches(self, expected: np.ndarray, atol=None, rtol=None) -> bool:
+        """Every entry right against `expected` (same shape required)."""
+        if expected is None or tuple(expected.shape) != self.shape:
+            return False
+        return all(e.matches(float(expected[i, j]), atol, rtol)
+                   for i, row in enumerate(self.entries) for j, e in enumerate(row))
+
+    def mismatches(self, expected: np.ndarray, atol=None, rtol=None) -> list[tuple[int, int, Entry]]:
+        """(row, col, entry) of the wrong entries, 0-based."""
+        return [(i, j, e) for i, row in enumerate(self.entries) for j, e in enumerate(row)
+                if not e.matches(float(expected[i, j]), atol, rtol)]
+
+
+# -- reading ---------------------------------------------------------------------------------
+def read_answer_file(path: str | Path) -> dict:
+    """Read a TOML or JSON answer file, keeping the raw text of every float."""
+    return read_table_file(path, "answer", parse_float=_Raw)
+
+
+def load_answer(answer: Any) -> dict[tuple[str, int | None], AnswerMatrix]:
+    """Path or dict -> {(step id, head): AnswerMatrix}. Every problem is one-line BadInput."""
+    if isinstance(answer, (str, Path)):
+        data = read_answer_file(answer)
+    elif isinstance(answer, Mapping):
+        data = dict(answer)
+    else:
+        raise BadInput(f"an answer is a path or a dict, not {type(answer).__name__}")
+    out: dict[tuple[str, int | None], AnswerMatrix] = {}
+
+    def put(step_id: str, head: int | None, raw: Any) -> None:
+        m = AnswerMatrix(step_id, head, _matrix(raw, step_id if head is None else f"{step_id}@{head}"))
+        if (step_id, head) in out:
+            raise BadInput(f"answer gives {m.key} twice (as a key and in a [{HEAD_TABLE}.{head}] table)")
+        out[(step_id, head)] = m
+
+    for key, raw in data.items():
+        if not isinstance(key, str):
+            raise BadInput(f"answer keys must be step names, not {key!r}")
+        if key in META_KEYS:
+            if not isinstance(raw, str):
+                raise BadInput(f"answer: {key} must be text")
+            continue
+        if key == HEAD_TABLE:
+            if not isinstance(raw, Mapping):
+                raise BadInput(f"answer: {HEAD_TABLE} must be a table of heads, e.g. [{HEAD_TABLE}.2] weights = ...")
+            for h, table in raw.items():
+                head = _head_number(str(h), f"[{HEAD_TABLE}.{h}]")
+                if not isinstance(table, Mapping):
+                    raise BadInput(f"answer: [{HEAD_TABLE}.{h}] must be a table of step names")
+                for step_id, value in table.items():
+                    if step_id not in PER_HEAD_STEPS:
+                        raise BadInput(f"answer: unknown per-head step {step_id!r} in [{HEAD_TABLE}.{h}]; "
+                                       f"per-head steps are {', '.join(PER_HEAD_STEPS)}")
+                    put(step_id, head, value)
+            continue
+        step_id, sep, h = key.partition("@")
+        if step_id not in STEP_IDS:
+            raise BadInput(f"answer: unknown step {key!r}; steps are {', '.join(STEP_IDS)} "
+                           f"(per head: weights@2 or a [{HEAD_TABLE}.2] table)")
+        head = None
+        if sep:
+            if step_id not in PER_HEAD_STEPS:
+                raise BadInput(f"answer: {step_id} is not a per-head step, so {key!r} has no meaning")
+            head = _head_number(h, repr(key))
+        put(step_id, head, raw)
+    if not out:
+        raise BadInput("the answer gives no steps; give any of " + ", ".join(STEP_IDS))
+    return out
+
+
+def _head_number(text: str, where: str) -> int:
+    if not _INTEGER.fullmatch(text) or int(text) < 1:
+        raise BadInput(f"answer: {where}: heads are numbered 1, 2, ..., not {text!r}")
+    return int(text)
+
+
+# -- matrices and entries ----------------------------------------------------------------------
+def _matrix(raw: Any, label: str) -> tuple[tuple[Entry, ...], ...]:
+    if hasattr(raw, "tolist") and not isinstance(raw, (str, bytes)):
+        raw = raw.tolist()  # numpy array or SymPy matrix
+    if not isinstance(raw, (list, tuple)):
+        raise BadInput(f"answer {label}: a matrix is a list of rows, not {_describe(raw)}")
+    if not raw:
+        raise BadInput(f"answer {label}: the matrix is empty")
+    if not any(isinstance(r, (list, tuple)) for r in raw):
+        raw = [raw]  # a single row written flat
+    rows = []
+    width = None
+    for i, row in enumerate(raw, start=1):
+        if not isinstance(row, (list, tuple)):
+            raise BadInput(f"answer {label}: row {i} is {_describe(row)}, not a list of numbers")
+        if not row:
+            raise BadInput(f"answer {label}: row {i} is empty")
+        if width is None:
+            width = len(row)
+        elif len(row) != width:
+            raise BadInput(f"answer {label}: ragged rows: row 1 has {width} entries but row {i} has {len(row)}")
+        rows.append(tuple(parse_entry(x, f"answer {label}, row {i}, column {j}") for j, x in enumerate(row, start=1)))
+        if len(rows) * width > MAX_ENTRIES:
+            raise BadInput(f"answer {label}: more than {MAX_ENTRIES} entries")
+    return tuple(rows)
+
+
+def _describe(x: Any) -> str:
+    if isinstance(x, str):
+        return f"the text {x[:40]!r}"
+    if isinstance(x, Mapping):
+        return "a table"
+    return type(x).__name__
+
+
+def parse_entry(x: Any, where: str) -> Entry:
+    """One written number -> Entry (value, how it was written)."""
+    if isinstance(x, bool):
+        raise BadInput(f"{where}: {x!r} is not a number")
+    if isinstance(x, np.generic):
+        x = x.item()
+    if isinstance(x, int):
+        digits = limits.get("digits")
+        if abs(x).bit_length() > 3 * digits and len(str(abs(x))) > digits:
+            raise limits.refuse(f"{where}: a number with more than {digits} digits", "digits")
+        if abs(x).bit_length() > 1023:
+            raise BadInput(f"{where}: {str(x)[:20]}... is too large")
+        return Entry(float(x), str(x), "exact")
+    if isinstance(x, float) and not isinstance(x, _Raw):
+        if x == -math.inf:
+            return Entry(-math.inf, "-inf", "neg_inf")
+        if not math.isfinite(x):
+            raise BadInput(f"{where}: {x!r} is not allowed (only -inf, for a masked score)")
+        return _decimal(repr(x), where)
+    if isinstance(x, Fraction):
+        return Entry(float(x), str(x), "exact")
+    if isinstance(x, str):
+        return _text(x, where)
+    if type(x).__module__.startswith("sympy"):
+        return _sympy_number(x, str(x), where)
+    raise BadInput(f"{where}: {_describe(x)} is not a number")
+
+
+def _text(text: str, where: str) -> Entry:
+    t = text.strip()
+    if len(t) > MAX_TEXT:
+        raise BadInput(f"{where}: entry too long ({len(t)} characters; at most {MAX_TEXT})")
+    if t.lower() in _NEG_INF:
+        return Entry(-math.inf, t, "neg_inf")
+    if t.lower().lstrip("+-") in ("inf", "infinity", "nan", "oo", "∞"):
+        raise BadInput(f"{where}: {t!r} is not allowed (only -inf, for a masked score)")
+    if _INTEGER.fullmatch(t):
+        return Entry(float(int(t)), t, "exact")
+    if _DECIMAL.fullmatch(t):
+        return _decimal(t, where)
+    from attntrace.inputs.expr import parse_expr  # the whitelist parser: never eval
+
+    try:
+        value = parse_expr(t, allow_symbols=False)
+    except BadInput as exc:
+        raise BadInput(f"{where}: {exc}") from None
+    return _sympy_number(value, t, where)
+
+
+def _decimal(text: str, where: str) -> Entry:
+    try:
+        d = Decimal(text)
+    except InvalidOperation:
+        raise BadInput(f"{where}: {text!r} is not a number") from None
+    exponent = d.as_tuple().exponent
+    value = float(d)
+    if not math.isfinite(value):
+        raise BadInput(f"{where}: {text!r} is too large")
+    if "e" not in text.lower() and "." not in text:
+        return Entry(value, text, "exact")
+    return Entry(value, text, "decimal", max(0, -int(exponent)))
+
+
+def _sympy_number(value: Any, text: str, where: str) -> Entry:
+    import sympy
+
+    try:
+        expr = value if isinstance(value, sympy.Basic) else sympy.sympify(value, strict=True)  # strict: never parses text
+    except (sympy.SympifyError, TypeError):
+        raise BadInput(f"{where}: {text!r} is not a number") from None
+    if expr == -sympy.oo:
+        return Entry(-math.inf, text, "neg_inf")
+    if getattr(expr, "free_symbols", None) or not expr.is_number:
+        raise BadInput(f"{where}: {text!r} is not a number (it has letters in it)")
+    try:
+        v = complex(sympy.N(expr, 30))
+    except (TypeError, ValueError):
+        raise BadInput(f"{where}: {text!r} is not a number") from None
+    if abs(v.imag) > 1e-12 or not math.isfinite(v.real):
+        raise BadInput(f"{where}: {text!r} is not a finite real number")
+    if isinstance(expr, sympy.Float):
+        return _decimal(text if _DECIMAL.fullmatch(text) else repr(float(v.real)), where)
+    return Entry(v.real, text, "exact")

@@ -1,0 +1,622 @@
+"""Whitelist parser for entry strings and symbol names.
+
+Matrix entries and symbol names arrive as text (spec files, answer files, the command
+line). They are read by a small tokenizer and a recursive-descent parser that builds the
+result with SymPy constructors only; nothing is ever passed to `eval`, `sympify`,
+`sympy.parse_expr` or `sympy.S(str)`, so a string can describe a number or a formula and
+nothing else.
+
+Grammar (whitespace between tokens is ignored)::
+
+    expr  := term (("+" | "-") term)*
+    term  := unary (("*" | "/") unary)*
+    unary := ("+" | "-")* power
+    power := atom (("^" | "**") unary)?          right-associative, binds tighter than
+                                                 unary minus: -2^2 = -4, 2^-1 = 1/2
+    atom  := number | name | "oo" | ("sqrt" | "exp") "(" expr ")" | "(" expr ")"
+
+- Numbers: 3, -0.25, .5, 1., 1e-3, 2.5E+4. Decimals become exact rationals (0.25 -> 1/4).
+- Names: a single Latin letter or a Greek letter name (alpha ... omega, Alpha ... Omega),
+  then an optional superscript and an optional subscript, written without spaces:
+  ``w^Q``, ``w^{Q}``, ``z^{(1)}``, ``w^{Q(2)}``, ``v_1``, ``v_{11}``, ``v_{10,2}``,
+  ``w^Q_{12}``. A superscript is one letter, or braces holding letters, digits,
+  parentheses and commas (not digits alone: ``x^{2}`` is refused, write ``x^2``). A
+  subscript is digits, or braces holding digits and commas. The canonical spelling
+  braces both: ``w^Q_12`` is ``Symbol("w^{Q}_{12}")``, and ``str()`` of it parses back.
+  So ``x^y`` (no spaces, one letter) is the *name* x^{y}; ``x ^ y``, ``x**y`` and
+  ``x^(y)`` are powers.
+- ``e`` and ``E`` are ordinary symbols, not Euler's number: write ``exp(1)``.
+  ``pi`` is the symbol pi, not 3.14159...
+- Implicit multiplication is refused: ``2a`` and ``2(a+1)`` are errors; write ``2*a``.
+- ``oo`` (infinity) is accepted only with ``allow_infinity=True``.
+
+Limits keep every input cheap: at most 200 characters, nesting depth 20 (parentheses,
+function calls and exponents), numeric exponents rational with |value| <= 100 and
+denominator <= 1000, no integer power of a number larger than 100,000 bits, no root of a
+number larger than 1024 bits, decimal exponents |e| <= 400, exp(a) of a number a only for
+|a| <= 1000. Results must be real and defined (no division by zero, no square root of a
+negative number, no oo - oo).
+
+Every failure is a one-line `BadInput`, e.g.
+``bad expression "2 +* 3": unexpected '*' at position 3`` (positions count from 0).
+"""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+from functools import lru_cache
+from numbers import Integral
+from typing import TYPE_CHECKING, NamedTuple
+
+from attntrace.inputs import limits
+from attntrace.model.errors import BadInput, Unsupported
+
+if TYPE_CHECKING:  # SymPy is imported on first use: numeric mode never loads it
+    import sympy
+
+__all__ = [
+    "GREEK",
+    "MAX_DEPTH",
+    "MAX_LENGTH",
+    "entry_name",
+    "parse_expr",
+    "parse_symbol_base",
+    "to_plain",
+    "with_head",
+]
+
+MAX_LENGTH = 200
+MAX_DEPTH = 20
+MAX_EXPONENT = 100
+MAX_EXPONENT_DENOMINATOR = 1000
+MAX_POWER_BITS = 100_000
+MAX_ROOT_BITS = 1024
+MAX_DECIMAL_EXPONENT = 400
+MAX_EXP_ARGUMENT = 1000
+
+_GREEK_LOWER = (
+    "alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa",
+    "lambda", "lamda", "mu", "nu", "xi", "omicron", "pi", "rho", "sigma", "tau", "upsilon",
+    "phi", "chi", "psi", "omega",
+)  # fmt: skip
+#: Greek letter names usable as symbol bases (SymPy's spellings, lower and capitalised).
+GREEK = frozenset(_GREEK_LOWER + tuple(g.capitalize() for g in _GREEK_LOWER))
+_FUNCTIONS = ("sqrt", "exp")
+
+_NUMBER = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE]([+-]?[0-9]+))?", re.ASCII)
+_WORD = re.compile(r"[A-Za-z]+", re.ASCII)
+_SUP_LETTER = re.compile(r"\^([A-Za-z])(?![A-Za-z0-9])", re.ASCII)
+_SUP_CONTENT = re.compile(r"[A-Za-z0-9(),]+", re.ASCII)
+_SUB_DIGITS = re.compile(r"_([0-9]+)", re.ASCII)
+_SUB_CONTENT = re.compile(r"[0-9]+(?:,[0-9]+)*", re.ASCII)
+_SPACE = " \t"
+_OPERATORS = "+-*/^()"
+
+
+def _show(text: str, limit: int = 60) -> str:
+    """Quote user text for a one-line message (control characters escaped, long text cut)."""
+    if len(text) > limit:
+        text = text[: limit - 3] + "..."
+    shown = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+    return '"' + shown.replace('"', '\\"') + '"'
+
+
+class _Fail(Exception):
+    """Internal: a parse failure, turned into BadInput with the text prefix."""
+
+    def __init__(self, message: str, pos: int | None = None, hint: str = "") -> None:
+        where = "" if pos is None else f" at position {pos}"
+        super().__init__(message + where + (f" ({hint})" if hint else ""))
+
+
+# ---------------------------------------------------------------------------------------
+# names
+
+
+def _balanced(content: str) -> bool:
+    level = 0
+    for c in content:
+        level += (c == "(") - (c == ")")
+        if level < 0:
+            return False
+    return level == 0
+
+
+def _read_name(text: str, pos: int, base: str) -> tuple[str, int]:
+    """Read the superscript/subscript after a name base at text[pos:]; return (canonical, end).
+
+    Superscript and subscript may come in either order, each at most once; the canonical
+    form is base^{sup}_{sub}.
+    """
+    sup = sub = None
+    while pos < len(text) and text[pos] in "^_":
+        start = pos
+        if text[pos] == "^":
+            if pos + 1 < len(text) and text[pos + 1] == "{":
+                close = text.find("}", pos + 2)
+                if close < 0:
+                    raise _Fail("unclosed '{' in superscript", pos + 1)
+                content = text[pos + 2 : close]
+                if not _SUP_CONTENT.fullmatch(content) or not _balanced(content):
+                    raise _Fail(
+                        f"bad superscript {_show('{' + content + '}')}",
+                        pos,
+                        "letters, digits, balanced parentheses and commas only",
+                    )
+                if content.isdigit():
+                    raise _Fail(
+                        f"superscript {_show('{' + content + '}')} is only digits",
+                        pos,
+                        f"write a power as {base}^{content} or {base}**{content}",
+                    )
+                end = close + 1
+            else:
+                m = _SUP_LETTER.match(text, pos)
+                if not m:
+                    break  # a power operator, not a superscript
+                content, end = m.group(1), m.end()
+            if sup is not None:
+                raise _Fail("a name has at most one superscript", start, "use ** for powers")
+            sup = content
+        else:
+            if pos + 1 < len(text) and text[pos + 1] == "{":
+                close = text.find("}", pos + 2)
+                if close < 0:
+                    raise _Fail("unclosed '{' in subscript", pos + 1)
+                content = text[pos + 2 : close]
+                if not _SUB_CONTENT.fullmatch(content):
+                    raise _Fail(f"bad subscript {_show('{' + content + '}')}", pos, "digits and commas only")
+                end = close + 1
+            else:
+                m = _SUB_DIGITS.match(text, pos)
+                if not m:
+                    raise _Fail("bad subscript", pos, "write v_1 or v_{1,2}")
+                content, end = m.group(1), m.end()
+            if sub is not None:
+                raise _Fail("a name has at most one subscript", start)
+            sub = content
+        pos = end
+    name = base + ("" if sup is None else "^{" + sup + "}") + ("" if sub is None else "_{" + sub + "}")
+    return name, pos
+
+
+# ---------------------------------------------------------------------------------------
+# tokens
+
+
+class _Tok(NamedTuple):
+    kind: str  # "num", "name", "func", "inf", an operator character, or "end"
+    value: str
+    pos: int
+
+
+def _tokenize(text: str) -> list[_Tok]:
+    toks: list[_Tok] = []
+    pos, n = 0, len(text)
+    while pos < n:
+        c = text[pos]
+        if c in _SPACE:
+            pos += 1
+        elif c == "*" and text.startswith("**", pos):
+            toks.append(_Tok("^", "**", pos))
+            pos += 2
+        elif c in _OPERATORS:
+            toks.append(_Tok(c, c, pos))
+            pos += 1
+        elif c.isascii() and (c.isdigit() or c == "."):
+            m = _NUMBER.match(text, pos)
+            if not m:
+                raise _Fail(f"unexpected {c!r}", pos)
+            if m.group(1) is not None and abs(int(m.group(1))) > MAX_DECIMAL_EXPONENT:
+                raise _Fail(
+                    f"number {m.group(0)} is out of range",
+                    pos,
+                    f"decimal exponent at most {MAX_DECIMAL_EXPONENT}",
+                )
+            toks.append(_Tok("num", m.group(0), pos))
+            pos = m.end()
+        elif c.isascii() and c.isalpha():
+            word = _WORD.match(text, pos).group(0)
+            end = pos + len(word)
+            if word in _FUNCTIONS:
+                toks.append(_Tok("func", word, pos))
+                pos = end
+            elif word == "oo":
+                toks.append(_Tok("inf", word, pos))
+                pos = end
+            elif len(word) == 1 or word in GREEK:
+                name, end = _read_name(text, end, word)
+                toks.append(_Tok("name", name, pos))
+                pos = end
+            else:
+                raise _Fail(
+                    f"unknown name {_show(word)}",
+                    pos,
+                    "names are one letter or a Greek letter name; write products as a*b; "
+                    "functions: sqrt, exp",
+                )
+        else:
+            raise _Fail(f"unexpected {c!r}", pos)
+    toks.append(_Tok("end", "", n))
+    return toks
+
+
+def _describe(tok: _Tok) -> str:
+    return "end of input" if tok.kind == "end" else repr(tok.value)
+
+
+# ---------------------------------------------------------------------------------------
+# parser
+
+def _bits_of_digits(digits: int) -> int:
+    """Bits of the largest integer with `digits` decimal digits (rounded up)."""
+    return int(digits * 3.3219280948873626) + 1
+
+
+def _max_bits(expr: sympy.Expr) -> int:
+    import sympy
+
+    bits = 0
+    for r in expr.atoms(sympy.Rational):
+        bits = max(bits, abs(r.p).bit_length(), r.q.bit_length())
+    return bits
+
+
+def _total_bits(expr: sympy.Expr) -> int:
+    import sympy
+
+    return sum(abs(r.p).bit_length() + r.q.bit_length() for r in expr.atoms(sympy.Rational))
+
+
+def _radicand_bits(expr: sympy.Expr) -> int:
+    """Bits of the numbers under numeric roots (SymPy merges and re-factors them in products)."""
+    import sympy
+
+    return sum(
+        _total_bits(p.base)
+        for p in expr.atoms(sympy.Pow)
+        if p.base.is_Rational and not p.exp.is_integer
+    )
+
+
+class _Parser:
+    def __init__(self, text: str, allow_symbols: bool, allow_infinity: bool) -> None:
+        self.text = text
+        self.toks = _tokenize(text)
+        self.i = 0
+        self.depth = 0
+        self.allow_symbols = allow_symbols
+        self.allow_infinity = allow_infinity
+
+    # -- helpers
+    def peek(self) -> _Tok:
+        return self.toks[self.i]
+
+    def take(self) -> _Tok:
+        tok = self.toks[self.i]
+        self.i += 1
+        return tok
+
+    def expect(self, kind: str, what: str) -> _Tok:
+        tok = self.peek()
+        if tok.kind != kind:
+            raise _Fail(f"expected {what}, found {_describe(tok)}", tok.pos)
+        return self.take()
+
+    def enter(self, pos: int) -> None:
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise _Fail(f"nested too deeply (at most {MAX_DEPTH} levels)", pos)
+
+    @staticmethod
+    def check(result: sympy.Expr, pos: int) -> sympy.Expr:
+        """Refuse undefined results and exp of huge numbers.
+
+        Bounding every numeric exp argument keeps all values below e^1000 in size, so the
+        sign and zero tests SymPy runs numerically (evalf) stay cheap: exp(exp(exp(exp(9))))
+        would otherwise make them run for hours. Inner exps were checked when they were built,
+        so evaluating an argument here is itself cheap.
+        """
+        import sympy
+
+        if result.has(sympy.nan, sympy.zoo):
+            raise _Fail("undefined result (division by zero, 0*oo or oo-oo)", pos)
+        digits = limits.get("digits")
+        if _max_bits(result) > _bits_of_digits(digits):
+            raise _Fail(f"a number with more than {digits} digits", pos,
+                        f"limit digits = {digits:,}; raise it with {limits.ENV}=digits=N")
+        for node in result.atoms(sympy.exp):
+            arg = node.args[0]
+            if arg.free_symbols or arg.has(sympy.oo, -sympy.oo):
+                continue
+            size = arg.evalf(5)
+            if not size.is_Number or abs(size) > MAX_EXP_ARGUMENT:
+                raise _Fail(f"exp of a number larger than {MAX_EXP_ARGUMENT}", pos)
+        return result
+
+    # -- grammar
+    def parse(self) -> sympy.Expr:
+        import sympy
+
+        result = self.expr()
+        tok = self.peek()
+        if tok.kind != "end":
+            raise _Fail(f"unexpected {_describe(tok)}", tok.pos)
+        if result.has(sympy.I):
+            raise _Fail("not a real number")
+        return result
+
+    def expr(self) -> sympy.Expr:
+        import sympy
+
+        left = self.term()
+        while self.peek().kind in ("+", "-"):
+            op = self.take()
+            right = self.term()
+            if op.kind == "-":
+                right = sympy.Mul(sympy.S.NegativeOne, right)
+            left = self.check(sympy.Add(left, right), op.pos)
+        return left
+
+    def term(self) -> sympy.Expr:
+        import sympy
+
+        left = self.unary()
+        while True:
+            tok = self.peek()
+            if tok.kind in ("*", "/"):
+                self.take()
+                right = self.unary()
+                if tok.kind == "/":
+                    if right.is_zero:
+                        raise _Fail("division by zero", tok.pos)
+                    right = sympy.Pow(right, sympy.S.NegativeOne)
+                if _radicand_bits(left) and _radicand_bits(left) + _radicand_bits(right) > MAX_ROOT_BITS:
+                    raise _Fail(f"product of roots of more than {MAX_ROOT_BITS} bits", tok.pos)
+                left = self.check(sympy.Mul(left, right), tok.pos)
+            elif tok.kind in ("num", "name", "func", "inf", "("):
+                raise _Fail(
+                    f"missing operator before {_describe(tok)}",
+                    tok.pos,
+                    "implicit multiplication is not allowed; write a*b",
+                )
+            else:
+                return left
+
+    def unary(self) -> sympy.Expr:
+        import sympy
+
+        negative, pos = False, self.peek().pos
+        while self.peek().kind in ("+", "-"):
+            negative ^= self.take().kind == "-"
+        operand = self.power()
+        return self.check(sympy.Mul(sympy.S.NegativeOne, operand), pos) if negative else operand
+
+    def power(self) -> sympy.Expr:
+        base = self.atom()
+        tok = self.peek()
+        if tok.kind != "^":
+            return base
+        self.take()
+        self.enter(tok.pos)
+        exponent = self.unary()
+        self.depth -= 1
+        return self.pow(base, exponent, tok.pos)
+
+    def pow(self, base: sympy.Expr, exponent: sympy.Expr, pos: int) -> sympy.Expr:
+        import sympy
+
+        if exponent.is_number:
+            if not exponent.is_Rational:
+                raise _Fail("a numeric exponent must be a rational number", pos)
+            if abs(exponent) > MAX_EXPONENT or exponent.q > MAX_EXPONENT_DENOMINATOR:
+                raise _Fail(
+                    f"exponent {exponent} is too large",
+                    pos,
+                    f"at most {MAX_EXPONENT} in size, denominator at most {MAX_EXPONENT_DENOMINATOR}",
+                )
+            if exponent.is_integer:
+                digits = limits.get("digits")
+                if _max_bits(base) * abs(int(exponent)) > min(MAX_POWER_BITS, _bits_of_digits(digits)):
+                    raise _Fail(f"power too large (a number with more than {digits} digits)", pos,
+                                f"limit digits = {digits:,}; raise it with {limits.ENV}=digits=N")
+            else:
+                if _total_bits(base) > MAX_ROOT_BITS:
+                    raise _Fail(f"root of numbers with more than {MAX_ROOT_BITS} bits", pos)
+                if base.is_number and base.is_negative:
+                    raise _Fail("not a real number (fractional power of a negative number)", pos)
+            if base.is_zero and exponent.is_negative:
+                raise _Fail("division by zero (0 to a negative power)", pos)
+        elif _max_bits(base) > MAX_ROOT_BITS:
+            raise _Fail(f"symbolic power of a number with more than {MAX_ROOT_BITS} bits", pos)
+        return self.check(sympy.Pow(base, exponent), pos)
+
+    def atom(self) -> sympy.Expr:
+        import sympy
+
+        tok = self.take()
+        if tok.kind == "num":
+            f = Fraction(tok.value)
+            return sympy.Rational(f.numerator, f.denominator)
+        if tok.kind == "name":
+            if not self.allow_symbols:
+                hint = "write exp(1) for Euler's number" if tok.value in ("e", "E") else ""
+                raise _Fail(f"{_show(tok.value)} is not a number", tok.pos, hint)
+            return sympy.Symbol(tok.value)
+        if tok.kind == "inf":
+            if not self.allow_infinity:
+                raise _Fail("infinity (oo) is not allowed here", tok.pos)
+            return sympy.oo
+        if tok.kind == "func":
+            self.expect("(", f"'(' after {tok.value}")
+            self.enter(tok.pos)
+            arg = self.expr()
+            self.expect(")", f"')' closing {tok.value}(")
+            self.depth -= 1
+            if tok.value == "sqrt":
+                if arg.is_number and arg.is_negative:
+                    raise _Fail("not a real number (square root of a negative number)", tok.pos)
+                if _total_bits(arg) > MAX_ROOT_BITS:
+                    raise _Fail(f"root of numbers with more than {MAX_ROOT_BITS} bits", tok.pos)
+            return self.check(sympy.sqrt(arg) if tok.value == "sqrt" else sympy.exp(arg), tok.pos)
+        if tok.kind == "(":
+            self.enter(tok.pos)
+            inner = self.expr()
+            self.expect(")", "')'")
+            self.depth -= 1
+            return inner
+        raise _Fail(f"unexpected {_describe(tok)}", tok.pos)
+
+
+def parse_expr(text: str, *, allow_symbols: bool = True, allow_infinity: bool = False) -> sympy.Expr:
+    """Parse an entry string into a SymPy expression (see the module docstring for the grammar).
+
+    allow_symbols=False refuses every name ("x is not a number"); allow_infinity=True
+    accepts ``oo`` (and so ``-oo``). Raises BadInput with a one-line message.
+    """
+    if not isinstance(text, str):
+        raise BadInput(f"expected an expression as text, got {type(text).__name__}")
+    if len(text) > MAX_LENGTH:
+        raise BadInput(f"bad expression {_show(text)}: too long ({len(text)} characters, at most {MAX_LENGTH})")
+    if not text.strip(_SPACE):
+        raise BadInput("bad expression: empty")
+    try:
+        return _Parser(text, allow_symbols, allow_infinity).parse()
+    except _Fail as exc:
+        raise BadInput(f"bad expression {_show(text)}: {exc}") from None
+    except (ArithmeticError, ValueError, TypeError, RecursionError) as exc:
+        # SymPy gave up deciding something about a huge number (e.g. exp(exp(exp(...))) vs 0)
+        reason = " ".join(str(exc).split())[:80] or type(exc).__name__
+        raise BadInput(f"bad expression {_show(text)}: cannot evaluate ({reason})") from None
+
+
+# ---------------------------------------------------------------------------------------
+# symbol names
+
+
+def parse_symbol_base(text: str) -> str:
+    """Validate a symbol-table base name (no subscript) and return its canonical form.
+
+    ``v`` -> ``v``, ``w^Q`` -> ``w^{Q}``, ``z^{(1)}`` -> ``z^{(1)}``, ``alpha`` -> ``alpha``.
+    """
+    if not isinstance(text, str):
+        raise BadInput(f"a symbol name must be text, got {type(text).__name__}")
+    return _symbol_base(str(text))
+
+
+@lru_cache(maxsize=1024)
+def _symbol_base(text: str) -> str:
+    stripped = text.strip(_SPACE)
+    try:
+        m = _WORD.match(stripped)
+        if not m:
+            raise _Fail("a symbol name starts with a letter")
+        word = m.group(0)
+        if len(word) != 1 and word not in GREEK:
+            raise _Fail(f"{_show(word)} is not one letter or a Greek letter name")
+        name, end = _read_name(stripped, m.end(), word)
+        if end != len(stripped):
+            raise _Fail(f"unexpected {stripped[end]!r}", end)
+        if "_" in name:
+            raise _Fail("a base name has no subscript (indices are added per entry)")
+    except _Fail as exc:
+        raise BadInput(f"bad symbol name {_show(text)}: {exc}") from None
+    return name
+
+
+def with_head(base: str, head: int | None) -> str:
+    """The base name with the head index as superscript: z -> z^{(2)}, w^{Q} -> w^{Q(2)}."""
+    base = parse_symbol_base(base)
+    if head is None:
+        return base
+    if isinstance(head, bool) or not isinstance(head, Integral) or head < 1:
+        raise ValueError(f"head must be a positive integer, got {head!r}")
+    if base.endswith("}"):
+        return f"{base[:-1]}({int(head)})}}"
+    return f"{base}^{{({int(head)})}}"
+
+
+def entry_name(base: str, i: int, j: int, *, head: int | None = None, wide: bool = False) -> str:
+    """The canonical name of entry (i, j) (1-based): s_{11}; wide -> s_{1,1}; head -> z^{(2)}_{11}.
+
+    Pass wide=True for every entry of a matrix with a dimension >= 10 (indices >= 10 with
+    wide=False would be ambiguous and raise ValueError).
+    """
+    for k in (i, j):
+        if isinstance(k, bool) or not isinstance(k, Integral) or k < 1:
+            raise ValueError(f"entry indices are positive integers, got {k!r}")
+    if not wide and (i >= 10 or j >= 10):
+        raise ValueError(f"index ({i}, {j}) needs wide=True (comma-separated subscript)")
+    sub = f"{int(i)},{int(j)}" if wide else f"{int(i)}{int(j)}"
+    return f"{with_head(base, head)}_{{{sub}}}"
+
+
+# ---------------------------------------------------------------------------------------
+# printing
+
+
+@lru_cache(maxsize=1)
+def _plain_printer():
+    """SymPy's str printer, except Euler's number is exp(1) (E would read back as a symbol)."""
+    import sympy
+    from sympy.printing.str import StrPrinter
+
+    class PlainPrinter(StrPrinter):
+        def _print_Exp1(self, expr) -> str:  # noqa: N802 - SymPy printer protocol
+            return "exp(1)"
+
+        def _print_Mul(self, expr) -> str:  # noqa: N802
+            # SymPy prints 2*(x + 1)*y/(3*(z + 1)); read back, 2*(x + 1) and 3*(z + 1) are
+            # two-factor products that SymPy distributes (2*x + 2), a different expression.
+            # When a number would meet a sum that way, print the number last: (x+1)*y/(z+1)*2/3.
+            c, rest = expr.as_coeff_Mul()
+            if c.is_Rational and c != 1 and rest is not sympy.S.One:
+                factors = sympy.Mul.make_args(rest)
+                in_numerator = any(f.is_Add for f in factors)
+                in_denominator = c.q != 1 and any(f.is_Pow and f.exp == -1 and f.base.is_Add for f in factors)
+                if in_numerator or in_denominator:
+                    head = self.parenthesize(rest, 50, strict=True)  # PRECEDENCE["Mul"]
+                    if c < 0:
+                        return f"{head}*({c})"
+                    return head + (f"*{c.p}" if c.p != 1 else "") + (f"/{c.q}" if c.q != 1 else "")
+            return super()._print_Mul(expr)
+
+    return PlainPrinter()
+
+
+@lru_cache(maxsize=4096)
+def _valid_name(name: str) -> bool:
+    import sympy
+
+    try:
+        return parse_expr(name) == sympy.Symbol(name)
+    except BadInput:
+        return False
+
+
+def to_plain(expr) -> str:
+    """Plain text for an expression that `parse_expr` reads back to the same expression.
+
+    Supported: integers, rationals, symbols with valid names, + - * / **, sqrt, exp, E
+    (printed exp(1)), oo and -oo (read back with allow_infinity=True). Anything else (floats,
+    pi, I, other functions) raises Unsupported. Long results may exceed parse_expr's
+    200-character limit.
+    """
+    import sympy
+
+    plain_types = (sympy.Integer, sympy.Rational, sympy.core.numbers.Infinity,
+                   sympy.core.numbers.NegativeInfinity, sympy.core.numbers.Exp1,
+                   sympy.Add, sympy.Mul, sympy.Pow, sympy.exp)  # fmt: skip
+    if isinstance(expr, int) and not isinstance(expr, bool):
+        expr = sympy.Integer(expr)
+    if not isinstance(expr, sympy.Expr):
+        raise Unsupported(f"cannot write {type(expr).__name__} as a plain expression")
+    for node in sympy.preorder_traversal(expr):
+        if isinstance(node, sympy.Symbol):
+            if type(node) is not sympy.Symbol or node.assumptions0 != sympy.Symbol("x").assumptions0 \
+                    or not _valid_name(node.name):
+                raise Unsupported(f"cannot write symbol {node.name!r} as plain text")
+        elif not isinstance(node, plain_types):
+            raise Unsupported(f"cannot write {node} ({type(node).__name__}) as plain text")
+    return _plain_printer().doprint(expr)

@@ -1,0 +1,391 @@
+"""Raw matrix input -> a matrix in one mode.
+
+`to_matrix` accepts what a spec file or a Python caller writes for a matrix:
+
+- a list of rows (lists/tuples) of numbers or entry strings; a flat list is ONE ROW
+  (1, n), which is how bias row vectors are written;
+- a numpy array (2-D, or 1-D meaning one row);
+- a SymPy matrix;
+- a symbol table ``{"symbol": "v", "shape": [2, 3]}`` ("symbol" optional, "shape" required).
+
+and returns ``(value, shape, symbol)`` in the requested mode:
+
+- numeric: read-only float64 ndarray; entries must be finite numbers (strings are parsed
+  with the whitelist parser and must not contain symbols);
+- exact / symbolic: ``sympy.ImmutableMatrix`` of exact values (floats become the rational
+  of their shortest repr, 0.1 -> 1/10; strings may contain symbols); a symbol table becomes
+  the matrix of its entry names ``v_{11}``, ``w^{Q(2)}_{1,1}`` (see `expr.entry_name`);
+  at most 10,000 entries;
+- shape: value None; only the dimensions are read (entries are not parsed).
+
+`symbol` is the canonical base name of a symbol table (``w^Q`` -> ``w^{Q}``), WITHOUT the
+head: the entries are ``entry_name(symbol, i, j, head=head)``. It is None for other inputs.
+
+Every problem is a one-line `BadInput` naming the input ("W_Q of head 2", "X[2,1] of head
+2"); a `name` that already ends in " of head 2" is not suffixed twice.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Mapping
+from fractions import Fraction
+from numbers import Integral, Rational as _PyRational, Real
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from attntrace.inputs import limits
+from attntrace.model.errors import BadInput
+from attntrace.inputs.safetext import check_sympy_entry
+from attntrace.inputs.expr import entry_name, parse_expr, parse_symbol_base
+from attntrace.model.trace import MODES
+
+if TYPE_CHECKING:  # SymPy is imported only for exact/symbolic work: numeric mode never loads it
+    import sympy
+
+__all__ = ["MAX_SYMBOLIC_ENTRIES", "to_matrix"]
+
+#: Largest matrix (in entries) built as a SymPy matrix in exact and symbolic mode by default
+#: (`attntrace.inputs.limits`, exact_entries, sets the one in force).
+MAX_SYMBOLIC_ENTRIES = limits.DEFAULTS["exact_entries"]
+
+_TABLE_KEYS = ("symbol", "shape")
+_SEQUENCES = (list, tuple)
+_NESTED = (list, tuple, dict, set, np.ndarray)
+_FAST_TYPES = frozenset({int, float, np.float64, np.float32, np.int64, np.int32})
+
+
+def _loaded_sympy():
+    """The sympy module if something already imported it, else None (then no value is SymPy's)."""
+    return sys.modules.get("sympy")
+
+
+def _is_sympy(v: Any, kind: str = "Basic") -> bool:
+    sp = _loaded_sympy()
+    return sp is not None and isinstance(v, getattr(sp, kind))
+
+
+def _nested(v: Any) -> bool:
+    return isinstance(v, _NESTED) or _is_sympy(v, "MatrixBase")
+
+
+class _Label:
+    """How errors name the input: "W_Q of head 2", "W_Q[1,2] of head 2"."""
+
+    def __init__(self, name: str, head: int | None) -> None:
+        suffix = f" of head {head}" if head is not None else ""
+        if suffix and name.endswith(suffix):  # the caller already named the head
+            name = name[: -len(suffix)]
+        self.name = name
+        self.suffix = suffix
+
+    def __str__(self) -> str:
+        return self.name + self.suffix
+
+    def at(self, i: int, j: int) -> str:
+        """Entry (i, j), 0-based in, 1-based out."""
+        return f"{self.name}[{i + 1},{j + 1}]{self.suffix}"
+
+
+def to_matrix(
+    raw: Any,
+    *,
+    mode: str,
+    name: str,
+    default_symbol: str | None = None,
+    head: int | None = None,
+) -> tuple[Any, tuple[int, int], str | None]:
+    """Convert one raw matrix input to (value, shape, symbol) in `mode` (see module docstring)."""
+    if mode not in MODES:
+        raise BadInput(f"unknown mode {mode!r} (choose one of {', '.join(MODES)})")
+    label = _Label(name, head)
+    if isinstance(raw, Mapping):
+        return _from_table(raw, mode, label, default_symbol, head)
+    if isinstance(raw, np.ndarray):
+        return _from_array(raw, mode, label)
+    if _is_sympy(raw, "MatrixBase"):
+        shape = tuple(int(k) for k in raw.shape)
+        if 0 in shape:
+            raise BadInput(f"{label} is empty ({shape[0]}x{shape[1]})")
+        if mode == "shape":
+            return None, shape, None
+        return _convert_rows(raw.tolist(), shape, mode, label)
+    if isinstance(raw, _SEQUENCES):
+        rows, shape = _rows_of(raw, label)
+        if mode == "shape":
+            return None, shape, None
+        return _convert_rows(rows, shape, mode, label)
+    raise BadInput(
+        f"{label} must be a list of rows, an array or a symbol table "
+        f'{{"symbol": ..., "shape": [rows, cols]}}; got {type(raw).__name__}'
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# structure
+
+
+def _rows_of(raw: list | tuple, label: _Label) -> tuple[list, tuple[int, int]]:
+    """Validate 2-D nesting; return the rows (a flat list is one row) and the shape."""
+    if len(raw) == 0:
+        raise BadInput(f"{label} is empty")
+    is_row = [isinstance(r, _SEQUENCES) or (isinstance(r, np.ndarray) and r.ndim == 1) for r in raw]
+    if not any(is_row):
+        rows = [raw]
+    elif all(is_row):
+        rows = [r.tolist() if isinstance(r, np.ndarray) else r for r in raw]
+    else:
+        r, k = is_row.index(True), is_row.index(False)
+        raise BadInput(f"{label} is not 2-D: item {r + 1} is a row but item {k + 1} is {_brief(raw[k])}")
+    width = len(rows[0])
+    for i, row in enumerate(rows):
+        if len(row) == 0:
+            raise BadInput(f"{label} is empty: row {i + 1} has no entries")
+        if len(row) != width:
+            raise BadInput(f"{label} has ragged rows: row 1 has {width} entries, row {i + 1} has {len(row)}")
+        if not _FAST_TYPES.issuperset(map(type, row)):
+            for j, v in enumerate(row):
+                if _nested(v):
+                    raise BadInput(f"{label} nests deeper than 2-D: {label.at(i, j)} is a {type(v).__name__}")
+    return rows, (len(rows), width)
+
+
+def _brief(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 30 else text[:27] + "..."
+
+
+def _check_size(shape: tuple[int, int], mode: str, label: _Label) -> None:
+    n = shape[0] * shape[1]
+    name = "numeric_entries" if mode == "numeric" else "exact_entries"
+    if n > limits.get(name):
+        how = "use --mode shape" if mode == "numeric" else "use --mode shape or numeric"
+        raise limits.refuse(f"{label} is {shape[0]}x{shape[1]} ({n} entries): too large for {mode} mode; {how}", name)
+
+
+def _check_int(v: int, where: str) -> None:
+    digits = limits.get("digits")
+    if abs(v).bit_length() > 3 * digits and len(str(abs(v))) > digits:
+        raise limits.refuse(f"{where} has more than {digits} digits", "digits")
+
+
+# ---------------------------------------------------------------------------------------
+# symbol tables
+
+
+def _from_table(raw: Mapping, mode: str, label: _Label, default_symbol: str | None, head: int | None):
+    for key in raw:
+        if key not in _TABLE_KEYS:
+            raise BadInput(f'{label}: unknown key {key!r} in symbol table (allowed: "symbol", "shape")')
+    if "shape" not in raw:
+        raise BadInput(f'{label}: symbol table needs "shape": [rows, cols]')
+    shape = raw["shape"]
+    if (
+        not isinstance(shape, (_SEQUENCES, np.ndarray))
+        or len(shape) != 2
+        or not all(isinstance(k, Integral) and not isinstance(k, (bool, np.bool_)) and k > 0 for k in shape)
+    ):
+        raise BadInput(
+            f'{label}: symbol table "shape" must be two positive integers [rows, cols], got {_brief(shape)}'
+        )
+    shape = (int(shape[0]), int(shape[1]))
+    if mode == "numeric":
+        raise BadInput(
+            f"{label} is a symbol table; numeric mode needs numbers — use --mode symbolic or shape"
+        )
+    symbol = raw.get("symbol", default_symbol)
+    if symbol is None:
+        raise BadInput(f'{label}: symbol table needs a "symbol" (a base name such as v or w^Q)')
+    try:
+        base = parse_symbol_base(symbol)
+    except BadInput as exc:
+        raise BadInput(f"{label}: {exc}") from None
+    if mode == "shape":
+        return None, shape, base
+    _check_size(shape, mode, label)
+    import sympy
+
+    wide = max(shape) >= 10
+    value = sympy.ImmutableMatrix(
+        shape[0],
+        shape[1],
+        [sympy.Symbol(entry_name(base, i, j, head=head, wide=wide))
+         for i in range(1, shape[0] + 1) for j in range(1, shape[1] + 1)],
+    )  # fmt: skip
+    return value, shape, base
+
+
+# ---------------------------------------------------------------------------------------
+# arrays and rows
+
+
+def _from_array(raw: np.ndarray, mode: str, label: _Label):
+    if raw.ndim == 1:
+        raw = raw.reshape(1, -1)
+    if raw.ndim != 2:
+        raise BadInput(f"{label} must be 2-D (or 1-D for one row); got a {raw.ndim}-D array")
+    if raw.size == 0:
+        raise BadInput(f"{label} is empty ({raw.shape[0]}x{raw.shape[1]})")
+    shape = (int(raw.shape[0]), int(raw.shape[1]))
+    if mode == "shape":
+        return None, shape, None
+    kind = raw.dtype.kind
+    if kind == "b":
+        raise BadInput(f"{label} is a boolean array; entries must be numbers")
+    if kind == "c":
+        raise BadInput(f"{label} is a complex array; entries must be real numbers")
+    if mode == "numeric" and kind in "iuf":
+        # A writable array is copied so that the trace cannot change behind its back; an array
+        # that is already read-only float64 (frozen model weights, another trace's values) is
+        # kept as it is: copying 19 MB of BERT weights costs more than the whole attention.
+        trusted = raw.dtype == np.float64 and not raw.flags.writeable
+        return _finish_numeric(raw if trusted else np.array(raw, dtype=np.float64), label), shape, None
+    if kind not in "iufOUS":
+        raise BadInput(f"{label} has unsupported array type {raw.dtype}")
+    return _convert_rows(raw.tolist(), shape, mode, label)
+
+
+def _convert_rows(rows: list, shape: tuple[int, int], mode: str, label: _Label):
+    if mode == "numeric":
+        _check_size(shape, mode, label)
+        if all(_FAST_TYPES.issuperset(map(type, row)) for row in rows):
+            try:
+                return _finish_numeric(np.array(rows, dtype=np.float64), label), shape, None
+            except OverflowError:
+                pass  # an int too large for a float: the slow path names the entry
+        out = np.empty(shape, dtype=np.float64)
+        for i, row in enumerate(rows):
+            for j, v in enumerate(row):
+                out[i, j] = _to_float(v, label, i, j)
+        return _finish_numeric(out, label), shape, None
+    import sympy
+
+    _check_size(shape, mode, label)
+    entries = [_to_exact(v, label, i, j) for i, row in enumerate(rows) for j, v in enumerate(row)]
+    return sympy.ImmutableMatrix(shape[0], shape[1], entries), shape, None
+
+
+def _finish_numeric(a: np.ndarray, label: _Label) -> np.ndarray:
+    # A finite sum proves every entry finite in one pass with no temporary array; only an
+    # overflowing sum or a bad entry pays for the entry-wise search.
+    with np.errstate(over="ignore", invalid="ignore"):
+        total = float(np.add.reduce(a, axis=None))
+    if math.isfinite(total):
+        if a.flags.writeable:
+            a.setflags(write=False)
+        return a
+    finite = np.isfinite(a)
+    if not finite.all():
+        i, j = (int(k) for k in np.argwhere(~finite)[0])
+        raise BadInput(f"{label.at(i, j)} is {a[i, j]}; inputs must be finite")
+    a.setflags(write=False)
+    return a
+
+
+# ---------------------------------------------------------------------------------------
+# entries
+
+
+def _refuse_entry(v: Any, label: _Label, i: int, j: int) -> None:
+    where = label.at(i, j)
+    if isinstance(v, (bool, np.bool_)):
+        raise BadInput(f"{where} is a boolean ({v}); entries must be numbers")
+    if _nested(v):
+        raise BadInput(f"{label} nests deeper than 2-D: {where} is a {type(v).__name__}")
+    if v is None:
+        raise BadInput(f"{where} is missing (None); entries must be numbers")
+    raise BadInput(f"{where} has unsupported type {type(v).__name__} ({_brief(v)}); entries must be numbers")
+
+
+def _to_float(v: Any, label: _Label, i: int, j: int) -> float:
+    where = label.at(i, j)
+    if isinstance(v, (bool, np.bool_)):
+        _refuse_entry(v, label, i, j)
+    if isinstance(v, (Real, np.integer, np.floating)) and not _is_sympy(v):
+        try:
+            f = float(v)
+        except OverflowError:
+            raise BadInput(f"{where} is too large for a float; inputs must be finite") from None
+    elif isinstance(v, str):
+        e = _parse_entry(v, where)
+        if e.free_symbols:
+            raise BadInput(
+                f"{where} is {v.strip()!r}, which has symbols; numeric mode needs numbers — "
+                "use --mode exact or symbolic"
+            )
+        f = _sympy_float(e, where)
+    elif _is_sympy(v):
+        if not _is_sympy(v, "Expr") or not v.is_number:
+            raise BadInput(f"{where} is {_brief(v)}, not a number; numeric mode needs numbers")
+        f = _sympy_float(v, where)
+    else:
+        _refuse_entry(v, label, i, j)
+    if not math.isfinite(f):
+        raise BadInput(f"{where} is {f}; inputs must be finite")
+    return f
+
+
+def _sympy_float(e: sympy.Expr, where: str) -> float:
+    try:
+        c = complex(e)
+    except (TypeError, ValueError, OverflowError):
+        raise BadInput(f"{where} is {_brief(e)}, not a real number") from None
+    if c.imag != 0:
+        raise BadInput(f"{where} is {_brief(e)}, not a real number")
+    return c.real
+
+
+def _parse_entry(text: str, where: str) -> sympy.Expr:
+    try:
+        return parse_expr(text)
+    except BadInput as exc:
+        raise BadInput(f"{where}: {exc}") from None
+
+
+def _rational_of_float(f: float, where: str) -> sympy.Rational:
+    if not math.isfinite(f):
+        raise BadInput(f"{where} is {f}; inputs must be finite")
+    import sympy
+
+    q = Fraction(repr(f))
+    return sympy.Rational(q.numerator, q.denominator)
+
+
+def _to_exact(v: Any, label: _Label, i: int, j: int) -> sympy.Expr:
+    import sympy
+
+    where = label.at(i, j)
+    if isinstance(v, (bool, np.bool_)):
+        _refuse_entry(v, label, i, j)
+    if isinstance(v, (int, np.integer)):
+        _check_int(int(v), where)
+        return sympy.Integer(int(v))
+    if isinstance(v, (float, np.floating)):
+        return _rational_of_float(float(v), where)
+    if isinstance(v, _PyRational) and not isinstance(v, sympy.Basic):  # fractions.Fraction
+        _check_int(int(v.numerator), where)
+        _check_int(int(v.denominator), where)
+        return sympy.Rational(int(v.numerator), int(v.denominator))
+    if isinstance(v, str):
+        return _parse_entry(v, where)
+    if isinstance(v, sympy.Basic):
+        return _exact_sympy(v, where)
+    _refuse_entry(v, label, i, j)
+
+
+def _exact_sympy(v: sympy.Basic, where: str) -> sympy.Expr:
+    import sympy
+
+    if not isinstance(v, sympy.Expr) or isinstance(v, sympy.MatrixBase):
+        raise BadInput(f"{where} is {_brief(v)}, not a number or expression")
+    check_sympy_entry(v, where)  # from the Python API: only what a spec could have written (names, functions)
+    if v.has(sympy.nan, sympy.zoo, sympy.oo, -sympy.oo):
+        raise BadInput(f"{where} is {_brief(v)}; inputs must be finite")
+    if v.has(sympy.I):
+        raise BadInput(f"{where} is {_brief(v)}, not a real number")
+    floats = v.atoms(sympy.Float)
+    if floats:  # exact mode: a float is the decimal it prints as
+        v = v.xreplace({f: _rational_of_float(float(f), where) for f in floats})
+    return v

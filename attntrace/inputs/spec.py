@@ -1,0 +1,414 @@
+"""Spec (TOML / JSON file, or a Python dict) -> a validated `Problem`.
+
+A spec names its start point by the keys it holds: `X` (with W_Q, W_K, W_V, or `heads`),
+`Q`/`K`/`V`, `scores`, `weights` + `V`, or `Z` (head outputs, for the concatenation alone).
+Every key is checked against a whitelist, every matrix goes through `matrices.to_matrix`
+(which never evaluates user text), and every problem is reported as one-line `BadInput`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from attntrace.inputs import limits
+from attntrace.model.errors import BadInput
+from attntrace.inputs.safetext import clean_text
+from attntrace.inputs.expr import parse_expr
+from attntrace.inputs.matrices import to_matrix
+from attntrace.model.trace import MODES, Operand
+
+#: Per-head matrices and their default entry names in symbolic mode.
+HEAD_KEYS = {
+    "W_Q": "w^{Q}", "W_K": "w^{K}", "W_V": "w^{V}",
+    "b_Q": "b^{Q}", "b_K": "b^{K}", "b_V": "b^{V}",
+    "Q": "q", "K": "k", "V": "v", "scores": "s", "weights": "a",
+}
+#: Matrices shared by all heads.
+SHARED_KEYS = {"X": "x", "X_kv": "y", "W_O": "w^{O}", "b_O": "b^{O}"}
+OPTION_KEYS = {"title", "description", "title_zh", "description_zh", "mode", "scale", "d_k", "mask", "num_heads", "heads", "Z", "expand", "tokens", "kv_tokens"}
+ALLOWED_KEYS = set(HEAD_KEYS) | set(SHARED_KEYS) | OPTION_KEYS
+#: Keys that `num_heads` splits into column blocks, one per head.
+SPLITTABLE = ("W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "Q", "K", "V")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What to trace: mode, start point, per-head operands, shared operands and options."""
+
+    mode: str
+    start: str
+    heads: tuple[Mapping[str, Operand], ...]
+    shared: Mapping[str, Operand]
+    scale: Any = True  # True, False, or a positive number
+    d_k: int | None = None
+    mask: Any = None  # None, "causal", or a 0/1 ndarray
+    full_expansion: bool = False
+    title: str | None = None
+    description: str | None = None
+    #: the title and description in other languages, e.g. {"title_zh": ...}
+    localized: Mapping[str, str] = field(default_factory=dict)
+    tokens: tuple[str, ...] | None = None
+    kv_tokens: tuple[str, ...] | None = None
+    source: str | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _shown(p: Path) -> str:
+    """A file name for a one-line message: control characters (a newline) escaped."""
+    text = str(p)
+    return text if text.isprintable() else repr(text)[1:-1]
+
+
+_JSON_STRINGS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_TOML_STRINGS = re.compile(r'"""(?:[^\\]|\\.)*?"""|\'\'\'[\s\S]*?\'\'\'|"[^"\\\n]*(?:\\.[^"\\\n]*)*"|\'[^\'\n]*\'|#[^\n]*')
+_BRACKET_STEP = np.zeros(256, dtype=np.int8)
+_BRACKET_STEP[[ord("["), ord("{")]] = 1
+_BRACKET_STEP[[ord("]"), ord("}")]] = -1
+
+
+def _check_structure(text: str, is_json: bool, name: str, what: str) -> None:
+    """Refuse, before parsing, nesting and numbers that the parsers cannot take cheaply.
+
+    json and tomllib recurse once per nested array (RecursionError at about 1000 levels),
+    tomllib takes quadratic time in the number of parts of a dotted key, and Python refuses
+    to convert integers of more than 4300 digits. Strings and comments are blanked first so
+    that brackets, dots and digits inside them do not count.
+    """
+    code = (_JSON_STRINGS if is_json else _TOML_STRINGS).sub('""', text)
+    depth_limit = limits.get("depth")
+    steps = _BRACKET_STEP[np.frombuffer(code.encode("utf-8"), dtype=np.uint8)]
+    if steps.size:
+        depth = int(np.cumsum(steps, dtype=np.int64).max())
+        if depth > depth_limit:
+            raise limits.refuse(f"{name}: arrays or tables nested {depth} deep", "depth")
+    if not is_json and re.search(r"(?:\.[^.\n=,\[\]{}]*){%d}" % depth_limit, code):
+        raise limits.refuse(f"{name}: a dotted key with more than {depth_limit} parts", "depth")
+    digits = limits.get("digits")
+    m = re.search(r"(?<![0-9])[0-9]{%d}" % (digits + 1), code)
+    if m:
+        line = code.count("\n", 0, m.start()) + 1
+        raise limits.refuse(f"{name}, line {line}: a number with more than {digits} digits", "digits")
+
+
+def _check_parsed(data: Any, name: str) -> None:
+    """Depth and integer size of the parsed tree, without recursion (dotted keys nest too)."""
+    depth_limit, digits = limits.get("depth"), limits.get("digits")
+    bits = int(digits * 3.3219280948873626) + 1
+    stack = [(data, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            children = node.values()
+        elif isinstance(node, list):
+            children = node
+        else:
+            if isinstance(node, int) and node.bit_length() > bits and len(str(node)) > digits:
+                raise limits.refuse(f"{name}: an integer with more than {digits} digits", "digits")
+            continue
+        if depth > depth_limit:
+            raise limits.refuse(f"{name}: arrays or tables nested more than {depth_limit} deep", "depth")
+        stack.extend((c, depth + 1) for c in children)
+
+
+def read_table_file(path: str | Path, what: str = "spec", parse_float=None) -> dict:
+    """Read a TOML or JSON file holding one table; errors become one-line BadInput.
+
+    `parse_float` receives each float's text (the checker keeps it to know the decimals written).
+    The file's size, nesting and integers are checked against `attntrace.inputs.limits` first.
+    """
+    p = Path(path)
+    name = _shown(Path(p.name))
+    size_limit = limits.get("file_mb") * 1_000_000
+    try:
+        with open(p, "rb") as f:  # at most limit + 1 bytes: /dev/zero or a huge file is not read whole
+            raw = f.read(size_limit + 1)
+    except OSError as exc:
+        raise BadInput(f"cannot read {what} file {_shown(p)}: {exc.strerror or exc}") from None
+    if len(raw) > size_limit:
+        raise limits.refuse(f"{what} file {_shown(p)} is larger than {limits.get('file_mb')} MB", "file_mb")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BadInput(f"{what} file {name} is not UTF-8 text") from None
+    del raw
+    is_json = p.suffix.lower() == ".json" or (p.suffix.lower() != ".toml" and text.lstrip().startswith("{"))
+    _check_structure(text, is_json, name, what)
+    try:
+        if is_json:
+            try:
+                data = json.loads(text, parse_float=parse_float, parse_constant=parse_float)
+            except json.JSONDecodeError as exc:
+                raise BadInput(f"{name}: JSON syntax error at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+        else:
+            try:
+                data = tomllib.loads(text, parse_float=(lambda t: parse_float(t.replace("_", ""))) if parse_float else float)
+            except tomllib.TOMLDecodeError as exc:
+                raise BadInput(f"{name}: TOML syntax error: {' '.join(str(exc).split())}") from None
+    except RecursionError:
+        raise limits.refuse(f"{name}: arrays or tables nested too deeply to read", "depth") from None
+    except ValueError as exc:  # Python's own limit on converting integers of > 4300 digits
+        if "digits" in str(exc):
+            raise limits.refuse(f"{name}: a number with more than {limits.get('digits')} digits", "digits") from None
+        raise BadInput(f"{name}: cannot read: {' '.join(str(exc).split())[:120]}") from None
+    if not isinstance(data, dict):
+        raise BadInput(f"{name}: a {what} must be a table of keys, not {type(data).__name__}")
+    _check_parsed(data, name)
+    return data
+
+
+def read_spec_file(path: str | Path) -> dict:
+    return read_table_file(path, "spec")
+
+
+def _text(value: Any, key: str) -> str:
+    if not isinstance(value, str):
+        raise BadInput(f"{key} must be text, not {type(value).__name__}")
+    if len(value) > 500:
+        raise BadInput(f"{key} is too long ({len(value)} characters; at most 500)")
+    return clean_text(value)  # control and bidi characters never enter the trace (nor its JSON)
+
+
+def _tokens(value: Any, key: str) -> tuple[str, ...]:
+    if not isinstance(value, (list, tuple)) or not all(isinstance(t, str) for t in value):
+        raise BadInput(f"{key} must be a list of strings")
+    return tuple(_text(t, key) for t in value)
+
+
+def _mode(data: Mapping[str, Any], override: str | None) -> str:
+    mode = override or data.get("mode")
+    if mode is None:
+        # a symbol table anywhere (top level, in a head, among the Z_i) means symbolic mode
+        values = [v for k, v in data.items() if k in HEAD_KEYS or k in SHARED_KEYS]
+        values += [v for head in data.get("heads") or [] if isinstance(head, dict) for v in head.values()]
+        values += list(data.get("Z") or []) if isinstance(data.get("Z"), list) else []
+        return "symbolic" if any(isinstance(v, dict) for v in values) else "numeric"
+    if mode not in MODES:
+        raise BadInput(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
+    return mode
+
+
+def _scale(value: Any) -> Any:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)) or isinstance(value, str):
+        number = parse_expr(str(value), allow_symbols=False) if isinstance(value, str) else value
+        try:
+            size = float(number)
+        except (OverflowError, TypeError, ValueError):
+            size = float("nan")
+        if not 0 < size < float("inf"):
+            raise BadInput(f"scale must be true, false or a positive number, not {value!r}")
+        return number
+    raise BadInput(f"scale must be true, false or a positive number, not {value!r}")
+
+
+#: Largest d_k or num_heads: beyond it a float cannot hold sqrt(d_k) exactly enough to matter,
+#: and no matrix is that wide.
+MAX_COUNT = 10**12
+
+
+def _short(n: int) -> str:
+    """An integer for a one-line message: at most 20 digits, then how many there are."""
+    text = str(n)
+    return text if len(text) <= 20 else f"{text[:12]}... ({len(text)} digits)"
+
+
+def _positive_int(value: Any, key: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise BadInput(f"{key} must be a positive integer, not {shown}")
+    if key == "d_k" and value > MAX_COUNT:
+        raise BadInput(f"{key} = {_short(value)} is too large (at most 10^12)")
+    return value
+
+
+def _mask(value: Any) -> Any:
+    if value is None or value is False:
+        return None
+    if isinstance(value, str) and value == "causal":
+        return "causal"
+    if isinstance(value, str):
+        raise BadInput(f"mask must be \"causal\" or a 0/1 matrix, not {value!r}")
+    keep, _, _ = to_matrix(value, mode="numeric", name="mask")
+    if not ((keep == 0) | (keep == 1)).all():
+        raise BadInput("mask entries must be 0 (masked) or 1 (kept)")
+    return keep.astype(bool)
+
+
+def _operand(raw: Any, key: str, mode: str, head: int | None, default: str) -> Operand:
+    label = key if head is None else f"{key} of head {head}"
+    value, shape, symbol = to_matrix(raw, mode=mode, name=label, default_symbol=default, head=head)
+    return Operand(name=key, head=head, value=value, shape=shape, symbol=symbol)
+
+
+def _split(op: Operand, h: int, mode: str) -> list[Operand]:
+    rows, cols = op.shape
+    if cols % h:
+        raise BadInput(f"num_heads = {h} does not divide the width of {op.name} {op.shape}")
+    w = cols // h
+    parts = []
+    for i in range(h):
+        block = None if op.value is None else op.value[:, i * w:(i + 1) * w]
+        if block is not None and mode == "numeric":
+            block.setflags(write=False)
+        parts.append(Operand(op.name, i + 1, block, (rows, w), op.symbol))
+    return parts
+
+
+def load_spec(spec: Any, *, mode: str | None = None, **overrides: Any) -> Problem:
+    """Validate a spec (path, dict) with optional overrides (mode, scale, mask, title, ...)."""
+    source = None
+    if isinstance(spec, (str, Path)):
+        source = str(spec)
+        data = read_spec_file(spec)
+    elif isinstance(spec, Mapping):
+        data = dict(spec)
+    else:
+        raise BadInput(f"a spec is a path or a dict, not {type(spec).__name__}")
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    unknown = sorted(set(data) - ALLOWED_KEYS)
+    if unknown:
+        raise BadInput(f"unknown key {unknown[0]!r} in spec; allowed: {', '.join(sorted(ALLOWED_KEYS))}")
+    mode = _mode(data, mode)
+
+    shared = {k: _operand(data[k], k, mode, None, d) for k, d in SHARED_KEYS.items() if k in data}
+    top = {k: data[k] for k in HEAD_KEYS if k in data}
+    heads_raw = data.get("heads")
+    num_heads = data.get("num_heads")
+    if num_heads is not None:
+        num_heads = _positive_int(num_heads, "num_heads")
+
+    if "Z" in data:
+        if heads_raw or top or "X" in data:
+            raise BadInput("Z (head outputs) starts a trace at the concatenation; give it without X, Q/K/V, scores, weights or heads")
+        zs = data["Z"]
+        if not isinstance(zs, list) or not zs or not all(isinstance(z, (list, dict)) or hasattr(z, "shape") for z in zs):
+            raise BadInput("Z must be a list of head outputs [Z_1, ..., Z_h]")
+        if isinstance(zs[0], list) and zs[0] and not isinstance(zs[0][0], (list, dict)) and not hasattr(zs[0], "shape"):
+            zs = [zs]  # a single matrix given as Z
+        heads = tuple({"Z": _operand(z, "Z", mode, i + 1 if len(zs) > 1 else None, "z")} for i, z in enumerate(zs))
+        start = "Z"
+    else:
+        if heads_raw is not None:
+            if top:
+                raise BadInput(f"{sorted(top)[0]} is given both at the top level and in heads; give per-head matrices in heads only")
+            if not isinstance(heads_raw, list) or not heads_raw or not all(isinstance(h, dict) for h in heads_raw):
+                raise BadInput("heads must be a non-empty list of tables")
+            if len(heads_raw) > limits.get("heads"):
+                raise limits.refuse(f"heads lists {len(heads_raw)} tables, too many heads", "heads")
+            if num_heads is not None and num_heads != len(heads_raw):
+                raise BadInput(f"num_heads = {_short(num_heads)} but heads lists {len(heads_raw)} tables")
+            multi = len(heads_raw) > 1
+            heads_list = []
+            for i, table in enumerate(heads_raw, start=1):
+                bad = sorted(set(table) - set(HEAD_KEYS))
+                if bad:
+                    raise BadInput(f"unknown key {bad[0]!r} in head {i}; allowed: {', '.join(HEAD_KEYS)}")
+                heads_list.append({k: _operand(v, k, mode, i if multi else None, HEAD_KEYS[k]) for k, v in table.items()})
+            heads = tuple(heads_list)
+        else:
+            single = {k: _operand(v, k, mode, None, HEAD_KEYS[k]) for k, v in top.items()}
+            if num_heads and num_heads > 1:
+                not_splittable = sorted(set(single) - set(SPLITTABLE))
+                if not_splittable:
+                    raise BadInput(f"num_heads splits {', '.join(SPLITTABLE)} into column blocks; give {not_splittable[0]} per head in heads instead")
+                for k, op in single.items():  # before anything per head is built
+                    if op.shape[1] % num_heads:
+                        raise BadInput(f"num_heads = {_short(num_heads)} does not divide the width of {k} {op.shape}")
+                if num_heads > limits.get("heads"):
+                    raise limits.refuse(f"num_heads = {_short(num_heads)} is too many heads", "heads")
+                per_head = [dict() for _ in range(num_heads)]
+                for k, op in single.items():
+                    for i, part in enumerate(_split(op, num_heads, mode)):
+                        per_head[i][k] = part
+                heads = tuple(per_head)
+            else:
+                heads = (single,)
+        start = _start(heads[0], shared)
+        for i, h in enumerate(heads[1:], start=2):
+            if _start(h, shared) != start or set(h) != set(heads[0]):
+                raise BadInput(f"head {i} gives different matrices from head 1 ({', '.join(sorted(h))} vs {', '.join(sorted(heads[0]))})")
+            for key, op in h.items():
+                if op.shape != heads[0][key].shape:
+                    raise BadInput(f"heads disagree: {key} of head {i} is {op.shape} but {key} of head 1 is {heads[0][key].shape}")
+
+    tokens = _tokens(data["tokens"], "tokens") if "tokens" in data else None
+    kv_tokens = _tokens(data["kv_tokens"], "kv_tokens") if "kv_tokens" in data else None
+    _check_token_counts(tokens, kv_tokens, heads[0], shared)
+    expand = data.get("expand", "named")
+    if expand not in ("named", "full"):
+        raise BadInput(f"expand must be \"named\" or \"full\", not {expand!r}")
+    return Problem(
+        mode=mode,
+        start=start,
+        heads=heads,
+        shared=shared,
+        scale=_scale(data.get("scale", True)),
+        d_k=_positive_int(data["d_k"], "d_k") if "d_k" in data else None,
+        mask=_mask(data.get("mask")),
+        full_expansion=expand == "full",
+        title=_text(data["title"], "title") if "title" in data else None,
+        description=_text(data["description"], "description") if "description" in data else None,
+        localized={k: _text(data[k], k) for k in ("title_zh", "description_zh") if k in data},
+        tokens=tokens,
+        kv_tokens=kv_tokens,
+        source=source,
+    )
+
+
+def _check_token_counts(tokens, kv_tokens, head: Mapping[str, Operand], shared: Mapping[str, Operand]) -> None:
+    """tokens label the queries (rows), kv_tokens the keys: one label each."""
+    x = shared.get("X")
+    if x is not None:
+        n, m = x.shape[0], shared.get("X_kv", x).shape[0]
+    elif "Q" in head:
+        n, m = head["Q"].shape[0], head["K"].shape[0] if "K" in head else None
+    elif "scores" in head or "weights" in head:
+        n, m = head["scores" if "scores" in head else "weights"].shape
+    elif "Z" in head:
+        n, m = head["Z"].shape[0], None
+    else:
+        return
+    if tokens is not None and len(tokens) != n:
+        raise BadInput(f"tokens lists {len(tokens)} labels but there are {n} queries (rows); give one label per row")
+    if kv_tokens is not None and m is not None and len(kv_tokens) != m:
+        raise BadInput(f"kv_tokens lists {len(kv_tokens)} labels but there are {m} keys; give one label per key")
+
+
+def _start(head: Mapping[str, Operand], shared: Mapping[str, Operand]) -> str:
+    """Which point the article-style derivation starts from, from the keys present."""
+    keys = set(head)
+    if "X" in shared:
+        need = {"W_Q", "W_K", "W_V"} - keys
+        if need:
+            raise BadInput(f"X is given, so {', '.join(sorted(need))} must be given too")
+        extra = keys & {"Q", "K", "V", "scores", "weights"}
+        if extra:
+            raise BadInput(f"X starts at the projections; {sorted(extra)[0]} cannot be given as well")
+        return "X"
+    if "X_kv" in shared:
+        raise BadInput("X_kv (keys and values for cross-attention) needs X (the queries' input)")
+    if keys & {"W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V"}:
+        raise BadInput(f"{sorted(keys & {'W_Q', 'W_K', 'W_V', 'b_Q', 'b_K', 'b_V'})[0]} needs X")
+    if "Q" in keys or "K" in keys:
+        if not {"Q", "K"} <= keys:
+            raise BadInput("Q and K must be given together")
+        if keys & {"scores", "weights"}:
+            raise BadInput("give Q and K, or scores, or weights, not several start points")
+        return "QKV"
+    if "scores" in keys:
+        if "weights" in keys:
+            raise BadInput("give scores or weights, not both")
+        return "scores"
+    if "weights" in keys:
+        if "V" not in keys:
+            raise BadInput("weights needs V to compute Z = A V")
+        return "weights"
+    raise BadInput("nothing to trace: give X with W_Q, W_K, W_V; or Q, K, V; or scores; or weights and V; or Z")

@@ -1,0 +1,541 @@
+"""User text with math: ``$...$`` spans in titles and descriptions (issue 10).
+
+A spec's title or description is prose with optional inline math written between dollars in
+the entry syntax of `attntrace.inputs.expr` (``Scaling by $sqrt(d_k)$ with $d_k = 6$``). Each span
+is parsed by a whitelist parser and printed by attntrace's own code; everything else is
+escaped text. User LaTeX never reaches the output: from a span only what the printer writes
+for a parsed expression comes out (names that match the name rules, numbers as digits, fixed
+operators and macros), so ``$\\input{x}$`` is shown as the text it is.
+
+    format_user_text(text, fmt, *, inline_math=None, escape=None) -> str
+    render_math(source, fmt) -> str | None         one span's content, without delimiters
+    inline_math_for(fmt, delimiters="dollars")      the format's inline-math wrapper
+
+Splitting. A ``$`` opens a span and the next ``$`` closes it; ``\\$`` is a literal dollar
+sign; an unmatched ``$`` and an empty span (``$$``) are literal text. A span that does not
+parse is shown as literal, escaped text *including its dollars*, and scanning goes on from
+its closing ``$`` (which may open a span of its own: in ``costs $5 or $x$`` the span
+``$5 or $`` fails, ``$x$`` is math). A title never stops a report: no exception for any
+text, and a course author sees exactly what went wrong in the output. At most
+`MAX_SPANS_PER_TEXT` spans of one text are parsed; later ones are literal text.
+
+Grammar of a span (the entry grammar of `attntrace.inputs.expr`, plus relations and letter
+subscripts)::
+
+    span   := expr (REL expr)*          REL: = < > <= >= != -> ~  (also ≈ ≤ ≥ ≠ →)
+    expr   := term (("+" | "-") term)*
+    term   := unary (("*" | "/") unary)*
+    unary  := ("+" | "-")* power
+    power  := atom (("^" | "**") unary)?
+    atom   := number | name | "oo" | "inf" | ("sqrt" | "exp") "(" expr ")" | "√" atom
+              | "(" expr ")"
+
+- Names: one Latin letter or a Greek letter name (`attntrace.inputs.expr.GREEK`), then an
+  optional superscript (``^Q``, ``^{(2)}``) and subscript, as in `attntrace.inputs.expr`, except
+  that a subscript may hold letters: ``d_k``, ``W_O``, ``X_kv``, ``a_ij``, ``d_model``,
+  ``v_{i,j}``. Printed ``d_{k}``, ``W_{O}``, ``X_{kv}``, ``a_{ij}``; a subscript or
+  superscript that is a word of three or more letters is upright: ``d_{\\text{model}}``
+  (one- and two-letter ones are indices: ``X_{kv}`` as the derivations print it). Greek
+  names get their macro (``alpha`` -> ``\\alpha``, ``Omega`` -> ``\\Omega``).
+- Products need ``*`` (``2*q*k``); LaTeX writes them by juxtaposition (``2 q k``, with
+  ``\\cdot`` before a factor that starts with a digit), plain text keeps ``*``.
+- Numbers are printed as written (``2.449`` stays 2.449, ``.5`` becomes 0.5, ``1e-3`` is
+  ``1 \\times 10^{-3}``): a title quotes numbers, it does not compute them.
+- ``oo``/``inf``/``∞`` is infinity; ``−``, ``×``, ``·`` are read as ``-``, ``*``, ``*``.
+- Limits: a span of at most `attntrace.inputs.expr.MAX_LENGTH` (200) characters and nesting depth
+  `attntrace.inputs.expr.MAX_DEPTH` (20), as for entries.
+
+Why not `attntrace.inputs.expr.parse_expr` + SymPy's printer: that parser builds *evaluated* SymPy
+objects in SymPy's canonical order (``2*q*k - k^2`` prints as ``- k^{2} + 2 k q``,
+``2*a + b`` as ``b + 2 a``, ``2.449`` as 2449/1000), it refuses letter subscripts (they are
+not entry names), and printing through SymPy would import SymPy into numeric reports, which must never load it (tested in
+test_api/test_bench_smoke; about 0.5 s). So this module has its own small, SymPy-free
+parser for the same grammar that keeps the author's form, and a printer that writes the
+notation of `attntrace.rendering.printing` (``\\left(...\\right)``, ``\\frac``, ``\\sqrt{}``,
+``e^{x}``, juxtaposed products, ``-\\infty``; plain: ``sqrt(6)``, ``a*b``, ``inf``). Powers
+stay ``^`` in plain text (``-(q - k)^2``), as the author wrote them. Parentheses are
+re-derived from precedence: redundant ones go (``(a*b)*c`` -> ``a b c``), needed ones
+stay (``-(q - k)^2`` -> ``-\\left(q - k\\right)^{2}``); nothing is expanded or reordered.
+
+CJK text: a space is put between a CJK character (Han, kana, Hangul; not the full-width
+punctuation) and an adjacent math span in every format, as the Chinese prose templates do
+(``自注意力$x$`` -> ``自注意力 $x$``): several Markdown renderers do not open math glued to
+CJK characters, and xeCJK typesets the space as its usual CJK/Western gap.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from typing import Callable, NamedTuple
+
+from attntrace.inputs.expr import GREEK, MAX_DEPTH, MAX_LENGTH, _balanced  # parentheses balanced: the parser's own test
+from attntrace.inputs.safetext import check_sympy_entry, clean_output, clean_text, has_unsafe_chars, json_safe, one_line  # noqa: F401  (re-exported)
+
+__all__ = ["MAX_SPANS_PER_TEXT", "check_sympy_entry", "clean_output", "clean_text", "format_user_text", "has_unsafe_chars", "inline_math_for",
+           "json_safe", "one_line", "render_math"]
+
+#: Spans parsed per text at most; further spans are shown as literal text (10,000 dollars
+#: cost no more than a few spans).
+MAX_SPANS_PER_TEXT = 64
+
+FORMATS = ("md", "tex", "text")
+
+# ----------------------------------------------------------------------------- tokens
+
+_RELATIONS = {  # token -> (LaTeX, plain)
+    "<=": (r"\le", "<="), ">=": (r"\ge", ">="), "!=": (r"\ne", "!="), "->": (r"\to", "->"),
+    "=": ("=", "="), "<": ("<", "<"), ">": (">", ">"), "~": (r"\approx", "~"),
+    "≈": (r"\approx", "~"), "≤": (r"\le", "<="), "≥": (r"\ge", ">="), "≠": (r"\ne", "!="), "→": (r"\to", "->"),
+}
+_REL = re.compile(r"<=|>=|!=|->|[=<>~≈≤≥≠→]")
+_UNICODE_OPS = str.maketrans({"−": "-", "×": "*", "·": "*", "⋅": "*", "∞": " oo "})
+_NUMBER = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE]([+-]?[0-9]+))?", re.ASCII)
+_WORD = re.compile(r"[A-Za-z]+", re.ASCII)
+# a superscript: one letter not followed by a letter or digit, or braces (as attntrace.inputs.expr)
+_SUP = re.compile(r"\^(?:([A-Za-z])(?![A-Za-z0-9])|\{([A-Za-z0-9(),]+)\})", re.ASCII)
+# a subscript: digits, or a letter then letters/digits, or braces holding those and commas
+_SUB = re.compile(r"_(?:([0-9]+|[A-Za-z][A-Za-z0-9]*)|\{([A-Za-z0-9]+(?:,[A-Za-z0-9]+)*)\})", re.ASCII)
+_FUNCTIONS = ("sqrt", "exp")
+_INFINITY = ("oo", "inf")
+# as SymPy's LaTeX printer writes them (capitals without a glyph of their own are upright
+# Latin letters), except epsilon, which attntrace.rendering.printing.greek_name writes \varepsilon
+_GREEK_SPECIAL = {"epsilon": r"\varepsilon", "lamda": r"\lambda", "Lamda": r"\Lambda", "omicron": "o",
+                  **{g: f"\\mathrm{{{c}}}" for g, c in (("Alpha", "A"), ("Beta", "B"), ("Epsilon", "E"), ("Zeta", "Z"),
+                                                     ("Eta", "H"), ("Iota", "I"), ("Kappa", "K"), ("Mu", "M"), ("Nu", "N"),
+                                                     ("Omicron", "O"), ("Rho", "P"), ("Tau", "T"), ("Chi", "X"))}}
+
+
+class _Fail(Exception):
+    """The span is not math; it is shown as text."""
+
+
+class _Tok(NamedTuple):
+    kind: str  # "num", "name", "func", "inf", "rel", an operator character, or "end"
+    value: object
+
+
+def _greek_tex(base: str) -> str:
+    """The LaTeX of a Greek letter name."""
+    return _GREEK_SPECIAL.get(base, "\\" + base)
+
+
+def _script_tex(content: str) -> str:
+    """A sub- or superscript: a word of three or more letters is upright text."""
+    return f"\\text{{{content}}}" if content.isalpha() and len(content) >= 3 else content
+
+
+def _read_name(text: str, pos: int, base: str) -> tuple[tuple[str, str], int]:
+    """The name starting with `base` before text[pos:]: ((LaTeX, plain), end)."""
+    sup = sub = None
+    while pos < len(text) and text[pos] in "^_":
+        if text[pos] == "^":
+            m = _SUP.match(text, pos)
+            if m is None:
+                break  # a power operator
+            content = m.group(1) or m.group(2)
+            if sup is not None or content.isdigit() or not _balanced(content):
+                raise _Fail
+            sup = content
+        else:
+            m = _SUB.match(text, pos)
+            if m is None or sub is not None:
+                raise _Fail
+            sub = m.group(1) or m.group(2)
+        pos = m.end()
+    tex = _greek_tex(base) if len(base) > 1 else base
+    plain = base
+    if sup is not None:
+        tex += f"^{{{_script_tex(sup)}}}"
+        plain += f"^{sup}"
+    if sub is not None:
+        tex += f"_{{{_script_tex(sub)}}}"
+        plain += f"_{sub}"
+    return (tex, plain), pos
+
+
+def _tokenize(text: str) -> list[_Tok]:
+    toks: list[_Tok] = []
+    pos, n = 0, len(text)
+    while pos < n:
+        c = text[pos]
+        if c == " ":
+            pos += 1
+            continue
+        m = _REL.match(text, pos)
+        if m:
+            toks.append(_Tok("rel", _RELATIONS[m.group(0)]))
+            pos = m.end()
+        elif text.startswith("**", pos):
+            toks.append(_Tok("^", "^"))
+            pos += 2
+        elif c in "+-*/^()√":
+            toks.append(_Tok(c, c))
+            pos += 1
+        elif c.isascii() and (c.isdigit() or c == "."):
+            m = _NUMBER.match(text, pos)
+            if not m:
+                raise _Fail
+            toks.append(_Tok("num", (m.group(1), m.group(2))))
+            pos = m.end()
+        elif c.isascii() and c.isalpha():
+            word = _WORD.match(text, pos).group(0)
+            end = pos + len(word)
+            if word in _FUNCTIONS:
+                toks.append(_Tok("func", word))
+            elif word in _INFINITY:
+                toks.append(_Tok("inf", word))
+            elif len(word) == 1 or word in GREEK:
+                name, end = _read_name(text, end, word)
+                toks.append(_Tok("name", name))
+            else:
+                raise _Fail  # multi-letter words (softmax, model) are prose, not math
+            pos = end
+        else:
+            raise _Fail
+    toks.append(_Tok("end", None))
+    return toks
+
+
+# ----------------------------------------------------------------------------- parser
+# Nodes are tuples: ("num", int_part_or_mantissa, exponent), ("name", tex, plain), ("inf",),
+# ("neg", x), ("add", [(sign, x), ...]), ("term", [(op, x), ...]), ("pow", base, exp),
+# ("func", "sqrt" | "exp", x).
+
+
+class _Parser:
+    def __init__(self, text: str) -> None:
+        self.toks = _tokenize(text)
+        self.i = 0
+        self.depth = 0
+
+    def peek(self) -> _Tok:
+        return self.toks[self.i]
+
+    def take(self) -> _Tok:
+        tok = self.toks[self.i]
+        self.i += 1
+        return tok
+
+    def expect(self, kind: str) -> None:
+        if self.take().kind != kind:
+            raise _Fail
+
+    def enter(self) -> None:
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise _Fail
+
+    def span(self) -> list:
+        """[expr, rel, expr, rel, ...]"""
+        parts = [self.expr()]
+        while self.peek().kind == "rel":
+            parts.append(self.take().value)
+            parts.append(self.expr())
+        if self.peek().kind != "end":
+            raise _Fail
+        return parts
+
+    def expr(self):
+        items = [("+", self.term())]
+        while self.peek().kind in ("+", "-"):
+            items.append((self.take().kind, self.term()))
+        return items[0][1] if len(items) == 1 else ("add", items)
+
+    def term(self):
+        items = [("*", self.unary())]
+        while True:
+            kind = self.peek().kind
+            if kind in ("*", "/"):
+                self.take()
+                items.append((kind, self.unary()))
+            elif kind in ("num", "name", "func", "inf", "(", "√"):
+                raise _Fail  # implicit multiplication, refused as in attntrace.inputs.expr
+            else:
+                break
+        if len(items) == 1:
+            return items[0][1]
+        flat = []  # a parenthesized product multiplied in: (a*b)*c = a*b*c, a*(b/c) = a*b/c
+        for op, x in items:
+            flat.extend(x[1] if op == "*" and x[0] == "term" else [(op, x)])
+        return ("term", flat)
+
+    def unary(self):
+        negative = False
+        while self.peek().kind in ("+", "-"):
+            negative ^= self.take().kind == "-"
+        x = self.power()
+        return ("neg", x) if negative else x
+
+    def power(self):
+        base = self.atom()
+        if self.peek().kind != "^":
+            return base
+        self.take()
+        self.enter()
+        exponent = self.unary()
+        self.depth -= 1
+        return ("pow", base, exponent)
+
+    def atom(self):
+        tok = self.take()
+        if tok.kind == "num":
+            return ("num", *tok.value)
+        if tok.kind == "name":
+            return ("name", *tok.value)
+        if tok.kind == "inf":
+            return ("inf",)
+        if tok.kind in ("func", "√"):
+            self.enter()
+            if tok.kind == "func":
+                self.expect("(")
+                arg = self.expr()
+                self.expect(")")
+            else:
+                arg = self.atom()
+            self.depth -= 1
+            return ("func", "sqrt" if tok.kind == "√" else tok.value, arg)
+        if tok.kind == "(":
+            self.enter()
+            inner = self.expr()
+            self.expect(")")
+            self.depth -= 1
+            return inner
+        raise _Fail
+
+
+# ----------------------------------------------------------------------------- printer
+
+def _number(mantissa: str, exponent: str | None, plain: bool) -> str:
+    whole, _, frac = mantissa.partition(".")
+    text = str(int(whole or "0")) + ("." + frac if frac else "")
+    if exponent is None:
+        return text
+    e = int(exponent)
+    return f"{text}e{e}" if plain else f"{text} \\times 10^{{{e}}}"
+
+
+def _prec(x) -> int:
+    """4 atoms, 3 powers, 2 products and negations, 1 sums."""
+    kind = x[0]
+    if kind == "num":
+        return 2 if x[2] is not None else 4
+    if kind in ("name", "inf"):
+        return 4
+    if kind == "func":
+        return 3 if x[1] == "exp" else 4
+    return {"pow": 3, "neg": 2, "term": 2, "add": 1}[kind]
+
+
+def _leads_with_minus(x) -> bool:
+    return x[0] == "neg" or (x[0] == "term" and _leads_with_minus(x[1][0][1]))
+
+
+class _Printer:
+    def __init__(self, plain: bool) -> None:
+        self.plain = plain
+
+    def paren(self, s: str) -> str:
+        return f"({s})" if self.plain else f"\\left({s}\\right)"
+
+    def __call__(self, x) -> str:
+        return getattr(self, "p_" + x[0])(x)
+
+    def p_num(self, x) -> str:
+        return _number(x[1], x[2], self.plain)
+
+    def p_name(self, x) -> str:
+        return x[2] if self.plain else x[1]
+
+    def p_inf(self, x) -> str:
+        return "inf" if self.plain else r"\infty"
+
+    def p_func(self, x) -> str:
+        arg = self(x[2])
+        if self.plain:
+            return f"{x[1]}({arg})"
+        return f"\\sqrt{{{arg}}}" if x[1] == "sqrt" else f"e^{{{arg}}}"
+
+    def p_pow(self, x) -> str:
+        base, exponent = x[1], x[2]
+        b = self(base)
+        if _prec(base) < 4 or (base[0] == "func" and base[1] == "sqrt") or (base[0] == "name" and "^" in b):
+            b = self.paren(b)
+        e = self(exponent)
+        if self.plain:
+            return f"{b}^{self.paren(e) if _prec(exponent) < 4 else e}"
+        return f"{b}^{{{e}}}"
+
+    def p_neg(self, x) -> str:
+        inner = x[1]
+        s = self(inner)
+        return "-" + (self.paren(s) if inner[0] == "add" or _leads_with_minus(inner) else s)
+
+    def p_add(self, x) -> str:
+        out = ""
+        for k, (sign, t) in enumerate(x[1]):
+            s = self(t)
+            if k == 0:
+                out = s
+                continue
+            if t[0] == "add" or _leads_with_minus(t):
+                s = self.paren(s)
+            out += f" {sign} {s}"
+        return out
+
+    def factor(self, t, first: bool, alone: bool) -> str:
+        s = self(t)
+        if (t[0] == "add" and not alone) or (not first and _leads_with_minus(t)):
+            return self.paren(s)
+        return s
+
+    def product(self, factors: list, alone_ok: bool) -> str:
+        out = ""
+        for k, t in enumerate(factors):
+            s = self.factor(t, k == 0, alone_ok and len(factors) == 1)
+            if k == 0:
+                out = s
+            elif self.plain:
+                out += "*" + s
+            else:
+                out += (" \\cdot " if s[:1].isdigit() or s[:1] == "." else " ") + s
+        return out
+
+    def p_term(self, x) -> str:
+        items = x[1]
+        if self.plain:  # as written, left to right
+            out = self.factor(items[0][1], True, False)
+            for op, t in items[1:]:
+                s = self(t)
+                if t[0] == "add" or _leads_with_minus(t) or (op == "/" and t[0] == "term"):
+                    s = self.paren(s)
+                out += op + s
+            return out
+        num = [t for op, t in items if op == "*"]
+        den = [t for op, t in items if op == "/"]
+        if not den:
+            return self.product(num, False)
+        num = [t for t in num if t != ("num", "1", None)]  # 1/x: the numerator is the 1 written
+        top = self.product(num, True) if num else "1"
+        return f"\\frac{{{top}}}{{{self.product(den, True)}}}"
+
+
+@lru_cache(maxsize=512)
+def _render(source: str, plain: bool) -> str | None:
+    text = " ".join(source.translate(_UNICODE_OPS).split())
+    if not text or len(source) > MAX_LENGTH:
+        return None
+    try:
+        parts = _Parser(text).span()
+    except (_Fail, RecursionError):
+        return None
+    pr = _Printer(plain)
+    out = pr(parts[0])
+    for k in range(1, len(parts), 2):
+        rel = parts[k][1] if plain else parts[k][0]
+        out += f" {rel} {pr(parts[k + 1])}"
+    return out
+
+
+def render_math(source: str, fmt: str) -> str | None:
+    """One span's content printed for `fmt` (LaTeX for md/tex, plain for text), no delimiters.
+
+    None when the span is not math in the grammar above (the caller shows it as text).
+    """
+    _check_format(fmt)
+    if not isinstance(source, str):
+        return None
+    return _render(source, fmt == "text")
+
+
+# ----------------------------------------------------------------------------- text
+
+def _check_format(fmt: str) -> None:
+    if fmt not in FORMATS:
+        raise ValueError(f"format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+
+
+def inline_math_for(fmt: str, delimiters: str = "dollars") -> Callable[[str], str]:
+    """The inline-math wrapper of a format: md ``$x$`` (or ``\\(x\\)`` with delimiters=
+    "brackets", as the md templates' ``m`` macro), tex ``\\(x\\)``, text: unchanged."""
+    _check_format(fmt)
+    if delimiters not in ("dollars", "brackets"):
+        raise ValueError(f"delimiters must be dollars or brackets, not {delimiters!r}")
+    if fmt == "text":
+        return lambda s: s
+    if fmt == "md" and delimiters == "dollars":
+        return lambda s: f"${s}$"
+    return lambda s: f"\\({s}\\)"
+
+
+def _is_cjk(c: str) -> bool:
+    o = ord(c)
+    return (0x4E00 <= o <= 0x9FFF or 0x3400 <= o <= 0x4DBF or 0x20000 <= o <= 0x2FFFF or 0xF900 <= o <= 0xFAFF
+            or 0x3040 <= o <= 0x30FF or 0xAC00 <= o <= 0xD7AF or 0x1100 <= o <= 0x11FF)
+
+
+def _dollars(text: str) -> list[int]:
+    """Positions of the unescaped dollars."""
+    return [i for i, c in enumerate(text) if c == "$" and (i == 0 or text[i - 1] != "\\")]
+
+
+def format_user_text(text: str, fmt: str, *, inline_math: Callable[[str], str] | None = None,
+                     escape: Callable[[str], str] | None = None) -> str:
+    """A title or description for a report in `fmt` (md, tex or text): ``$...$`` spans as math,
+    the rest escaped (see the module docstring for the rules). Never raises on any text.
+
+    inline_math wraps a span's LaTeX in the format's inline delimiters (default:
+    ``inline_math_for(fmt)``, i.e. dollars in md; pass ``inline_math_for("md", "brackets")``
+    for ``\\(...\\)``); it is not used for text. escape is the format's text escaper
+    (default: `attntrace.rendering.viewmodel`'s escape_md / escape_tex / escape_text).
+    """
+    _check_format(fmt)
+    if escape is None:
+        from attntrace.rendering import viewmodel  # imported here: viewmodel may import this module
+
+        escape = {"md": viewmodel.escape_md, "tex": viewmodel.escape_tex, "text": viewmodel.escape_text}[fmt]
+    if inline_math is None:
+        inline_math = inline_math_for(fmt)
+    text = clean_text(text)
+    if "$" not in text:
+        return escape(text)
+
+    # pieces: (literal text, None) or (source, printed math)
+    pieces: list[tuple[str, str | None]] = []
+    dollars = _dollars(text)
+    literal_from = 0  # start of the pending literal text
+    k, tries = 0, 0
+    while k + 1 < len(dollars):
+        start, end = dollars[k], dollars[k + 1]
+        source = text[start + 1:end]
+        if not source.strip():
+            k += 2  # "$$" (or "$ $") is literal text, both dollars
+            continue
+        printed = None
+        if tries < MAX_SPANS_PER_TEXT:
+            tries += 1
+            printed = render_math(source, fmt)
+        if printed is None:
+            k += 1  # this dollar is literal; the closing one may open a span
+            continue
+        pieces.append((text[literal_from:start], None))
+        pieces.append((source, printed))
+        literal_from = end + 1
+        k += 2
+    pieces.append((text[literal_from:], None))
+
+    out = []
+    for n, (chunk, printed) in enumerate(pieces):
+        if printed is None:
+            out.append(escape(chunk.replace("\\$", "$")) if chunk else "")
+            continue
+        math = printed if fmt == "text" else inline_math(printed)
+        before, after = pieces[n - 1][0], pieces[n + 1][0]
+        if before and _is_cjk(before[-1]):
+            math = " " + math
+        if after and _is_cjk(after[0]):
+            math += " "
+        elif not after and n + 2 < len(pieces) and fmt == "md":
+            math += " "  # two spans in a row: "$a$$b$" would read as display math
+        out.append(math)
+    return "".join(out)

@@ -1,0 +1,1 @@
+"""Step kinds: each kind is one unit (id, inputs, computation, formula, template, mistakes)."""

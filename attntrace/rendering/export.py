@@ -1,0 +1,79 @@
+"""Trace -> plain dict (JSON-ready), with stable step ids.
+
+Numeric values are numbers (non-finite ones as the strings "inf", "-inf", "nan"); exact and
+symbolic entries are strings in SymPy's plain syntax, which `expr.parse_expr` reads back,
+plus an `approx` matrix when every entry evaluates to a number.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from attntrace import __version__
+from attntrace.inputs.expr import to_plain
+
+
+def _number(x: float) -> Any:
+    x = float(x)
+    if math.isfinite(x):
+        return x
+    return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
+
+
+def _numeric(a: np.ndarray) -> list:
+    if np.isfinite(a).all():
+        return a.tolist()
+    return [[_number(x) for x in row] for row in a]
+
+
+def approx_matrix(m) -> list | None:
+    """Float approximations of a SymPy matrix, or None when some entry is not a number."""
+    import sympy as sp
+
+    rows = []
+    for i in range(m.rows):
+        row = []
+        for j in range(m.cols):
+            e = m[i, j]
+            if e in (sp.oo, -sp.oo):
+                row.append(_number(float(e)))
+                continue
+            if e.free_symbols:
+                return None
+            row.append(_number(complex(sp.N(e, 17)).real))
+        rows.append(row)
+    return rows
+
+
+def value_to_json(value: Any, mode: str) -> dict:
+    if value is None:
+        return {"value": None}
+    if isinstance(value, np.ndarray):
+        return {"value": _numeric(value)}
+    out = {"value": [[to_plain(value[i, j]) for j in range(value.cols)] for i in range(value.rows)]}
+    approx = approx_matrix(value)
+    if approx is not None and mode != "numeric":
+        out["approx"] = approx
+    return out
+
+
+def trace_to_dict(trace) -> dict:
+    steps = []
+    for s in trace.steps:
+        entry = {"id": s.id, "head": s.head, "shape": list(s.shape), "inputs": list(s.inputs), "formula": s.formula}
+        entry.update(value_to_json(s.value, trace.mode))
+        if s.expansion is not None:
+            entry["expansion"] = value_to_json(s.expansion, trace.mode)["value"]
+        if s.id == "concat":
+            entry["blocks"] = [list(b) for b in s.details["blocks"]]
+        steps.append(entry)
+    operands = []
+    for o in trace.operands:
+        entry = {"name": o.name, "head": o.head, "shape": list(o.shape)}
+        entry.update(value_to_json(o.value, trace.mode))
+        operands.append(entry)
+    return {"attntrace": __version__, "mode": trace.mode, "title": trace.title, "num_heads": trace.num_heads,
+            "steps": steps, "operands": operands}

@@ -1,0 +1,568 @@
+"""Every math fragment of a report, built on SymPy's printer; no prose lives here.
+
+Two outputs share one code path: `TexOut` writes LaTeX math (for Markdown and LaTeX reports,
+KaTeX-safe macros only) and `PlainOut` writes plain math for the terminal. Both format only
+the entries they show: a matrix larger than `max_size` is elided with dots, and
+`STATS["entries"]` counts every number or expression formatted, so that tests can check that
+the cost of a report follows what it shows, not the size of the matrices.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Sequence
+
+from functools import lru_cache
+
+import numpy as np
+
+#: How many entries (numbers or expressions) have been formatted; tests read and reset it.
+STATS = {"entries": 0}
+
+_NAME = re.compile(r"([A-Za-z]+)(.*)$", re.S)
+
+
+@lru_cache(maxsize=None)
+def printer_classes() -> tuple[type, type]:
+    """SymPy's LaTeX and str printers with attntrace's entry names and number format.
+
+    Built on first use, so that numeric reports never import SymPy. Entry names are already
+    LaTeX from the whitelist parser (`w^{Q}_{11}`); a Greek base name (`alpha_{11}`) gets its
+    backslash. Floats print with `precision` decimal places, trailing zeros trimmed. Settings
+    are validated by SymPy's Printer (unknown ones raise).
+    """
+    from sympy.printing.latex import LatexPrinter
+    from sympy.printing.str import StrPrinter
+
+    class AttnLatexPrinter(LatexPrinter):
+        _default_settings = {**LatexPrinter._default_settings, "order": "none", "precision": 4}
+
+        def _print_Symbol(self, expr, style="plain"):
+            return greek_name(expr.name)
+
+        def _print_Float(self, expr):
+            return tex_number(float(expr), self._settings["precision"], count=False)
+
+        def _print_Mul(self, expr):
+            """2 e^{-x}, not SymPy's \\frac{2}{e^{x}}: exact weights and Z keep their exponentials
+            upstairs, as the canonical forms of attntrace.algebra.exact_form write them."""
+            from sympy import Mul, exp
+
+            if any(isinstance(a, exp) for a in expr.args) and not any(a.is_Pow and a.exp.is_negative for a in expr.args):
+                c, rest = expr.as_coeff_Mul()
+                body = " ".join(f"\\left({self._print(f)}\\right)" if f.is_Add else self._print(f) for f in Mul.make_args(rest))
+                return body if c == 1 else ("- " + body if c == -1 else self._print(c) + " " + body)
+            return super()._print_Mul(expr)
+
+    class AttnStrPrinter(StrPrinter):
+        _default_settings = {**StrPrinter._default_settings, "order": "none", "precision": 4}
+
+        def _print_Symbol(self, expr):
+            return plain_name(expr.name)
+
+        def _print_Float(self, expr):
+            return plain_number(float(expr), self._settings["precision"], count=False)
+
+        def _print_Exp1(self, expr):
+            return "e"
+
+    return AttnLatexPrinter, AttnStrPrinter
+
+
+def _is_infinite(x: Any) -> bool:
+    """x is SymPy's oo or -oo (only SymPy values reach here, so SymPy is loaded already)."""
+    import sympy
+
+    return x in (sympy.oo, -sympy.oo)
+
+
+def greek_name(name: str) -> str:
+    m = _NAME.match(name)
+    if not m or len(m.group(1)) == 1:  # a one-letter base is never a Greek name
+        return name
+    from sympy.printing.latex import greek_letters_set, tex_greek_dictionary
+
+    if m.group(1) in greek_letters_set:
+        base = m.group(1)
+        return tex_greek_dictionary.get(base, "\\" + ("varepsilon" if base == "epsilon" else base)) + m.group(2)
+    return name
+
+
+def plain_name(name: str) -> str:
+    """w^{Q(2)}_{11} -> w^Q(2)_11, \\alpha_{11} -> alpha_11 (braces and backslashes dropped)."""
+    return re.sub(r"[{}\\]", "", name)
+
+
+def _trim(x: float, precision: int) -> str:
+    s = f"{x:.{precision}f}"
+    if "." in s:
+        s = s.rstrip("0").rstrip(".")
+    return "0" if s in ("-0", "", "-") else s
+
+
+def tex_number(x: float, precision: int, count: bool = True) -> str:
+    if count:
+        STATS["entries"] += 1
+    if math.isnan(x):
+        return r"\mathrm{NaN}"
+    if math.isinf(x):
+        return r"\infty" if x > 0 else r"-\infty"
+    return _trim(x, precision)
+
+
+def plain_number(x: float, precision: int, count: bool = True) -> str:
+    if count:
+        STATS["entries"] += 1
+    if math.isnan(x):
+        return "nan"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return _trim(x, precision)
+
+
+def decimals_needed(xs: list[float], precision: int) -> int:
+    """The decimals the longest of these numbers needs at `precision` (trailing zeros trimmed)."""
+    d = 0
+    for x in xs:
+        if math.isfinite(x) and x != 0:
+            t = _trim(x, precision)
+            if "." in t:
+                d = max(d, len(t) - t.index(".") - 1)
+    return d
+
+
+def _scientific(x: float) -> tuple[str, int]:
+    """x = m * 10^e with two significant digits."""
+    m, e = f"{x:.1e}".split("e")
+    return m, int(e)
+
+
+def pick(n: int, limit: int) -> list[int | None]:
+    """Indices shown out of n: all when n <= limit, else the first limit-1, a gap (None), the last."""
+    if n <= limit:
+        return list(range(n))
+    return list(range(max(1, limit - 1))) + [None, n - 1]
+
+
+def entry_name(base: str, i: int, j: int, head: int | None = None, wide: bool = False) -> str:
+    """The LaTeX name of entry (i, j) (1-based): x_{11}, w^{Q(2)}_{11}, q^{(2)}_{1,10}."""
+    from attntrace.inputs.expr import entry_name as canonical
+
+    return greek_name(canonical(base, i, j, head=head, wide=wide or i >= 10 or j >= 10))
+
+
+class _Out:
+    """What both outputs share: choosing entries, counting them, laying out matrices."""
+
+    def __init__(self, precision: int = 4, max_size: int = 8, limit: float = 34.0):
+        self.precision = precision
+        self.max_size = max_size
+        self.limit = limit  # the width a display line may take, in em (plain: characters / 2)
+
+    # -- entries -------------------------------------------------------------
+    def entry(self, value: Any, i: int, j: int) -> str:
+        """One entry of a numeric or SymPy matrix."""
+        if isinstance(value, np.ndarray):
+            return self.num(float(value[i, j]))
+        STATS["entries"] += 1
+        return self.expr(value[i, j])
+
+    def is_negative(self, value: Any, i: int, j: int) -> bool:
+        x = value[i, j]
+        if isinstance(value, np.ndarray):
+            return float(x) < 0 and _trim(float(x), self.precision) != "0"
+        return bool(x.is_Add) or bool(getattr(x, "could_extract_minus_sign", lambda: False)())
+
+    def factor(self, value: Any, i: int, j: int) -> str:
+        """An entry as a factor of a product: parenthesized when negative or a sum (and in
+        plain text when it is a fraction: 1/(1 + e)*3 would read ambiguously)."""
+        s = self.entry(value, i, j)
+        if self.is_negative(value, i, j) or (self.plain and "/" in s and not (s.startswith("(") and s.endswith(")"))):
+            return self.paren(s)
+        return s
+
+    def approx_entry(self, value: Any, i: int, j: int) -> str | None:
+        """The float value of a SymPy entry, or None when it is symbolic."""
+        x = value[i, j]
+        if _is_infinite(x):
+            return self.num(float(x))
+        if getattr(x, "free_symbols", None) or not getattr(x, "is_number", False):
+            return None
+        f = x.evalf(17)
+        if f.is_real is False:  # a complex value cannot come from real inputs; show its real part
+            f = f.as_real_imag()[0]
+        if f == 0 or x == 0:
+            return self.num(0.0)
+        if abs(f) < 0.5 * 10 ** -self.precision:  # e^{-161/3} ~ 1e-23 (even 1e-5000): tiny, never 0
+            import sympy
+
+            lg = float(sympy.log(abs(f), 10).evalf(17))
+            return ("-" if f < 0 else "") + self.power_of_ten(lg)
+        return self.num(float(f))
+
+    def matrix_of(self, rows: int, cols: int, cell, budget: float | None = None) -> str:
+        """A matrix of shown cells: cell(i, j) for shown indices, dots for the gaps.
+
+        With a `budget` (em), columns are elided further until the matrix fits it."""
+        ri = pick(rows, self.max_size)
+        limit = self.max_size
+        while True:
+            ci = pick(cols, limit)
+            body = [[self.dots(i, j) if i is None or j is None else cell(i, j) for j in ci] for i in ri]
+            text = self.layout(body)
+            real = sum(c is not None for c in ci)
+            if budget is None or real <= 2 or self.measure(text) <= budget:
+                return text
+            limit = real - 1  # one column fewer: the first limit-1, dots, the last
+
+    def matrix(self, value: Any, shape: tuple[int, int], budget: float | None = None) -> str:
+        if isinstance(value, np.ndarray):
+            return self.numeric_matrix(value, shape, budget)
+        return self.matrix_of(shape[0], shape[1], lambda i, j: self.entry(value, i, j), budget)
+
+    def numeric_matrix(self, value: np.ndarray, shape: tuple[int, int], budget: float | None = None, true_log10=None) -> str:
+        """One decimal layout for the whole matrix, so that its columns line up.
+
+        Every entry gets as many decimals as the longest shown entry needs (at most
+        `precision`); an exact zero prints as 0 and a nonzero entry that would round to 0
+        in scientific notation, so the two never look alike. `true_log10(i, j)` gives, for
+        an entry whose float is not its true value (an exponential that underflowed to 0,
+        a weight of 1 - 1e-30), log10 of the true value, else None."""
+        ri = pick(shape[0], self.max_size)
+        limit = self.max_size
+        while True:
+            ci = pick(shape[1], limit)
+            cells = [(i, j) for i in ri if i is not None for j in ci if j is not None]
+            text, n = self._numeric_cells(value, ri, ci, cells, true_log10, pad=True)
+            real = sum(c is not None for c in ci)
+            if budget is None or real <= 2 or self.measure(text) <= budget:
+                STATS["entries"] += n
+                return text
+            limit = real - 1
+
+    def _numeric_cells(self, value, ri, ci, cells, true_log10, pad: bool):
+        shown = [float(value[i, j]) for i, j in cells]
+        inexact = {(i, j): true_log10(i, j) for i, j in cells} if true_log10 else {}
+        d = decimals_needed(shown, self.precision)
+        if any(v is not None and float(value[i, j]) != 0 for (i, j), v in inexact.items()):
+            d = self.precision  # a rounded 1.0000 must not read as an exact 1
+        def cell(i, j):  # noqa: E306
+            x, lg = float(value[i, j]), inexact.get((i, j))
+            if lg is None:
+                return self.fixed(x, d, pad)
+            if x == 0:
+                return self.power_of_ten(lg)
+            if x == int(x):  # a float that rounded to a whole number (1 - 1e-20): show the rounding
+                return f"{x:.{d}f}"
+            return self.fixed(x, d, pad)
+        body = [[self.dots(i, j) if i is None or j is None else cell(i, j) for j in ci] for i in ri]
+        return (self.layout_numeric(body, d) if pad else body[0]), len(shown)
+
+    def vector(self, xs: list[float | None], true_log10: list[float | None] | None = None) -> list[str]:
+        """A row of numbers with one decimal layout (None = a gap shown as dots)."""
+        cols = [None if x is None else k for k, x in enumerate(xs)]
+        row = np.array([[0.0 if x is None else x for x in xs]])
+        lg = (lambda i, j: true_log10[j]) if true_log10 else None
+        body, n = self._numeric_cells(row, [0], cols, [(0, k) for k in cols if k is not None], lg, pad=False)
+        STATS["entries"] += n
+        return body
+
+    def approx_matrix(self, value: Any, shape: tuple[int, int], budget: float | None = None) -> str | None:
+        """The float approximation of an exact matrix (None when an entry is symbolic, or when every
+        entry is an integer or a fraction: then the approximation would only repeat the matrix)."""
+        rows, cols = shape
+        cells, plain = {}, True
+        for i in pick(rows, self.max_size):
+            for j in pick(cols, self.max_size):
+                if i is None or j is None:
+                    continue
+                a = self.approx_entry(value, i, j)
+                if a is None:
+                    return None
+                x = value[i, j]
+                # a fraction reads as well as its decimal: only irrational entries (sqrt, e^x) need one
+                plain = plain and (x.is_Rational or _is_infinite(x) or x.is_Float)
+                cells[i, j] = a
+        if plain:
+            return None
+        return self.matrix_of(rows, cols, lambda i, j: cells[i, j], budget)
+
+    def fixed(self, x: float, d: int, pad: bool = True) -> str:
+        """x with d decimals; a whole number (exact 0 above all) without them, padded to the
+        column's decimals in a matrix; a nonzero value that would print as 0 in scientific
+        notation, so that it never looks like an exact 0."""
+        if math.isfinite(x) and x == int(x) and abs(x) < 1e15:
+            return str(int(x)) + (self.pad(d) if d and pad else "")
+        if math.isinf(x) or math.isnan(x):
+            return self.special(x)
+        if abs(x) < 0.5 * 10 ** -d:
+            return self.sci(*_scientific(x))
+        return f"{x:.{d}f}"
+
+    def power_of_ten(self, lg: float) -> str:
+        """10^lg in scientific notation (a value far below what a float holds)."""
+        e = math.floor(lg)
+        m = 10 ** (lg - e)
+        if round(m, 1) >= 10:
+            m, e = m / 10, e + 1
+        return self.sci(f"{m:.1f}", e)
+
+    def negated(self, term: str) -> bool:
+        """A term that starts with its own minus sign, written as a subtraction in a sum."""
+        return term.startswith("-")
+
+    def add(self, terms: list[str]) -> str:
+        out = terms[0]
+        for t in terms[1:]:
+            out += f" - {t[1:]}" if self.negated(t) else f" + {t}"
+        return out
+
+    def sum_terms(self, n: int, term) -> str:
+        """term(k) for k in 0..n-1, joined by +, eliding the middle when n > 4."""
+        ks = list(range(n)) if n <= 4 else [0, 1, None, n - 1]
+        return self.add([self.ellipsis_term() if k is None else term(k) for k in ks])
+
+
+class TexOut(_Out):
+    """LaTeX math (KaTeX-safe)."""
+
+    plain = False
+
+    def __init__(self, precision: int = 4, max_size: int = 8, limit: float = 34.0):
+        super().__init__(precision, max_size, limit)
+        self._printer = None
+
+    def num(self, x: float) -> str:
+        return tex_number(x, self.precision)
+
+    def expr(self, e: Any) -> str:
+        if self._printer is None:
+            self._printer = printer_classes()[0]({"precision": self.precision})
+        return self._printer.doprint(e)
+
+    def paren(self, s: str) -> str:
+        return f"\\left({s}\\right)"
+
+    def dots(self, i, j) -> str:
+        return r"\ddots" if i is None and j is None else (r"\vdots" if i is None else r"\cdots")
+
+    def ellipsis_term(self) -> str:
+        return r"\cdots"
+
+    def layout(self, body: list[list[str]]) -> str:
+        # scripts on both rows (w^{Q(2)}_{11} under a^{(2)}_{11}) collide without a little air
+        sep = " \\\\[2pt] " if any("^" in c for c in body[-1]) and len(body) > 1 else " \\\\ "
+        return "\\begin{bmatrix}" + sep.join(" & ".join(row) for row in body) + "\\end{bmatrix}"
+
+    def layout_numeric(self, body: list[list[str]], decimals: int) -> str:
+        """Right-aligned columns: with one decimal layout the decimal points line up."""
+        cols = "r" * len(body[0])
+        return "\\left[\\begin{array}{" + cols + "}" + " \\\\ ".join(" & ".join(row) for row in body) + "\\end{array}\\right]"
+
+    def pad(self, d: int) -> str:
+        return f"\\phantom{{.{'0' * d}}}"
+
+    def sci(self, m: str, e: int) -> str:
+        return f"{m} \\cdot 10^{{{e}}}"
+
+    def special(self, x: float) -> str:
+        return tex_number(x, 0, count=False)
+
+    def measure(self, tex: str) -> float:
+        from attntrace.rendering.texwidth import width
+
+        return width(tex)
+
+    def shape(self, shape: Sequence[int]) -> str:
+        return f"{shape[0]} \\times {shape[1]}"
+
+    def named(self, name: str, shape: Sequence[int]) -> str:
+        return f"\\underset{{({self.shape(shape)})}}{{{name}}}"
+
+    def mul(self, a: str, b: str) -> str:
+        return f"{a} \\cdot {b}"
+
+    def juxt(self, a: str, b: str) -> str:
+        return f"{a} {b}"
+
+    def negated(self, term: str) -> bool:
+        return term.startswith("-") and not term.startswith("-\\")  # -\infty stays a term
+
+    def frac(self, a: str, b: str) -> str:
+        return f"\\frac{{{a}}}{{{b}}}"
+
+    def sqrt(self, a: str) -> str:
+        return f"\\sqrt{{{a}}}"
+
+    def exp(self, a: str) -> str:
+        return f"e^{{{a}}}"
+
+    def sub(self, a: str, b: str) -> str:
+        return f"{a} - {b}"
+
+    def row(self, items: list[str]) -> str:
+        return "\\left(" + ",\\ ".join(items) + "\\right)"
+
+    def eq(self, *parts: str) -> str:
+        return " = ".join(p for p in parts if p)
+
+    def approx(self, a: str, b: str) -> str:
+        return f"{a} \\approx {b}"
+
+    def neg_inf(self) -> str:
+        return r"-\infty"
+
+    def max_row(self, i: int) -> str:
+        return f"m_{{{i}}}"
+
+    def block(self, inner: str, label: str) -> str:
+        return f"\\underbrace{{{inner}}}_{{{label}}}"
+
+    def inner_matrix(self, body: list[list[str]], numeric: bool = False) -> str:
+        if numeric:  # right-aligned: one decimal layout lines the points up
+            return "\\begin{array}{" + "r" * len(body[0]) + "}" + " \\\\ ".join(" & ".join(r) for r in body) + "\\end{array}"
+        return "\\begin{matrix}" + " \\\\ ".join(" & ".join(r) for r in body) + "\\end{matrix}"
+
+    def brackets(self, parts: list[str]) -> str:
+        return "\\left[\\;" + " \\quad ".join(parts) + "\\;\\right]"
+
+    def head_name(self, letter: str, head: int | None, transpose: bool = False) -> str:
+        """K^{(2)\\top}: one superscript holding both the head and the transpose."""
+        sup = ("" if head is None else f"({head})") + ("\\top" if transpose else "")
+        return f"{letter}^{{{sup}}}" if sup else letter
+
+
+class PlainOut(_Out):
+    """Plain math for a terminal: matrices as aligned rows in brackets."""
+
+    plain = True
+
+    def __init__(self, precision: int = 4, max_size: int = 8, limit: float = 34.0):
+        super().__init__(precision, max_size, limit)
+        self._printer = None
+
+    def num(self, x: float) -> str:
+        return plain_number(x, self.precision)
+
+    def expr(self, e: Any) -> str:
+        if _is_infinite(e):
+            return "-inf" if e < 0 else "inf"
+        if self._printer is None:
+            self._printer = printer_classes()[1]({"precision": self.precision})
+        return self._printer.doprint(e)
+
+    def paren(self, s: str) -> str:
+        return f"({s})"
+
+    def dots(self, i, j) -> str:
+        return "..."
+
+    def ellipsis_term(self) -> str:
+        return "..."
+
+    def layout_numeric(self, body: list[list[str]], decimals: int) -> str:
+        return self.layout(body)
+
+    def pad(self, d: int) -> str:
+        return " " * (d + 1)
+
+    def sci(self, m: str, e: int) -> str:
+        return f"{m}e{e}"
+
+    def special(self, x: float) -> str:
+        return plain_number(x, 0, count=False)
+
+    def measure(self, text: str) -> float:
+        return max((len(line) for line in text.splitlines()), default=0) * 0.5
+
+    def layout(self, body: list[list[str]]) -> str:
+        widths = [max(len(r[c]) for r in body) for c in range(len(body[0]))]
+        lines = ["  ".join(cell.rjust(w) for cell, w in zip(r, widths)) for r in body]
+        return "\n".join(f"[ {line} ]" for line in lines)
+
+    def shape(self, shape: Sequence[int]) -> str:
+        return f"{shape[0]} x {shape[1]}"
+
+    def named(self, name: str, shape: Sequence[int]) -> str:
+        return f"{name} ({self.shape(shape)})"
+
+    def mul(self, a: str, b: str) -> str:
+        return f"{a}*{b}"
+
+    def juxt(self, a: str, b: str) -> str:
+        return f"{a}*{b}"
+
+
+    def frac(self, a: str, b: str) -> str:
+        wrap = lambda x: f"({x})" if re.search(r"[ +]|.-", x) and not (x.startswith("(") and x.endswith(")")) else x
+        return f"{wrap(a)} / {wrap(b)}"
+
+    def sqrt(self, a: str) -> str:
+        return f"sqrt({a})"
+
+    def exp(self, a: str) -> str:
+        return f"e^({a})"
+
+    def sub(self, a: str, b: str) -> str:
+        return f"{a} - {b}"
+
+    def row(self, items: list[str]) -> str:
+        return "(" + ", ".join(items) + ")"
+
+    def eq(self, *parts: str) -> str:
+        parts = [p for p in parts if p]
+        out = parts[0]
+        for p in parts[1:]:
+            out += (" =\n" if "\n" in p else " = ") + p
+        return out
+
+    def approx(self, a: str, b: str) -> str:
+        return f"{a} ~\n{b}" if "\n" in b else f"{a} ~ {b}"
+
+    def neg_inf(self) -> str:
+        return "-inf"
+
+    def max_row(self, i: int) -> str:
+        return f"m_{i}"
+
+    def block(self, inner: str, label: str) -> str:
+        return f"{label}"
+
+    def inner_matrix(self, body: list[list[str]], numeric: bool = False) -> str:
+        return "; ".join(" ".join(r) for r in body)
+
+    def brackets(self, parts: list[str]) -> str:
+        return "[ " + " | ".join(parts) + " ]"
+
+    def head_name(self, letter: str, head: int | None, transpose: bool = False) -> str:
+        return (letter if head is None else f"{letter}({head})") + ("^T" if transpose else "")
+
+
+def plain_formula(step, *, scaled: bool = True, masked: bool = False) -> str:
+    """The general formula of a step in plain math (the LaTeX one is step.formula).
+
+    `scaled` says whether the softmax reads scaled scores T or the raw scores S."""
+    h = "" if step.head is None else f"({step.head})"
+    bias = len(step.inputs) > 2
+    src = "X_kv" if step.inputs and step.inputs[0] == "X_kv" else "X"
+    m, e = ("T", "t") if scaled else ("S", "s")
+    table = {
+        "Q": f"Q{h} = {src} W_Q{h}" + (f" + b_Q{h}" if bias else ""),
+        "K": f"K{h} = {src} W_K{h}" + (f" + b_K{h}" if bias else ""),
+        "V": f"V{h} = {src} W_V{h}" + (f" + b_V{h}" if bias else ""),
+        "scores": f"S{h} = Q{h} K{h}^T",
+        "scaled": f"T{h} = S{h} / " + ("sqrt(d_k)" if step.details.get("by_sqrt_dk", True) else "c"),
+        "masked": f"T~{h}_ij = {m}{h}_ij where M_ij = 1, -inf where M_ij = 0",
+        "weights": (f"A{h} = softmax(T~{h}),  a_ij = e^(t~_ij) / sum_k e^(t~_ik)" if masked
+                    else f"A{h} = softmax({m}{h}),  a_ij = e^({e}_ij) / sum_k e^({e}_ik)"),
+        "Z": f"Z{h} = A{h} V{h}",
+        "concat": "Z = Concat(" + ", ".join(f"Z({i})" for i in range(1, len(step.inputs) + 1)) + ")",
+        "output": "O = Z W_O" + (" + b_O" if bias else ""),
+    }
+    return table[step.id]
+
+
+def latex_expr(e: Any, precision: int = 4) -> str:
+    """One SymPy expression as LaTeX in attntrace's style (term order kept)."""
+    return printer_classes()[0]({"precision": precision}).doprint(e)

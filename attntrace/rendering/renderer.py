@@ -1,0 +1,184 @@
+"""Trace -> Markdown, LaTeX or plain-text derivation, through Jinja2 templates.
+
+Pipeline (latexify_py style): validate settings -> build the view model
+(`attntrace.rendering.viewmodel`, math fragments from `attntrace.rendering.printing`) -> render templates
+(prose and layout only, `templates/`). Settings are declared once in `DEFAULTS` and unknown
+ones are refused (SymPy printer style). Templates: `<format>/report.j2` for a whole report,
+`steps/<kind>.j2` for one step (shared by the formats), `<format>/fmt.j2` for the format's
+primitives (headings, display math, matrices) and `prose/<lang>.j2` for all the words.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from attntrace.model.errors import BadInput
+from attntrace.rendering.layout import parse_width
+from attntrace.rendering.jinja_env import cached_environment, user_template_errors
+from attntrace.resources import templates_dir
+from attntrace.model.trace import Step, Trace
+from attntrace.rendering.viewmodel import report_view, step_view
+
+FORMATS = ("md", "tex", "text")
+LANGS = ("en", "zh")
+DELIMITERS = ("dollars", "brackets")
+
+#: Every render option and its default; unknown names are refused.
+DEFAULTS: dict[str, Any] = {
+    "format": "md", "lang": "en", "precision": 4, "standalone": False, "template_dir": None,
+    "math_delimiters": "dollars", "max_size": 8, "figures": None, "output_path": None,
+    "width": None, "rows": None,
+}
+
+
+def validate(options: dict[str, Any]) -> dict[str, Any]:
+    unknown = sorted(set(options) - set(DEFAULTS))
+    if unknown:
+        raise BadInput(f"unknown render option {unknown[0]!r}; known: {', '.join(DEFAULTS)}")
+    s = {**DEFAULTS, **{k: v for k, v in options.items()}}
+    for key, allowed in (("format", FORMATS), ("lang", LANGS), ("math_delimiters", DELIMITERS)):
+        if s[key] not in allowed:
+            raise BadInput(f"{key} must be one of {', '.join(allowed)}, not {s[key]!r}")
+    for key, low, high in (("precision", 0, 15), ("max_size", 2, 1000)):
+        v = s[key]
+        if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= high:
+            raise BadInput(f"{key} must be an integer from {low} to {high}, not {v!r}")
+    if not isinstance(s["standalone"], bool):
+        raise BadInput(f"standalone must be true or false, not {s['standalone']!r}")
+    for key in ("template_dir", "figures", "output_path"):
+        if s[key] is not None and not isinstance(s[key], (str, os.PathLike)):
+            raise BadInput(f"{key} must be a path, not {type(s[key]).__name__}")
+    if s["template_dir"] is not None and not Path(s["template_dir"]).is_dir():
+        raise BadInput(f"template_dir {os.fspath(s['template_dir'])!r} is not a folder")
+    s["page"] = parse_width(s["width"], s["format"], s["lang"])
+    s["rows"] = parse_rows(s["rows"])
+    return s
+
+
+def parse_rows(rows: Any) -> list[int] | str | None:
+    """The rows to expand entry by entry: None (the default), 'all', '1,3' or [1, 3] (1-based)."""
+    if rows is None or rows == "all":
+        return rows
+    if isinstance(rows, str):
+        parts = [p.strip() for p in rows.split(",")]
+        if not all(p.isdigit() for p in parts):
+            raise BadInput(f"rows must be 'all' or row numbers like 1,3, not {rows!r}")
+        rows = [int(p) for p in parts]
+    if not isinstance(rows, (list, tuple)) or not rows or len(rows) > 1000 or not all(
+            isinstance(r, int) and not isinstance(r, bool) and 1 <= r <= 100_000 for r in rows):
+        raise BadInput(f"rows must be 'all' or a list of row numbers from 1, not {rows!r}")
+    return sorted(set(rows))
+
+
+def environment(template_dir: str | os.PathLike | None = None) -> jinja2.Environment:
+    """The Jinja2 environment of reports: the user's folder first, then the shipped templates.
+
+    Built once per folder and reused (an edited or newly added user template is picked up by
+    the next render); compiled templates are kept in the user's cache folder across processes.
+    See `attntrace.rendering.jinja_env`.
+    """
+    folders = [template_dir] if template_dir is not None else []
+    return cached_environment([*folders, templates_dir()], undefined=jinja2.StrictUndefined)
+
+
+def _context(env: jinja2.Environment, fmt: str, lang: str, delimiters: str) -> dict[str, Any]:
+    """The format primitives (f) and the prose macros (p) every template sees."""
+    base = {"fmt": fmt, "lang": lang, "delimiters": delimiters}
+    f = env.get_template(f"{fmt}/fmt.j2").make_module(base)
+    p = env.get_template(f"prose/{lang}.j2").make_module(base)
+    return {**base, "f": f, "p": p}
+
+
+_DISPLAY_START = ("\\[", "\\begin{align*}")
+
+
+def tidy(text: str, fmt: str = "md") -> str:
+    """At most one blank line in a row; one newline at the end. In LaTeX a display never
+    starts a paragraph: it stays with the lead-in line above it, so no page break falls
+    between them (and no empty paragraph opens above the display)."""
+    lines, blank = [], 0
+    for line in text.splitlines():
+        line = line.rstrip()
+        if fmt == "tex" and line.startswith(_DISPLAY_START) and lines and not lines[-1] and len(lines) > 1 \
+                and not lines[-2].startswith(("\\section", "\\subsection", "\\subsubsection", "\\paragraph", "\\end{itemize}", "\\begin{document}")):
+            lines.pop()
+        blank = blank + 1 if not line else 0
+        if blank <= 1:
+            lines.append(line)
+    return "\n".join(lines).strip("\n") + "\n"
+
+
+def fit_limit(s: dict[str, Any]) -> float:
+    """The width a display line may take, in em, with a small margin for the estimate."""
+    return s["page"].em * 0.97
+
+
+def render_step(trace: Trace, step: Step | str, *, format: str, lang: str = "en", precision: int = 4, max_size: int = 8,
+                math_delimiters: str = "dollars", template_dir: str | os.PathLike | None = None, width: str | None = None,
+                rows: Any = None) -> str:
+    """One step's block (explanation, formula, matrices, entry-wise lines) in a format."""
+    s = validate({"format": format, "lang": lang, "precision": precision, "max_size": max_size,
+                  "math_delimiters": math_delimiters, "template_dir": template_dir, "width": width, "rows": rows})
+    if isinstance(step, str):
+        sid, _, head = step.partition("@")
+        step = trace.step(sid, int(head) if head else None)
+    env = environment(s["template_dir"])
+    vm = step_view(trace, step, s["format"], s["precision"], s["max_size"], fit_limit(s), s["rows"])
+    with user_template_errors(env, s["template_dir"]):
+        ctx = _context(env, s["format"], s["lang"], s["math_delimiters"])
+        text = env.get_template(f"steps/{step.id}.j2").render(**ctx, vm=vm)
+    return tidy(text, s["format"])
+
+
+def _figures(trace: Trace, directory, output_path, fmt: str) -> list[dict]:
+    try:
+        from attntrace.rendering.figures import weight_matrices, write_heatmaps
+    except ImportError:
+        raise BadInput("figures need attntrace[figures] (matplotlib)") from None
+    weight_matrices(trace)  # nothing to plot: refused before the folder is made
+    directory = Path(directory)
+    check_figures_folder(directory)
+    base = Path(output_path).resolve().parent if output_path is not None else Path.cwd()
+    out = []
+    # LaTeX cannot \\includegraphics an SVG: give it a PDF; Markdown viewers show SVG.
+    formats = ("pdf",) if fmt == "tex" else ("svg",)
+    for fig in write_heatmaps(trace, directory, formats=formats):
+        rel = os.path.relpath(Path(fig["path"]).resolve(), base).replace(os.sep, "/")
+        out.append({"path": rel, "head": fig.get("head") or 0})
+    return out
+
+
+def check_figures_folder(directory: str | os.PathLike) -> None:
+    """`directory` is (or can be made) a folder heatmaps can be written into; else one line.
+    Called before any work, so that a bad --figures fails fast."""
+    directory = Path(directory)
+    shown = repr(os.fspath(directory))  # one line, whatever the name holds
+    if directory.exists() and not directory.is_dir():
+        raise BadInput(f"--figures {shown} is a file, not a folder")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BadInput(f"cannot create the figures folder {shown}: {exc.strerror or type(exc).__name__}") from None
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise BadInput(f"cannot write into the figures folder {shown}: permission denied")
+
+
+def render(trace: Trace, format: str = "md", **options: Any) -> str:
+    """Render a trace as a derivation: format md | tex | text, lang en | zh (see DEFAULTS)."""
+    s = validate({**options, "format": format})
+    if not isinstance(trace, Trace):
+        raise BadInput(f"render needs a Trace (from attntrace.run), not {type(trace).__name__}")
+    figures = _figures(trace, s["figures"], s["output_path"], s["format"]) if s["figures"] is not None else []
+    env = environment(s["template_dir"])
+    vm = report_view(trace, s["format"], s["precision"], s["max_size"], figures, lang=s["lang"], limit=fit_limit(s), rows=s["rows"],
+                     math_delimiters=s["math_delimiters"])
+    page = s["page"]
+    with user_template_errors(env, s["template_dir"]):
+        ctx = _context(env, s["format"], s["lang"], s["math_delimiters"])
+        text = env.get_template(f"{s['format']}/report.j2").render(**ctx, r=vm, standalone=s["standalone"],
+                                                                   textwidth=f"{page.pt:.1f}pt" if page.pt else "")
+    return tidy(text, s["format"])

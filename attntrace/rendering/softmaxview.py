@@ -1,0 +1,176 @@
+"""The softmax of a step view, written as a lecturer would: for each row the row maximum, the
+shifted scores, their exponentials, their sum and the weights (numeric and exact), or each
+row's sum of exponentials once and the weights over it (symbolic); and a note when a row
+puts (almost) all its weight on one key.
+
+The floats of a softmax are not always its true values: e^-5340 underflows to 0 and
+1 - e^-5340 rounds to 1. `exp_log10` and `weight_log10` give log10 of the true value where
+the float is not exact, so that such entries print in scientific notation, never as a 0
+that looks like a masked one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from attntrace.rendering.layout import Seq, join_sum
+from attntrace.rendering.printing import pick, plain_name
+from attntrace.rendering.viewparts import SATURATED, Ref, block, resolve, rows_to_expand
+
+
+class SoftmaxView:
+    """Mixin of StepView: the weights step."""
+
+    def build_weights(self, vm) -> None:
+        s, o = self.s, self.out
+        src = resolve(self.t, s.inputs[0], s.head)
+        vm["formula_block"] = self.fit_formula(vm["formula"]) if not o.plain else [vm["formula"]]
+        lhs = self.named(self.ref)
+        if self.mode == "numeric":
+            matrix = o.numeric_matrix(s.value, s.shape, self.budget(lhs), self.weight_log10)
+            vm["main"] = [block(self.fit(lhs, [matrix]))]
+        else:
+            vm["main"] = [block(self.fit(lhs, self.result_side(s.value, self.budget(lhs))))]
+        rows = rows_to_expand(self.rows_opt, s.shape[0], 4)
+        vm["entry_rows"] = rows
+        if self.mode == "symbolic":
+            if s.expansion is not None:  # named: each row's sum of exponentials once, then its weights
+                vm["entries"] = [block(self.symbolic_softmax_row(src, i)) for i in rows]
+                return
+            chains = [self.fit(self.entry_label(i, j), [self.symbolic_sum(i, j)], align=True, lhs_width=self.lw)
+                      for i in rows for j in pick(s.shape[1], o.max_size) if j is not None]
+            vm["entries"] = self.blocks_of(chains)
+            return
+        tokens = [self.escape(x) for x in self.t.settings.get("tokens") or ()]
+        for i in rows:
+            vm["softmax_rows"].append({"row": i + 1, "token": tokens[i] if i < len(tokens) else "",
+                                       "block": block(self.softmax_row(src, i))})
+        vm["notes"] = self.saturation(rows, tokens)
+
+    def symbolic_softmax_row(self, src: Ref, i: int) -> list[str]:
+        """sum_k e^{t_ik} = e^{t_i1} + ... (broken to fit), then a_ij = e^{t_ij} / sum_k e^{t_ik}."""
+        s, o = self.s, self.out
+        import sympy
+
+        cols = pick(s.shape[1], o.max_size)
+        kept = [j is None or src.value[i, j] != -sympy.oo for j in cols]
+        first = next(j for j in range(s.shape[1]) if src.value[i, j] != -sympy.oo)
+        base = o.entry(src.value, i, first).rsplit("_", 1)[0]
+        wide = max(src.shape) >= 10
+        sub = f"{i + 1},k" if wide else f"{i + 1}k"
+        if o.plain:
+            sigma = f"sum_k e^({plain_name(base)}_{sub.replace(',', '')})"
+        else:
+            sigma = f"\\textstyle\\sum_{{k}} e^{{{base}_{{{sub}}}}}"
+        terms = [o.ellipsis_term() if j is None else o.exp(o.expr(src.value[i, j])) for j, k in zip(cols, kept) if k]
+        rows = [(sigma, [join_sum(terms)])]
+        for j in cols:
+            if j is None:
+                continue
+            t = src.value[i, j]
+            lhs = self.entry_label(i, j) if s.value[i, j] != 0 else self.ename_plain(i, j)  # a masked weight has no name of its own
+            rows.append((lhs, ["0" if t == -sympy.oo else o.frac(o.exp(o.expr(t)), sigma)]))
+        lw = max(o.measure(lhs) for lhs, _ in rows)
+        return [line for lhs, sides in rows for line in self.fit(lhs, sides, align=True, lhs_width=lw)]
+
+    def softmax_row(self, src: Ref, i: int) -> list[str]:
+        """m_i, the shifted scores, their exponentials, their sum and the weights of row i."""
+        s, o, d = self.s, self.out, self.s.details
+        cols = pick(s.shape[1], o.max_size)
+        plain = o.plain
+        e = self.ename(src, i, 0).rsplit("_", 1)[0] if not plain else None
+        h = "" if s.head is None else (f"^{{({s.head})}}" if not plain else f"({s.head})")
+        m = f"m_{{{i + 1}}}" if not plain else f"m_{i + 1}"
+        tij = (f"{e}_{{{i + 1}j}}" if not plain else plain_name(self.ename(src, i, 0)).rsplit("_", 1)[0] + f"_{i + 1}j")
+        tik = tij.replace("j}", "k}") if not plain else tij[:-1] + "k"
+        aij = (f"a{h}_{{{i + 1}j}}" if not plain else f"a{h}_{i + 1}j")
+        if self.mode == "numeric":
+            t_row = np.asarray(src.value[i], dtype=float)
+            shifted = d.get("shifted")
+            shifted_row = np.asarray(shifted[i], dtype=float) if shifted is not None else t_row - float(d["row_max"][i])
+            exp_row = np.asarray(d["exp"][i], dtype=float)
+            vec = lambda xs, lg=None: self.vector([None if j is None else float(xs[j]) for j in cols],  # noqa: E731
+                                                  None if lg is None else [None if j is None else lg(i, j) for j in cols])
+            m_val = o.vector([float(d["row_max"][i])])[0]
+            several = np.isfinite(self.shifted(i)).sum() > 1  # then the sum is 1 + something, never exactly 1
+            total = o.vector([float(d["row_sum"][i])], [0.0] if several else None)[0]
+            shifted_v = vec(shifted_row)
+            exp_v = vec(exp_row, self.exp_log10)
+            weights_v = vec(np.asarray(s.value[i], dtype=float), self.weight_log10)
+            weights_side: list = [weights_v]
+        else:  # exact
+            shifted = d.get("shifted")
+            row_max = d.get("row_max")
+            m_val = o.expr(row_max[i]) if row_max is not None and row_max[i] is not None else None  # None: symbols, no order
+            ent = lambda mat: self.vector_tex([o.dots(0, None) if j is None else o.entry(mat, i, j) for j in cols])  # noqa: E731
+            shifted_v = ent(shifted) if shifted is not None else None
+            exp_v = ent(d["exp"])
+            rs = d["row_sum"][i]  # a sum of exponentials: breakable after its + like any sum
+            total = join_sum([o.expr(t) for t in rs.args]) if getattr(rs, "is_Add", False) and not plain else o.expr(rs)
+            weights_v = ent(s.value)
+            approx = [None if j is None else o.approx_entry(s.value, i, j) for j in cols]
+            weights_side = [weights_v]
+            if all(a is not None for a, j in zip(approx, cols) if j is not None):  # no approximation of symbols
+                dots = o.dots(0, None)
+                weights_side.append(("\\approx" if not plain else "~", self.vector_tex([dots if a is None else a for a in approx])))
+                room = o.limit - 9.0  # the row's left column and an indent
+                if not plain and any(o.measure(x) > room for x in weights_v.items):
+                    weights_side = weights_side[1:]  # a weight wider than the page: its value, not its form
+        maxf = (f"\\max_{{j}} {tij}" if not plain else f"max_j {tij}")
+        shift = f"{tij} - {m}" if m_val is not None else tij
+        expo = o.exp(shift)
+        sumf = (f"\\textstyle\\sum_{{k}} {o.exp(tik + (' - ' + m if m_val is not None else ''))}" if not plain
+                else f"sum_k e^({tik}{' - ' + m if m_val is not None else ''})")
+        rows = []
+        if m_val is not None:
+            rows.append((m, [maxf, m_val]))
+            if shifted_v is not None:
+                rows.append((shift, [shifted_v]))
+        rows += [(expo, [exp_v]), (sumf, [total]), (aij, [o.frac(expo, sumf)] + weights_side)]
+        lw = max(o.measure(lhs) for lhs, _ in rows)  # the block's left column is as wide as its widest left side
+        return [line for lhs, sides in rows for line in self.fit(lhs, sides, align=True, lhs_width=lw)]
+
+    def vector(self, xs: list[float | None], true_log10=None):
+        return self.vector_tex(self.out.vector(xs, true_log10))
+
+    # The floats of a softmax are not always its true values: e^-5340 underflows to 0 and
+    # 1 - e^-5340 rounds to 1. These give log10 of the true value where the float is not
+    # exact (None where it is: a masked 0, the 1 of a row with one kept key, e^0 = 1).
+    def shifted(self, i: int) -> np.ndarray:
+        d = self.s.details
+        if "shifted" in d:
+            return np.asarray(d["shifted"][i], dtype=float)
+        src = resolve(self.t, self.s.inputs[0], self.s.head)
+        return np.asarray(src.value[i], dtype=float) - float(d["row_max"][i])
+
+    def exp_log10(self, i: int, j: int) -> float | None:
+        x = float(self.shifted(i)[j])
+        return None if x == 0 or np.isneginf(x) else x / np.log(10)
+
+    def weight_log10(self, i: int, j: int) -> float | None:
+        row = self.shifted(i)
+        if np.isneginf(row[j]) or np.isfinite(row).sum() == 1:
+            return None
+        return float(row[j] - np.log(float(self.s.details["row_sum"][i]))) / np.log(10)
+
+    def vector_tex(self, items: list[str]):
+        o = self.out
+        if o.plain:
+            return o.row(items)
+        return Seq(tuple(items), joiner=",\\ ", tail=",", open="(", close=")", open_one="\\left(", close_one="\\right)")
+
+    def saturation(self, rows: list[int], tokens) -> list[dict]:
+        s = self.s
+        notes = []
+        for i in range(s.shape[0]):
+            if self.mode != "numeric" and not all(s.value[i, j].is_number for j in range(s.shape[1])):
+                continue  # a row with symbols has no weights to compare
+            vals = [float(s.value[i, j]) if self.mode == "numeric" else float(s.value[i, j].evalf(17)) for j in range(s.shape[1])]
+            j = int(np.argmax(vals))
+            if s.shape[1] > 1 and vals[j] >= SATURATED:
+                notes.append({"kind": "saturated", "row": i + 1, "col": j + 1, "weight": self.out.num(vals[j]),
+                              "rest": self.out.num(1.0 - vals[j]) if vals[j] < 1 else "0",
+                              "token": tokens[i] if i < len(tokens) else ""})
+        return notes
+
+    # -- concat -------------------------------------------------------------------------

@@ -1,0 +1,375 @@
+"""One step of a trace -> the view model its template lays out: displays that fit the page.
+
+Every display is a *block* (see `attntrace.rendering.viewparts`), laid out for the report's width by
+`attntrace.rendering.layout`. A step's view holds its main block (formula = numbers substituted =
+result), the entry-by-entry blocks of the rows chosen for expansion, the softmax row by row
+(`attntrace.rendering.softmaxview`) and notes (saturation). No prose: the templates write the words.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from attntrace.model.errors import BadInput
+from attntrace.rendering.layout import Seq, fit_chain, join_sum
+from attntrace.rendering.printing import STATS, decimals_needed, pick, plain_formula, plain_name
+from attntrace.rendering.softmaxview import SoftmaxView
+from attntrace.rendering.viewparts import BLOCK_LINES, PRODUCTS, Ref, block, pack, resolve, rows_to_expand, shape_dims, step_ref
+
+
+class StepView(SoftmaxView):
+    """Builds the view model of one step for one output (TeX or plain)."""
+
+    def __init__(self, trace, step, out, rows, escape):
+        """`escape` makes user text (token labels) safe for the output format; required
+        whenever tokens can reach the view (every report passes its format's escaper)."""
+        self.t, self.s, self.out, self.rows_opt = trace, step, out, rows
+        self.escape = escape
+        self.mode = trace.mode
+        self.ref = step_ref(step)
+
+    # -- names and layout -----------------------------------------------------------
+    def mname(self, ref: Ref, transpose: bool = False) -> str:
+        letter = ref.plain_letter if self.out.plain else ref.letter
+        return self.out.head_name(letter, ref.head, transpose)
+
+    def named(self, ref: Ref, transpose: bool = False) -> str:
+        shape = ref.shape[::-1] if transpose else ref.shape
+        return self.out.named(self.mname(ref, transpose), shape)
+
+    def fit(self, lhs: str, sides: list, align: bool = False, lhs_width: float = 0.0) -> list[str]:
+        o = self.out
+        if o.plain:
+            parts = [s[1] if isinstance(s, tuple) else s for s in sides if s]
+            texts = [p.tex() if isinstance(p, Seq) else p for p in parts]
+            return [o.eq(lhs, *texts)]
+        return fit_chain(lhs, sides, o.limit, align=align, lhs_width=lhs_width)
+
+    def budget(self, lhs: str, indent: float = 0.0) -> float:
+        """The width left for a matrix on a line that starts with `lhs =`."""
+        return self.out.limit - self.out.measure(lhs) - 1.4 - indent
+
+    def ename(self, ref: Ref, i: int, j: int) -> str:
+        if self.mode == "symbolic" and ref.value is not None:
+            return self.out.entry(ref.value, i, j)
+        n = ref.name(i, j)
+        return plain_name(n).replace("tildet", "t~") if self.out.plain else n
+
+    def entry_label(self, i: int, j: int) -> str:
+        if self.mode == "symbolic" and self.s.expansion is not None:
+            return self.out.entry(self.s.value, i, j)  # the step's own name for the entry
+        n = self.ref.name(i, j)  # numeric, exact and fully expanded symbolic entries have no name of their own
+        return plain_name(n).replace("tildet", "t~") if self.out.plain else n
+
+    def ename_plain(self, i: int, j: int) -> str:
+        n = self.ref.name(i, j)
+        return plain_name(n) if self.out.plain else n
+
+    def expressions(self):
+        """Symbolic mode: each entry in terms of the previous step (named), or of the inputs (full)."""
+        return self.s.expansion if self.s.expansion is not None else self.s.value
+
+    def symbolic_sum(self, i: int, j: int) -> Seq:
+        """One symbolic entry as a breakable sum of its terms (at most max_size of them shown).
+
+        A term too wide for a line of its own cannot be typeset: with expand='full' that is
+        refused with a one-line error rather than written as a line TeX would cut off."""
+        o = self.out
+        e = self.expressions()[i, j]
+        if self.s.expansion is None and e.is_polynomial():
+            import sympy  # full expansion: a product of sums is shown as its sum of monomials
+
+            e = sympy.expand(e)
+        args = list(e.args) if getattr(e, "is_Add", False) else [e]
+        ks = pick(len(args), o.max_size)
+        terms = [o.ellipsis_term() if k is None else o.expr(args[k]) for k in ks]
+        if not o.plain and self.s.expansion is None:
+            widest = max(o.measure(t) for t in terms)
+            if widest > o.limit - self.lw - 3.5:
+                raise BadInput(f"entry {plain_name(self.ref.name(i, j))} of step {self.s.key} has a term too wide for the page "
+                               f"({widest:.0f} em of {o.limit:.0f}); use expand = \"named\" (the default)")
+        return join_sum(terms)
+
+    def sum_seq(self, n: int, term) -> Seq:
+        """term(k) for k < n as a breakable sum, eliding the middle beyond max_size terms."""
+        ks = pick(n, self.out.max_size)
+        return join_sum([self.out.ellipsis_term() if k is None else term(k) for k in ks])
+
+    def blocks_of(self, chains: list[list[str]]) -> list[dict[str, Any]]:
+        """Group single-line chains into aligned blocks of at most BLOCK_LINES lines."""
+        blocks: list[list[str]] = []
+        for lines in chains:
+            if blocks and len(blocks[-1]) + len(lines) <= BLOCK_LINES:
+                blocks[-1].extend(lines)
+            else:
+                blocks.append(list(lines))
+        return [block(b) for b in blocks]
+
+    # -- the view -------------------------------------------------------------------
+    def build(self) -> dict[str, Any]:
+        s, o = self.s, self.out
+        sup = "" if s.head is None else f"^{{({s.head})}}"
+        scaled = self.t.settings["scale"] is not False
+        vm: dict[str, Any] = {
+            "kind": s.id, "key": s.key, "head": s.head or 0, "mode": self.mode, "sup": sup,
+            "psup": "" if s.head is None else f"({s.head})",
+            "name": self.mname(self.ref),
+            "formula": plain_formula(s, scaled=scaled, masked=self.t.has("masked", s.head)) if o.plain else s.formula,
+            "shape": o.shape(s.shape), "rows": s.shape[0], "cols": s.shape[1],
+            "elided": max(s.shape) > o.max_size, "main": [], "entries": [], "entry_rows": [], "softmax_rows": [],
+            "notes": [], "shape_line": self.shape_line(), "extra": {}, "formula_block": [],
+        }
+        if s.id == "scaled":
+            self.scale_facts(vm)
+        self.lw = self.label_width()
+        builder = getattr(self, f"build_{s.id}", self.build_product if s.id in PRODUCTS else None)
+        if self.mode == "shape":
+            vm["formula_block"] = self.fit_formula(vm["formula"])
+        elif builder is not None:
+            builder(vm)
+        if isinstance(vm["formula_block"], list):
+            vm["formula_block"] = block(vm["formula_block"]) if vm["formula_block"] else None
+        vm["entry_rows"] = [i + 1 for i in vm["entry_rows"]]
+        return vm
+
+    def label_width(self) -> float:
+        """The widest entry label of this step (its last entry): the left column of its entry blocks."""
+        s, o = self.s, self.out
+        if o.plain or s.value is None:
+            return 0.0
+        i, j = s.shape[0] - 1, s.shape[1] - 1
+        return o.measure(self.entry_label(i, j)) + 0.2
+
+    def fit_formula(self, formula: str) -> list[str]:
+        if self.out.plain:
+            return [formula]
+        lhs, _, rhs = formula.partition(" = ")
+        return self.fit(lhs, [rhs]) if rhs else [formula]
+
+    def result_side(self, value, budget: float) -> list:
+        """The result matrix, and in exact mode its approximation as a second side."""
+        o, shape = self.out, self.s.shape
+        exact = o.matrix(value, shape, budget)
+        sides: list = [exact]
+        if self.mode == "exact":
+            approx = o.approx_matrix(value, shape, budget)
+            if approx:
+                sides.append(("\\approx" if not o.plain else "~", approx))
+                if not o.plain and o.measure(exact) > budget:
+                    sides = sides[1:]  # the exact entries do not fit even with dots: the entry lines show them
+        return sides
+
+    # -- shapes ---------------------------------------------------------------------
+    def shape_line(self) -> str:
+        return shape_dims(self.t, self.s, self.out)
+
+    # -- products: Q, K, V, scores, Z, output ------------------------------------------
+    def operands(self) -> tuple[Ref, Ref, bool, Ref | None]:
+        """The two factors of a product step, whether the second is transposed, and the bias."""
+        s, t = self.s, self.t
+        a = resolve(t, s.inputs[0], s.head)
+        b = resolve(t, s.inputs[1], s.head)
+        bias = resolve(t, s.inputs[2], s.head) if len(s.inputs) > 2 else None
+        return a, b, s.id == "scores", bias
+
+    def shown(self, ref: Ref, budget: float, transpose: bool = False) -> str:
+        o = self.out
+        if transpose:
+            if isinstance(ref.value, np.ndarray):
+                return o.numeric_matrix(ref.value.T, ref.shape[::-1], budget)
+            return o.matrix_of(ref.shape[1], ref.shape[0], lambda i, j: o.entry(ref.value, j, i), budget)
+        return o.matrix(ref.value, ref.shape, budget)
+
+    def build_product(self, vm) -> None:
+        s, o = self.s, self.out
+        a, b, tr, bias = self.operands()
+        lhs = self.named(self.ref)
+        rhs = s.formula.partition(" = ")[2] if not o.plain else vm["formula"].partition(" = ")[2]
+        small = all(max(r.shape) <= o.max_size for r in (a, b) + ((bias,) if bias else ()))
+        budget = self.budget(lhs)
+        sides: list = [rhs]
+        if small and a.value is not None and b.value is not None and not o.plain:  # plain matrices span lines: no product
+            factors = [self.shown(a, budget - 2), self.shown(b, budget - 2, tr)]
+            product = Seq(tuple(factors), joiner=" ")
+            if bias is not None:
+                product = Seq((product.tex(), "+ " + self.shown(bias, budget - 2)), joiner=" ")
+            if all(o.measure(f) <= budget for f in product.items):  # a factor too wide even with dots is left out
+                sides.append(product)
+        expand_all = False
+        if self.mode == "symbolic":
+            full = o.matrix(self.expressions(), s.shape)
+            if o.plain or o.measure(full) <= budget:
+                sides.append(full)
+                vm["main"] = [block(self.fit(lhs, sides))]
+                return  # the matrix shows every entry's expansion: no entry lines needed
+            sides.append(o.matrix_of(s.shape[0], s.shape[1], self.entry_label, budget))  # names; each entry below
+            expand_all = True
+        else:
+            sides += self.result_side(s.value, budget)
+        vm["main"] = [block(self.fit(lhs, sides))]
+        n = s.shape[0]
+        default = n if expand_all and s.shape[0] * s.shape[1] <= 12 else 1
+        rows = rows_to_expand(self.rows_opt, n, default)
+        vm["entry_rows"] = rows
+        chains = []
+        for i in rows:
+            for j in pick(s.shape[1], o.max_size):
+                if j is not None:
+                    chains.append(self.product_entry(a, b, tr, bias, i, j))
+        vm["entries"] = self.blocks_of(chains)
+
+    def product_entry(self, a, b, tr, bias, i, j) -> list[str]:
+        o, s = self.out, self.s
+        bij = (lambda k: (j, k)) if tr else (lambda k: (k, j))
+        lhs = self.entry_label(i, j)
+        if self.mode == "symbolic":
+            return self.fit(lhs, [self.symbolic_sum(i, j)], align=True, lhs_width=self.lw)
+        inner = a.shape[1]
+        names = self.sum_seq(inner, lambda k: o.juxt(self.ename(a, i, k), self.ename(b, *bij(k))))
+        nums = self.sum_seq(inner, lambda k: o.mul(o.entry(a.value, i, k) if k == 0 and not o.plain else o.factor(a.value, i, k),
+                                                     o.factor(b.value, *bij(k))))
+        if bias is not None:
+            names = Seq(names.items + ("+ " + self.ename(bias, 0, j),), " ")
+            nums = Seq(nums.items + ("+ " + o.factor(bias.value, 0, j),), " ")
+        return self.fit(lhs, [names, nums] + self.entry_result(s.value, i, j), align=True, lhs_width=self.lw)
+
+    def entry_result(self, value, i, j) -> list:
+        """The result of entry (i, j); numeric results of one step share one decimal layout."""
+        o = self.out
+        if isinstance(value, np.ndarray):
+            if not hasattr(self, "_decimals"):
+                self._decimals = decimals_needed([float(x) for x in value.ravel()[:4096]], o.precision)
+            STATS["entries"] += 1
+            return [o.fixed(float(value[i, j]), self._decimals, pad=False)]
+        result = o.entry(value, i, j)
+        sides: list = [result]
+        if self.mode == "exact":
+            approx = o.approx_entry(value, i, j)
+            if approx is not None and approx != result:
+                sides.append(("\\approx" if not o.plain else "~", approx))
+                if not o.plain and o.measure(result) > o.limit - self.lw - 3.0:
+                    sides = sides[1:]  # one fraction wider than the page: its value, not its form
+        return sides
+
+    # -- scaling ------------------------------------------------------------------------
+    def scale_facts(self, vm) -> None:
+        s, o = self.s, self.out
+        d = s.details
+        by_sqrt = d.get("by_sqrt_dk", True)
+        factor = d.get("factor")
+        extra = vm["extra"]
+        extra["by_sqrt"] = bool(by_sqrt)
+        extra["d_k"] = "" if d.get("d_k") is None else str(d["d_k"])
+        fnum = "" if factor is None else o.num(float(factor))
+        if by_sqrt and d.get("d_k") is not None:
+            root = o.sqrt(str(d["d_k"]))
+            whole = float(d["d_k"]) ** 0.5 == int(float(d["d_k"]) ** 0.5)
+            extra["factor"] = o.eq(root, fnum) if whole else o.approx(root, fnum)
+            extra["factor_tex"] = root
+        else:
+            extra["factor"] = o.eq("c", fnum)
+            extra["factor_tex"] = fnum
+
+    def build_scaled(self, vm) -> None:
+        s, o = self.s, self.out
+        src = resolve(self.t, s.inputs[0], s.head)
+        factor = vm["extra"]["factor_tex"]
+        lhs = self.named(self.ref)
+        rhs = vm["formula"].partition(" = ")[2]
+        sides: list = [rhs, o.frac(self.mname(src), factor) if not o.plain else f"{self.mname(src)} / {factor}"]
+        if self.mode == "symbolic":
+            vm["main"] = [block(self.fit(lhs, sides + [o.matrix(s.value, s.shape, self.budget(lhs))]))]
+        else:
+            vm["main"] = [block(self.fit(lhs, sides + self.result_side(s.value, self.budget(lhs))))]
+        rows = rows_to_expand(self.rows_opt, s.shape[0], 1)
+        vm["entry_rows"] = rows
+        chains = []
+        for i in rows:
+            for j in pick(s.shape[1], o.max_size):
+                if j is None:
+                    continue
+                if self.mode == "symbolic":
+                    chains.append(self.fit(self.entry_label(i, j), [self.symbolic_sum(i, j)], align=True, lhs_width=self.lw))
+                    continue
+                names = o.frac(self.ename(src, i, j), factor)
+                nums = o.frac(o.entry(src.value, i, j), factor)
+                chains.append(self.fit(self.ename(self.ref, i, j), [names, nums] + self.entry_result(s.value, i, j), align=True,
+                                       lhs_width=self.lw))
+        vm["entries"] = self.blocks_of(chains)
+
+    # -- mask -------------------------------------------------------------------------
+    def build_masked(self, vm) -> None:
+        s, o = self.s, self.out
+        vm["extra"]["kind"] = s.details.get("kind", "matrix")
+        keep = s.details.get("keep")
+        vm["extra"]["masked_count"] = int((~np.asarray(keep, dtype=bool)).sum()) if keep is not None else 0
+        vm["formula_block"] = self.fit_formula(vm["formula"]) if not o.plain else [vm["formula"]]
+        blocks = []
+        if keep is not None:
+            letter = o.head_name("M", s.head)
+            mlhs = o.named(letter, s.shape)
+            blocks.append(self.fit(mlhs, [o.matrix_of(s.shape[0], s.shape[1], lambda i, j: "1" if keep[i, j] else "0", self.budget(mlhs))]))
+        lhs = self.named(self.ref)
+        blocks.append(self.fit(lhs, [o.matrix(s.value, s.shape, self.budget(lhs))]))
+        vm["main"] = [block(b) for b in pack(blocks, o)]
+
+    # -- softmax ------------------------------------------------------------------------
+    def build_concat(self, vm) -> None:
+        s, o = self.s, self.out
+        refs = [resolve(self.t, n, None) for n in s.inputs]
+        blocks = s.details.get("blocks", ())
+        vm["extra"]["blocks"] = [{"head": h, "first": f, "last": l} for h, f, l in blocks]
+        vm["formula_block"] = self.fit_formula(vm["formula"]) if not o.plain else [vm["formula"]]
+        lhs = self.named(self.ref)
+        heads = pick(len(refs), max(2, o.max_size // 2))
+        dots = "\\cdots" if not o.plain else "..."
+        layout = [dots if h is None else o.block(self.mname(refs[h]), o.shape(refs[h].shape)) for h in heads]
+        main = [self.fit(lhs, [o.brackets(layout)])]
+        if s.value is not None:
+            if o.plain:
+                main.append([o.eq(lhs, o.matrix(s.value, s.shape))])
+            else:
+                values = self.concat_values(refs, heads, lhs)
+                if values:
+                    main.append(values)
+        vm["main"] = [block(b) for b in main]
+
+    def head_block(self, r: Ref, rows, cols, refs) -> str:
+        """One head's block of the concatenation; numbers share one decimal layout across heads."""
+        o = self.out
+        if not isinstance(r.value, np.ndarray):
+            body = [[o.dots(i, j) if i is None or j is None else o.entry(r.value, i, j) for j in cols] for i in rows]
+            return o.inner_matrix(body)
+        d = decimals_needed([float(x) for ref in refs for x in np.asarray(ref.value).ravel()[:4096]], o.precision)
+        body = [[o.dots(i, j) if i is None or j is None else o.fixed(float(r.value[i, j]), d) for j in cols] for i in rows]
+        return o.inner_matrix(body, numeric=True)
+
+    def concat_values(self, refs, heads, lhs) -> list[str] | None:
+        """The entries with each head's block marked; fewer columns per head, then fewer
+        heads, until it fits; None when not even two heads of two columns fit."""
+        o, s = self.out, self.s
+        rows = pick(s.shape[0], o.max_size)
+        head_limit = len([h for h in heads if h is not None]) + (1 if None in heads else 0)
+        while head_limit >= 2:
+            heads = pick(len(refs), head_limit)
+            shown = len([h for h in heads if h is not None])
+            per = max(2, o.max_size // max(1, shown))
+            while True:
+                parts = []
+                for h in heads:
+                    if h is None:
+                        parts.append("\\cdots")
+                        continue
+                    r = refs[h]
+                    cols = pick(r.shape[1], per)
+                    parts.append(o.block(self.head_block(r, rows, cols, refs), self.mname(r)))
+                text = o.brackets(parts)
+                if o.measure(text) <= self.budget(lhs):
+                    return self.fit(lhs, [text])
+                if per <= 2:
+                    break
+                per -= 1
+            head_limit -= 1
+        return None

@@ -1,0 +1,201 @@
+"""Trace -> view model: plain dicts of ready strings that the templates lay out.
+
+No prose here (it lives in templates/prose/) and no arithmetic in the templates: every number
+a template shows is formatted here, by `attntrace.rendering.printing`, and only for entries that are
+shown. User text (title, description, tokens) is escaped for the output format here, so a
+template never sees raw user text.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from attntrace.rendering.layout import fit_chain
+from attntrace.inputs.usertext import clean_text, format_user_text, inline_math_for
+from attntrace.rendering.printing import PlainOut, TexOut, plain_formula
+from attntrace.rendering.stepview import StepView
+from attntrace.rendering.viewparts import block, operand_ref, pack, resolve, shape_dims
+
+
+
+# ----------------------------------------------------------------------------- escaping
+
+_TEX_ESCAPES = {"\\": r"\textbackslash{}", "{": r"\{", "}": r"\}", "$": r"\$", "&": r"\&", "#": r"\#", "^": r"\textasciicircum{}",
+                "_": r"\_", "%": r"\%", "~": r"\textasciitilde{}", "<": r"\textless{}", ">": r"\textgreater{}", "|": r"\textbar{}",
+                # math signs people type in titles, which the text fonts (Latin Modern, Fandol) lack
+                "≈": r"\ensuremath{\approx}", "√": r"\ensuremath{\surd}", "→": r"\ensuremath{\to}", "∞": r"\ensuremath{\infty}",
+                "±": r"\ensuremath{\pm}", "≤": r"\ensuremath{\le}", "≥": r"\ensuremath{\ge}", "×": r"\ensuremath{\times}",
+                "·": r"\ensuremath{\cdot}", "−": r"\ensuremath{-}", "²": r"\ensuremath{^2}", "³": r"\ensuremath{^3}"}
+# Only what can start markup is escaped, so the Markdown source stays readable: emphasis,
+# code, links, tables, math ($) and HTML. Parentheses stay as they are: "\\(" opens inline
+# math in MathJax/KaTeX-flavoured Markdown.
+_MD_SPECIAL = set("\\`*_[]$|~")
+_MD_LINE_START = re.compile(r"^(\s*)([#>+-]|\d+[.)])")
+_MD_HTML = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+
+
+# Every escaper first cleans the text (`safetext.clean_text`: control and bidi characters
+# removed, lone surrogates replaced), so no user text reaches an output with them.
+
+def escape_tex(text: str) -> str:
+    text = re.sub(r"\s+", " ", clean_text(text))
+    return "".join(_TEX_ESCAPES.get(c, c) for c in text)
+
+
+def escape_md(text: str) -> str:
+    text = re.sub(r"\s+", " ", clean_text(text))
+    text = "".join(_MD_HTML[c] if c in _MD_HTML else ("\\" + c if c in _MD_SPECIAL else c) for c in text)
+    # a leading "#", "-", "1." would make a heading or a list item
+    return _MD_LINE_START.sub(lambda m: m.group(1) + m.group(2)[:-1] + "\\" + m.group(2)[-1], text)
+
+
+def escape_text(text: str) -> str:
+    return re.sub(r"\s+", " ", clean_text(text))
+
+
+ESCAPERS = {"md": escape_md, "tex": escape_tex, "text": escape_text}
+
+
+# ----------------------------------------------------------------------------- report
+
+def out_for(fmt: str, precision: int, max_size: int, limit: float = 34.0):
+    return PlainOut(precision, max_size, limit) if fmt == "text" else TexOut(precision, max_size, limit)
+
+
+def step_view(trace, step, fmt: str, precision: int, max_size: int, limit: float = 34.0, rows=None) -> dict[str, Any]:
+    return StepView(trace, step, out_for(fmt, precision, max_size, limit), rows, ESCAPERS[fmt]).build()
+
+
+def operand_chain(trace, op, out) -> tuple[str, list[str]]:
+    """`X = [...]` (and `\\approx [...]` in exact mode) for one operand, fitted to the page."""
+    ref = operand_ref(op)
+    letter = ref.plain_letter if out.plain else ref.letter
+    name = out.head_name(letter, op.head)
+    lhs = out.named(name, op.shape)
+    if op.value is None:
+        return name, [lhs]
+    budget = out.limit - out.measure(lhs) - 1.4
+    sides: list = [out.matrix(op.value, op.shape, budget)]
+    if trace.mode == "exact":
+        approx = out.approx_matrix(op.value, op.shape)
+        if approx:
+            sides.append(("\\approx" if not out.plain else "~", approx))
+    if out.plain:
+        return name, [out.eq(lhs, *[x[1] if isinstance(x, tuple) else x for x in sides])]
+    return name, fit_chain(lhs, sides, out.limit)
+
+
+def shape_rows(trace, out) -> list[dict[str, Any]]:
+    """Shape mode: one row per step kind; heads whose shapes are alike collapse to one row."""
+    rows: list[dict[str, Any]] = []
+    seen: dict[tuple, dict[str, Any]] = {}
+    for step in trace.steps:
+        key = (step.id, step.shape, tuple(resolve(trace, n, step.head).shape for n in step.inputs) if step.id != "concat" else ())
+        if step.head is not None and key in seen:
+            seen[key]["last"] = step.head
+            continue
+        generic = step.head is not None and trace.num_heads > 1
+        formula = step.formula if not out.plain else plain_formula(step, scaled=trace.settings["scale"] is not False,
+                                                                   masked=trace.has("masked", step.head))
+        formula = formula.split(", \\quad")[0].split(",  ")[0]  # the matrix form only (softmax)
+        formula = formula.replace("Z^{(2)}, \\ldots", "\\ldots")
+        line = shape_dims(trace, step, out, short=True)
+        if generic:  # write head 1's row for every head i
+            formula = formula.replace("^{(1)}", "^{(i)}").replace("(1)\\top", "(i)\\top").replace("(1)", "(i)")
+            line = line.replace("^{(1)}", "^{(i)}").replace("(1)\\top", "(i)\\top").replace("(1)", "(i)")
+        if not out.plain:  # a table column is narrow: 100{\times}3 sets the sign without its spaces
+            line = line.replace(" \\times ", "{\\times}")
+        row = {"kind": step.id, "formula": formula, "shape_line": line, "head": step.head or 0, "last": step.head or 0,
+               "generic": generic}
+        rows.append(row)
+        if step.head is not None:
+            seen[key] = row
+    return rows
+
+
+def report_view(trace, fmt: str, precision: int, max_size: int, figures: list[dict] | None = None, lang: str = "en",
+                limit: float = 34.0, rows=None, math_delimiters: str = "dollars") -> dict[str, Any]:
+    out = out_for(fmt, precision, max_size, limit)
+    esc = ESCAPERS[fmt]
+    settings = trace.settings
+    multi = trace.num_heads > 1 or any(s.head for s in trace.steps)
+    shape_mode = trace.mode == "shape"
+    sections, combined = [], []
+    if not shape_mode:
+        by_head: dict[int, list] = {}  # one pass over the steps: rendering stays linear in the heads
+        for s in trace.steps:
+            if s.head is not None:
+                by_head.setdefault(s.head, []).append(s)
+        for h in trace.heads():
+            steps = [StepView(trace, s, out, rows, esc).build() for s in by_head.get(h, ())]
+            if steps:
+                sections.append({"head": h, "steps": steps})
+        combined = [StepView(trace, s, out, rows, esc).build() for s in trace.steps if s.head is None]
+        if not multi:
+            sections, combined = [{"head": 0, "steps": combined}], []
+    d_ks = sorted({str(s.details["d_k"]) for s in trace.steps if s.id == "scaled" and s.details.get("d_k") is not None})
+    operands = [operand_chain(trace, op, out) for op in trace.operands]
+    by_sqrt = any(s.id == "scaled" and s.details.get("by_sqrt_dk", True) for s in trace.steps)
+    scaled = any(s.id == "scaled" for s in trace.steps)
+    return {
+        "formula_block": block([intro_formula(trace, scaled, by_sqrt, out.plain)]),
+        # user text: $...$ spans through the whitelist parser, everything else escaped
+        "title": format_user_text(trace.localized("title", lang) or "", fmt, inline_math=inline_math_for(fmt, math_delimiters), escape=esc),
+        "description": format_user_text(trace.localized("description", lang) or "", fmt,
+                                        inline_math=inline_math_for(fmt, math_delimiters), escape=esc),
+        "tokens": [esc(t) for t in settings.get("tokens") or ()],
+        "kv_tokens": [esc(t) for t in settings.get("kv_tokens") or ()],
+        "mode": trace.mode, "num_heads": trace.num_heads, "multi": multi,
+        "start": settings.get("start", ""), "cross": bool(settings.get("cross")),
+        "masked": any(s.id == "masked" for s in trace.steps), "mask_kind": settings.get("mask") or "",
+        "scaled": any(s.id == "scaled" for s in trace.steps), "by_sqrt": by_sqrt,
+        "has_weights": any(s.id == "weights" for s in trace.steps),
+        "has_projections": any(s.id in ("Q", "K", "V") for s in trace.steps),
+        "has_concat": any(s.id == "concat" for s in trace.steps), "has_output": any(s.id == "output" for s in trace.steps),
+        "d_k": ", ".join(d_ks), "precision": precision, "max_size": max_size,
+        "elided": not shape_mode and any(max(o.shape) > max_size for o in trace.operands) or any(max(s.shape) > max_size for s in trace.steps),
+        "operands": [{"name": n, "lines": lines} for n, lines in operands],
+        "given": [block(b) for b in pack([lines for _, lines in operands], out)] if not shape_mode else [],
+        "given_shapes": given_shapes(trace, out) if shape_mode else [],
+        "shape_rows": shape_rows(trace, out) if shape_mode else [],
+        "sections": sections, "combined": combined, "figures": figures or [],
+    }
+
+
+def intro_formula(trace, scaled: bool, by_sqrt: bool, plain: bool) -> str:
+    """The one formula the report's introduction names: what this trace computes, no more."""
+    start = trace.settings.get("start")
+    if start == "weights":
+        return "Z = A V"
+    if start == "Z":
+        w_o = any(s.id == "output" for s in trace.steps)
+        if plain:
+            return "O = Concat(Z(1), ..., Z(h)) W_O" if w_o else "Z = Concat(Z(1), ..., Z(h))"
+        cat = "\\operatorname{Concat}(Z^{(1)}, \\ldots, Z^{(h)})"
+        return f"O = {cat}\\, W_O" if w_o else f"Z = {cat}"
+    if plain:
+        inner = "Q K^T" + (" / sqrt(d_k)" if by_sqrt else " / c" if scaled else "")
+        return f"softmax({inner}) V"
+    inner = "Q K^{\\top}" + ("/\\sqrt{d_k}" if by_sqrt else "/c" if scaled else "")
+    return f"\\operatorname{{softmax}}({inner})\\, V"
+
+
+def given_shapes(trace, out) -> list[dict[str, Any]]:
+    """Shape mode: the operands' shapes, per-head operands of equal shapes collapsed."""
+    rows: list[dict[str, Any]] = []
+    seen: dict[tuple, dict[str, Any]] = {}
+    for op in trace.operands:
+        ref = operand_ref(op)
+        letter = ref.plain_letter if out.plain else ref.letter
+        key = (op.name, op.shape)
+        if op.head is not None and key in seen:
+            seen[key]["last"] = op.head
+            continue
+        generic = op.head is not None and trace.num_heads > 1
+        name = out.head_name(letter, "i" if generic else op.head)
+        row = {"name": name, "shape": out.shape(op.shape), "generic": generic, "head": op.head or 0, "last": op.head or 0}
+        rows.append(row)
+        if op.head is not None:
+            seen[key] = row
+    return rows

@@ -1,0 +1,122 @@
+"""The pieces every step view shares: names and letters, blocks, references to matrices.
+
+A *block* is one display: a list of lines (one line, or the lines of an aligned block with
+'&' before each relation). A `Ref` is a matrix a step reads (an earlier step or an operand)
+with the names its entries and the matrix itself go by in reports.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from attntrace.rendering.printing import entry_name, pick
+
+#: Entry names and matrix letters of each step (the masked scores are T-tilde: not the same matrix as T).
+STEP_BASE = {"Q": "q", "K": "k", "V": "v", "scores": "s", "scaled": "t", "masked": "\\tilde{t}", "weights": "a", "Z": "z",
+             "concat": "z", "output": "o"}
+STEP_LETTER = {"Q": "Q", "K": "K", "V": "V", "scores": "S", "scaled": "T", "masked": "\\tilde{T}", "weights": "A", "Z": "Z",
+               "concat": "Z", "output": "O"}
+STEP_PLAIN = {"masked": "T~"}
+OPERAND_BASE = {"X": "x", "X_kv": "y", "W_Q": "w^{Q}", "W_K": "w^{K}", "W_V": "w^{V}", "W_O": "w^{O}", "b_Q": "b^{Q}", "b_K": "b^{K}",
+                "b_V": "b^{V}", "b_O": "b^{O}", "Q": "q", "K": "k", "V": "v", "scores": "s", "weights": "a", "Z": "z"}
+OPERAND_LETTER = {"X": "X", "X_kv": "X_{kv}", "W_Q": "W_Q", "W_K": "W_K", "W_V": "W_V", "W_O": "W_O", "b_Q": "b_Q", "b_K": "b_K",
+                  "b_V": "b_V", "b_O": "b_O", "Q": "Q", "K": "K", "V": "V", "scores": "S", "weights": "A", "Z": "Z"}
+OPERAND_PLAIN = {"X_kv": "X_kv"}
+PRODUCTS = {"Q", "K", "V", "scores", "Z", "output"}
+#: A softmax row whose largest weight is at least this is called saturated in the report.
+SATURATED = 0.999
+#: Lines per aligned block at most: a long block cannot break across pages.
+BLOCK_LINES = 8
+
+
+def block(lines: list[str]) -> dict[str, Any]:
+    """A display: its lines, and whether they form an aligned block (several lines, or one
+    line with an alignment mark before its relation)."""
+    aligned = len(lines) > 1 or any(m in lines[0] for m in (" &= ", " &\\approx ", "} &= "))
+    return {"lines": list(lines), "aligned": aligned}
+
+
+class Ref:
+    """A matrix a step reads: its value, shape, entry base name and matrix name."""
+
+    def __init__(self, value, shape, base, letter, head, plain_letter=None):
+        self.value, self.shape, self.base, self.letter, self.head = value, tuple(shape), base, letter, head
+        self.plain_letter = plain_letter or letter
+
+    def name(self, i: int, j: int) -> str:
+        wide = max(self.shape) >= 10
+        if self.base.startswith("\\"):  # \tilde{t}: not a parser name, written out here
+            sup = "" if self.head is None else f"^{{({self.head})}}"
+            sub = f"{i + 1},{j + 1}" if wide else f"{i + 1}{j + 1}"
+            return f"{self.base}{sup}_{{{sub}}}"
+        return entry_name(self.base, i + 1, j + 1, self.head, wide=wide)
+
+
+def resolve(trace, name: str, head: int | None) -> Ref:
+    if "@" in name:
+        name, h = name.split("@")
+        head = int(h)
+    for h in dict.fromkeys((head, None)):
+        if trace.has(name, h):
+            return step_ref(trace.step(name, h))
+        try:
+            o = trace.operand(name, h)
+        except KeyError:
+            continue
+        return operand_ref(o)
+    raise KeyError(name)
+
+
+def operand_ref(op) -> Ref:
+    base = op.symbol or OPERAND_BASE.get(op.name, "x")
+    # a given Z_i in symbolic mode already carries its head in its symbol (z^{(2)})
+    head = None if (op.symbol and "(" in op.symbol) else op.head
+    return Ref(op.value, op.shape, base, OPERAND_LETTER.get(op.name, op.name), head if op.symbol else op.head,
+               OPERAND_PLAIN.get(op.name))
+
+
+def step_ref(step) -> Ref:
+    return Ref(step.value, step.shape, STEP_BASE[step.id], STEP_LETTER[step.id], step.head, STEP_PLAIN.get(step.id))
+
+
+def rows_to_expand(option, n: int, default: int) -> list[int]:
+    """0-based rows: the option's list (1-based), 'all' (every shown row), or the first `default`."""
+    if option == "all":
+        return [i for i in pick(n, 10**9) if i is not None]
+    if option:
+        return [r - 1 for r in option if r <= n]
+    return list(range(min(n, default)))
+
+
+def shape_dims(trace, step, out, short: bool = False) -> str:
+    """(100 x 3) (3 x 3) -> (100 x 3): the shapes a step reads and the shape it makes."""
+    arrow = " -> " if out.plain else " \\to "
+    paren = lambda shape: f"({out.shape(shape)})"  # noqa: E731
+    if step.id == "concat":
+        refs = [resolve(trace, n, None) for n in step.inputs]
+        if len({r.shape for r in refs}) == 1 and not short:  # the article's (n, d_v h): h heads of (n, d_v)
+            h, (n, d) = len(refs), refs[0].shape
+            if out.plain:
+                return f"{h} x ({n} x {d}){arrow}({n} x {d}*{h}) = ({n} x {d * h})"
+            return f"{h} \\times ({n} \\times {d}){arrow}({n} \\times {d} \\cdot {h}) = ({n} \\times {d * h})"
+        if len({r.shape for r in refs}) == 1:
+            times = " x " if out.plain else " \\times "
+            return f"{len(refs)}{times}{paren(refs[0].shape)}{arrow}{paren(step.shape)}"
+        return ("; " if out.plain else ",\\ ").join(paren(r.shape) for r in refs) + arrow + paren(step.shape)
+    ins = [resolve(trace, n, step.head) for n in step.inputs]
+    shapes = [r.shape for r in ins]
+    if step.id == "scores":
+        shapes[1] = shapes[1][::-1]
+    return (" " if out.plain else "\\,").join(paren(sh) for sh in shapes) + arrow + paren(step.shape)
+
+
+def pack(chains: list[list[str]], out) -> list[list[str]]:
+    """Put one-line equations side by side (\\qquad apart) while they fit on a line."""
+    blocks: list[list[str]] = []
+    for lines in chains:
+        if (not out.plain and blocks and not block(blocks[-1])["aligned"] and not block(lines)["aligned"]
+                and out.measure(blocks[-1][0]) + 2.0 + out.measure(lines[0]) <= out.limit):
+            blocks[-1] = [blocks[-1][0] + " \\qquad " + lines[0]]
+        else:
+            blocks.append(list(lines))
+    return blocks

@@ -1,0 +1,1 @@
+"""For teachers: built-in examples, exercises, class grading, LMS export."""
