@@ -4,7 +4,9 @@
 #
 #   1. LaTeX (xelatex + ctexart with Fandol fonts, amsmath) and pdftoppm   [apt]
 #   2. KaTeX, pinned in package.json / package-lock.json, into ./node_modules [npm]
-#   3. torch==2.13.0 (CPU wheel found locally) and this package with .[test] [pip]
+#   3. torch==2.13.0 (CPU wheel found locally) and this package with .[test], whose
+#      extra brings transformers (5.x, CPU-only use: tests/oracles.py builds tiny random
+#      models, downloads nothing) next to pytest, hypothesis, ...            [pip]
 #   4. Chromium (Debian's package) to measure KaTeX-typeset equations, and a CJK
 #      font when fontconfig has none (Chinese text must have real widths)   [apt]
 #
@@ -89,7 +91,7 @@ fi
 
 # Reinstall the package when: it is not installed editable from THIS checkout (CI uses
 # a fresh clone elsewhere), pyproject.toml changed since the last install, or a
-# requirement of the package or its test extra is not satisfied.
+# requirement of the package or its test extra (transformers included) is not satisfied.
 t0=$(now)
 stamp_file="$REPO_ROOT/.test-deps.stamp"
 stamp="$(sha256sum pyproject.toml | cut -d' ' -f1) $REPO_ROOT $PYTHON"
@@ -131,6 +133,9 @@ if python_ready; then
 else
   log "pip install -e '.[test]'"
   "$PYTHON" -m pip install -q -e '.[test]'
+  # the oracles need transformers importable next to torch (not merely installed)
+  (cd / && "$PYTHON" -c "import torch, transformers; print('transformers', transformers.__version__)") >&2 ||
+    { log "transformers does not import after pip install"; exit 1; }
   echo "$stamp" > "$stamp_file"
   log "attntrace[test]: done in $(( $(now) - t0 )) s"
 fi

@@ -50,7 +50,9 @@ def _t(a):
 
 
 def _np(t):
-    return t.detach().cpu().numpy().astype(np.float64 if t.is_floating_point() else t.numpy().dtype)
+    """torch -> numpy (floating tensors as float64, others keep their dtype)."""
+    a = t.detach().cpu().numpy()
+    return a.astype(np.float64) if t.is_floating_point() else a
 
 
 def _keep_to_additive(keep):
@@ -222,12 +224,10 @@ def rope_cos_sin_hf_module(positions, dim, base=10000.0):
     Good to ~1e-7 only (see the module docstring); used to check ``rope_cos_sin_f64``.
     """
     import torch
-    from transformers import LlamaConfig
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
-    cfg = _tiny_llama_config(hidden_size=dim, num_heads=1, num_kv_heads=1, rope_theta=base)
+    cfg = _tiny_llama_config(hidden_size=dim, num_heads=1, num_kv_heads=1, rope_theta=base)  # head_dim = dim
     rot = LlamaRotaryEmbedding(cfg).double()
-    assert isinstance(cfg, LlamaConfig) and cfg.head_dim == dim
     pos = torch.as_tensor(np.asarray(positions), dtype=torch.long)[None, :]
     with torch.no_grad():
         cos, sin = rot(torch.zeros(1, dtype=torch.float64), pos)
@@ -317,8 +317,10 @@ def alibi_bias_hf(num_heads, n_keys, *, key_keep=None):
     the key position j only: per query row i it differs from the paper's -m_h (i - j) by
     the constant m_h * i, and softmax is invariant to adding a constant to a row, so under
     any mask the weights equal softmax(scores + ``alibi_bias_matrix``). The slopes are
-    computed in float32 by HF: exact powers of 2 for num_heads <= 8; above that some
-    slopes (2^(-1/2), ...) are float32-rounded (~1e-8 relative).
+    computed in float32 by HF (``torch.pow`` of a float32 base): exact powers of 2 for
+    num_heads <= 8; above that they are off by up to ~3e-7 relative (for 16 heads HF's
+    slope 2^-1 is 0.49999997), so use ``alibi_bias_matrix`` for 1e-10 comparisons and
+    this one with num_heads <= 8 (or a ~1e-6 tolerance).
     """
     import torch
     from transformers.models.bloom.modeling_bloom import build_alibi_tensor
@@ -419,7 +421,9 @@ def _rope_from_layer(q, k, cos, sin):
     return _np(qr[0]), _np(kr[0])
 
 
-def llama_attention_layer(seed, hidden_size=16, num_heads=4, num_kv_heads=2, n=5, rope_theta=10000.0, *, rope_float64=True):
+def llama_attention_layer(
+    seed, hidden_size=16, num_heads=4, num_kv_heads=2, n=5, rope_theta=10000.0, *, rope_float64=True
+):
     """Layer-0 self-attention of a tiny random HF ``LlamaModel`` (float64), with its inputs and outputs.
 
     Builds ``LlamaModel(LlamaConfig(hidden_size, num_heads, num_kv_heads, 1 layer, ...))``
@@ -579,9 +583,11 @@ def llama_kv_cache_step(
     q_new, k_new = _rope_from_layer(_heads(x_new @ W_Q, num_heads), _heads(x_new @ W_K, num_kv_heads), cos_new, sin_new)
     if not np.allclose(k_new[:, 0], k_after[:, P], rtol=0, atol=1e-12):
         raise AssertionError("the new token's recomputed k_rope differs from the cache")
-    step_mask = kw["attention_mask"]  # None when decoding one token without padding
-    if step_mask is not None and not bool((step_mask == 0).all() if step_mask.dtype != torch.bool else step_mask.all()):
-        raise AssertionError("unexpected mask for a one-token decoding step")
+    step_mask = kw["attention_mask"]  # None with SDPA when decoding one token without padding
+    if step_mask is not None:
+        step_keep = step_mask if step_mask.dtype == torch.bool else step_mask == 0
+        if not bool(step_keep.all()):
+            raise AssertionError("the one-token decoding step masked some cached key")
     weights_new = attention_weights(q_new, k_after, scale=scale, enable_gqa=True)[:, 0, :]
 
     fkw = full_store["kwargs"]
