@@ -1,1 +1,32 @@
-"""Step kinds: each kind is one unit (id, inputs, computation, formula, template, mistakes)."""
+"""Step kinds: each kind is one unit (id, inputs, computation, formula, names, view, prose, mistakes).
+
+`HEAD_PIPELINE` is the order in which the per-head kinds run; `COMBINE_PIPELINE` the kinds
+that combine the heads. A kind runs when it is enabled for the problem (its start, scale,
+mask, ... settings). To add a kind: write its module here, put it in a pipeline, add its
+block `templates/steps/{id}.j2` and its prose `templates/prose/{en,zh}/{prose}.j2`.
+"""
+
+from __future__ import annotations
+
+from attntrace.kinds.base import Flow, Kind
+from attntrace.kinds.heads import CONCAT, OUTPUT
+from attntrace.kinds.mask import MASKED
+from attntrace.kinds.projection import K, Q, V
+from attntrace.kinds.scale import SCALED
+from attntrace.kinds.scores import SCORES
+from attntrace.kinds.softmax import WEIGHTS
+from attntrace.kinds.weighted_sum import WEIGHTED_SUM
+
+HEAD_PIPELINE: tuple[Kind, ...] = (Q, K, V, SCORES, SCALED, MASKED, WEIGHTS, WEIGHTED_SUM)
+COMBINE_PIPELINE: tuple[Kind, ...] = (CONCAT, OUTPUT)
+
+#: Every kind by step id.
+KINDS: dict[str, Kind] = {k.id: k for k in HEAD_PIPELINE + COMBINE_PIPELINE}
+
+
+def kind_of(step_id: str) -> Kind:
+    """The kind of a step id (KeyError for an unknown id)."""
+    return KINDS[step_id]
+
+
+__all__ = ["Flow", "Kind", "HEAD_PIPELINE", "COMBINE_PIPELINE", "KINDS", "kind_of"]

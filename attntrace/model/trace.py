@@ -3,7 +3,7 @@
 A `Trace` is an ordered tuple of `Step`s plus the `Operand`s it started from. The tracer
 builds it; renderers, the checker and the JSON export only read it. Nothing here does
 arithmetic or writes prose: a step holds its value, its shape, the ids of its inputs, its
-general formula (a LaTeX math fragment from `attntrace.kinds.formulas`) and, in exact and symbolic
+general formula (a LaTeX math fragment written by its kind, see `attntrace.kinds`) and, in exact and symbolic
 mode, the entry-wise expansion one level deep.
 """
 
@@ -53,6 +53,7 @@ class Step:
     details: step-specific extras, read-only. weights: row_max, exp, row_sum (numeric), and
     empty_rows never occurs (a fully masked row is refused); scaled: d_k, factor;
     masked: keep (0/1 matrix); concat: blocks = ((head, first_col, last_col), ...).
+    plain: the general formula in plain math, for text reports (`formula` is LaTeX).
     """
 
     id: str
@@ -64,6 +65,7 @@ class Step:
     symbol: str | None = None
     expansion: Any = None
     details: Mapping[str, Any] = field(default_factory=dict)
+    plain: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "details", _frozen(self.details))

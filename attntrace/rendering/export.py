@@ -14,6 +14,7 @@ import numpy as np
 
 from attntrace import __version__
 from attntrace.inputs.expr import to_plain
+from attntrace.kinds import kind_of
 
 
 def _number(x: float) -> Any:
@@ -67,8 +68,7 @@ def trace_to_dict(trace) -> dict:
         entry.update(value_to_json(s.value, trace.mode))
         if s.expansion is not None:
             entry["expansion"] = value_to_json(s.expansion, trace.mode)["value"]
-        if s.id == "concat":
-            entry["blocks"] = [list(b) for b in s.details["blocks"]]
+        entry.update(kind_of(s.id).json_details(s.details))
         steps.append(entry)
     operands = []
     for o in trace.operands:

@@ -539,30 +539,6 @@ class PlainOut(_Out):
         return (letter if head is None else f"{letter}({head})") + ("^T" if transpose else "")
 
 
-def plain_formula(step, *, scaled: bool = True, masked: bool = False) -> str:
-    """The general formula of a step in plain math (the LaTeX one is step.formula).
-
-    `scaled` says whether the softmax reads scaled scores T or the raw scores S."""
-    h = "" if step.head is None else f"({step.head})"
-    bias = len(step.inputs) > 2
-    src = "X_kv" if step.inputs and step.inputs[0] == "X_kv" else "X"
-    m, e = ("T", "t") if scaled else ("S", "s")
-    table = {
-        "Q": f"Q{h} = {src} W_Q{h}" + (f" + b_Q{h}" if bias else ""),
-        "K": f"K{h} = {src} W_K{h}" + (f" + b_K{h}" if bias else ""),
-        "V": f"V{h} = {src} W_V{h}" + (f" + b_V{h}" if bias else ""),
-        "scores": f"S{h} = Q{h} K{h}^T",
-        "scaled": f"T{h} = S{h} / " + ("sqrt(d_k)" if step.details.get("by_sqrt_dk", True) else "c"),
-        "masked": f"T~{h}_ij = {m}{h}_ij where M_ij = 1, -inf where M_ij = 0",
-        "weights": (f"A{h} = softmax(T~{h}),  a_ij = e^(t~_ij) / sum_k e^(t~_ik)" if masked
-                    else f"A{h} = softmax({m}{h}),  a_ij = e^({e}_ij) / sum_k e^({e}_ik)"),
-        "Z": f"Z{h} = A{h} V{h}",
-        "concat": "Z = Concat(" + ", ".join(f"Z({i})" for i in range(1, len(step.inputs) + 1)) + ")",
-        "output": "O = Z W_O" + (" + b_O" if bias else ""),
-    }
-    return table[step.id]
-
-
 def latex_expr(e: Any, precision: int = 4) -> str:
     """One SymPy expression as LaTeX in attntrace's style (term order kept)."""
     return printer_classes()[0]({"precision": precision}).doprint(e)

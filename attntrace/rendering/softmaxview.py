@@ -21,7 +21,7 @@ from attntrace.rendering.viewparts import SATURATED, Ref, block, resolve, rows_t
 class SoftmaxView:
     """Mixin of StepView: the weights step."""
 
-    def build_weights(self, vm) -> None:
+    def build_softmax(self, vm) -> None:
         s, o = self.s, self.out
         src = resolve(self.t, s.inputs[0], s.head)
         vm["formula_block"] = self.fit_formula(vm["formula"]) if not o.plain else [vm["formula"]]

@@ -8,15 +8,29 @@ result), the entry-by-entry blocks of the rows chosen for expansion, the softmax
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from attntrace.model.errors import BadInput
 from attntrace.rendering.layout import Seq, fit_chain, join_sum
-from attntrace.rendering.printing import STATS, decimals_needed, pick, plain_formula, plain_name
+from attntrace.rendering.printing import STATS, decimals_needed, pick, plain_name
 from attntrace.rendering.softmaxview import SoftmaxView
-from attntrace.rendering.viewparts import BLOCK_LINES, PRODUCTS, Ref, block, pack, resolve, rows_to_expand, shape_dims, step_ref
+from attntrace.kinds import kind_of
+from attntrace.rendering.viewparts import BLOCK_LINES, Ref, block, pack, resolve, rows_to_expand, shape_dims, step_ref
+
+
+#: Views of newer kinds, kept in modules of their own: view name -> function(step_view, vm)
+#: that fills vm like the build_* methods below. Register with `register_view`.
+VIEWS: dict[str, Callable[["StepView", dict], None]] = {}
+
+
+def register_view(name: str):
+    """Decorator: `@register_view("rotation") def build(sv, vm): ...` lays out kinds whose view is "rotation"."""
+    def add(fn):
+        VIEWS[name] = fn
+        return fn
+    return add
 
 
 class StepView(SoftmaxView):
@@ -111,12 +125,11 @@ class StepView(SoftmaxView):
     def build(self) -> dict[str, Any]:
         s, o = self.s, self.out
         sup = "" if s.head is None else f"^{{({s.head})}}"
-        scaled = self.t.settings["scale"] is not False
         vm: dict[str, Any] = {
-            "kind": s.id, "key": s.key, "head": s.head or 0, "mode": self.mode, "sup": sup,
+            "kind": s.id, "prose": kind_of(s.id).prose, "key": s.key, "head": s.head or 0, "mode": self.mode, "sup": sup,
             "psup": "" if s.head is None else f"({s.head})",
             "name": self.mname(self.ref),
-            "formula": plain_formula(s, scaled=scaled, masked=self.t.has("masked", s.head)) if o.plain else s.formula,
+            "formula": s.plain if o.plain else s.formula,
             "shape": o.shape(s.shape), "rows": s.shape[0], "cols": s.shape[1],
             "elided": max(s.shape) > o.max_size, "main": [], "entries": [], "entry_rows": [], "softmax_rows": [],
             "notes": [], "shape_line": self.shape_line(), "extra": {}, "formula_block": [],
@@ -124,11 +137,14 @@ class StepView(SoftmaxView):
         if s.id == "scaled":
             self.scale_facts(vm)
         self.lw = self.label_width()
-        builder = getattr(self, f"build_{s.id}", self.build_product if s.id in PRODUCTS else None)
+        view = kind_of(s.id).view
+        builder = getattr(self, f"build_{view}", None)
         if self.mode == "shape":
             vm["formula_block"] = self.fit_formula(vm["formula"])
         elif builder is not None:
             builder(vm)
+        elif view in VIEWS:
+            VIEWS[view](self, vm)
         if isinstance(vm["formula_block"], list):
             vm["formula_block"] = block(vm["formula_block"]) if vm["formula_block"] else None
         vm["entry_rows"] = [i + 1 for i in vm["entry_rows"]]
@@ -373,3 +389,6 @@ class StepView(SoftmaxView):
                 per -= 1
             head_limit -= 1
         return None
+
+
+from attntrace.rendering import views  # noqa: E402,F401 - registers the views of newer kinds

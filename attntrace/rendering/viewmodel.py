@@ -13,7 +13,8 @@ from typing import Any
 
 from attntrace.rendering.layout import fit_chain
 from attntrace.inputs.usertext import clean_text, format_user_text, inline_math_for
-from attntrace.rendering.printing import PlainOut, TexOut, plain_formula
+from attntrace.kinds import kind_of
+from attntrace.rendering.printing import PlainOut, TexOut
 from attntrace.rendering.stepview import StepView
 from attntrace.rendering.viewparts import block, operand_ref, pack, resolve, shape_dims
 
@@ -96,8 +97,7 @@ def shape_rows(trace, out) -> list[dict[str, Any]]:
             seen[key]["last"] = step.head
             continue
         generic = step.head is not None and trace.num_heads > 1
-        formula = step.formula if not out.plain else plain_formula(step, scaled=trace.settings["scale"] is not False,
-                                                                   masked=trace.has("masked", step.head))
+        formula = step.plain if out.plain else step.formula
         formula = formula.split(", \\quad")[0].split(",  ")[0]  # the matrix form only (softmax)
         formula = formula.replace("Z^{(2)}, \\ldots", "\\ldots")
         line = shape_dims(trace, step, out, short=True)
@@ -106,7 +106,7 @@ def shape_rows(trace, out) -> list[dict[str, Any]]:
             line = line.replace("^{(1)}", "^{(i)}").replace("(1)\\top", "(i)\\top").replace("(1)", "(i)")
         if not out.plain:  # a table column is narrow: 100{\times}3 sets the sign without its spaces
             line = line.replace(" \\times ", "{\\times}")
-        row = {"kind": step.id, "formula": formula, "shape_line": line, "head": step.head or 0, "last": step.head or 0,
+        row = {"kind": step.id, "prose": kind_of(step.id).prose, "formula": formula, "shape_line": line, "head": step.head or 0, "last": step.head or 0,
                "generic": generic}
         rows.append(row)
         if step.head is not None:

@@ -9,20 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from attntrace.kinds import kind_of
 from attntrace.rendering.printing import entry_name, pick
 
-#: Entry names and matrix letters of each step (the masked scores are T-tilde: not the same matrix as T).
-STEP_BASE = {"Q": "q", "K": "k", "V": "v", "scores": "s", "scaled": "t", "masked": "\\tilde{t}", "weights": "a", "Z": "z",
-             "concat": "z", "output": "o"}
-STEP_LETTER = {"Q": "Q", "K": "K", "V": "V", "scores": "S", "scaled": "T", "masked": "\\tilde{T}", "weights": "A", "Z": "Z",
-               "concat": "Z", "output": "O"}
-STEP_PLAIN = {"masked": "T~"}
 OPERAND_BASE = {"X": "x", "X_kv": "y", "W_Q": "w^{Q}", "W_K": "w^{K}", "W_V": "w^{V}", "W_O": "w^{O}", "b_Q": "b^{Q}", "b_K": "b^{K}",
                 "b_V": "b^{V}", "b_O": "b^{O}", "Q": "q", "K": "k", "V": "v", "scores": "s", "weights": "a", "Z": "z"}
 OPERAND_LETTER = {"X": "X", "X_kv": "X_{kv}", "W_Q": "W_Q", "W_K": "W_K", "W_V": "W_V", "W_O": "W_O", "b_Q": "b_Q", "b_K": "b_K",
                   "b_V": "b_V", "b_O": "b_O", "Q": "Q", "K": "K", "V": "V", "scores": "S", "weights": "A", "Z": "Z"}
 OPERAND_PLAIN = {"X_kv": "X_kv"}
-PRODUCTS = {"Q", "K", "V", "scores", "Z", "output"}
 #: A softmax row whose largest weight is at least this is called saturated in the report.
 SATURATED = 0.999
 #: Lines per aligned block at most: a long block cannot break across pages.
@@ -76,7 +70,8 @@ def operand_ref(op) -> Ref:
 
 
 def step_ref(step) -> Ref:
-    return Ref(step.value, step.shape, STEP_BASE[step.id], STEP_LETTER[step.id], step.head, STEP_PLAIN.get(step.id))
+    kind = kind_of(step.id)  # its entry and matrix names (the masked scores are T-tilde, not T)
+    return Ref(step.value, step.shape, kind.entry, kind.letter, step.head, kind.plain_letter)
 
 
 def rows_to_expand(option, n: int, default: int) -> list[int]:

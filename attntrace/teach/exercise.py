@@ -51,7 +51,7 @@ from attntrace.rendering.jinja_env import user_template_errors
 from attntrace.rendering.printing import TexOut
 from attntrace.rendering.renderer import environment, tidy
 from attntrace.model.trace import Trace
-from attntrace.rendering.viewparts import STEP_LETTER
+from attntrace.kinds import kind_of
 
 MAX_N, MAX_D, MAX_HEADS = 12, 12, 6
 #: Every softmax weight is below MAX_WEIGHT (no saturated row) and at least MIN_WEIGHT.
@@ -425,7 +425,7 @@ def prose_markup(text: str, format: str, brackets: bool = False) -> str:
 
 def _lhs(step_id: str, head) -> str:
     """The step's matrix name as in the reports (S, A^{(2)}, ...); the concatenation is Z_concat."""
-    letter = "Z_{\\text{concat}}" if step_id == "concat" else STEP_LETTER[step_id]
+    letter = "Z_{\\text{concat}}" if step_id == "concat" else kind_of(step_id).letter
     return _TEX.head_name(letter, head)
 
 

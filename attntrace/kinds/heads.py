@@ -1,0 +1,76 @@
+"""Combining the heads: Z = Concat(Z^(1), ..., Z^(h)), then the output projection O = Z W_O (+ b_O)."""
+
+from __future__ import annotations
+
+from attntrace.kinds.base import Kind
+from attntrace.model.errors import BadInput
+
+
+class Concat(Kind):
+    id = "concat"
+    per_head = False
+    reads, writes = ("Z",), "Z"
+    starts = ("X", "QKV", "scores", "weights", "Z")
+    letter, entry = "Z", "z"
+    view, prose = "concat", "concat"
+    mistakes = ("concat_rows", "head_order")
+
+    def enabled(self, problem) -> bool:
+        return len(problem.heads) > 1
+
+    def compute(self, ctx, head, state):
+        """state["heads"]: every head's Z (Flows), head 1 first; nothing to do when a head has none."""
+        zs = state["heads"]
+        if any(z is None for z in zs):
+            return None
+        rows = zs[0].shape[0]
+        for i, z in enumerate(zs[1:], start=2):
+            if z.shape[0] != rows:
+                raise BadInput(f"step concat: Z of head {i} has {z.shape[0]} rows but Z of head 1 has {rows}")
+        blocks, col = [], 1
+        for i, z in enumerate(zs, start=1):
+            blocks.append((i, col, col + z.shape[1] - 1))
+            col += z.shape[1]
+        n = len(zs)
+        if n <= 3:
+            parts = ", ".join(f"Z^{{({i})}}" for i in range(1, n + 1))
+        else:
+            parts = f"Z^{{(1)}}, Z^{{(2)}}, \\ldots, Z^{{({n})}}"
+        formula = f"Z = \\operatorname{{Concat}}\\left({parts}\\right)"
+        plain = "Z = Concat(" + ", ".join(f"Z({i})" for i in range(1, n + 1)) + ")"
+        result = ctx.alg.hstack([z.value for z in zs])
+        return ctx.emit(self, None, [f"Z@{i}" for i in range(1, n + 1)], formula, plain, result, (rows, col - 1),
+                        {"blocks": tuple(blocks)})
+
+    def json_details(self, details):
+        return {"blocks": [list(b) for b in details["blocks"]]}
+
+
+class Output(Kind):
+    id = "output"
+    per_head = False
+    reads, writes = ("Z", "W_O"), "O"
+    starts = ("X", "QKV", "scores", "weights", "Z")
+    letter, entry, symbol = "O", "o", "o"
+    view, prose = "product", "output"
+    mistakes = ("forgot_output_projection", "output_weights_transposed")
+
+    def enabled(self, problem) -> bool:
+        return "W_O" in problem.shared
+
+    def compute(self, ctx, head, state):
+        z = state["Z"]
+        if z is None:
+            raise BadInput("W_O needs the head outputs Z: give V")
+        w = ctx.operand(ctx.p.shared["W_O"])
+        if w.shape[0] != z.shape[1]:
+            raise BadInput(f"step output: W_O has {w.shape[0]} rows but the concatenated heads are {z.shape} (need h*d_v = {z.shape[1]} rows)")
+        result, shape = ctx.product(self.id, None, z, w)
+        bias = ctx.p.shared.get("b_O")
+        result = ctx.add_bias(self.id, None, result, shape, bias)
+        inputs = [z.ref, "W_O"] + (["b_O"] if bias else [])
+        tail = " + b_O" if bias else ""
+        return ctx.emit(self, None, inputs, "O = Z W_O" + tail, "O = Z W_O" + tail, result, shape)
+
+
+CONCAT, OUTPUT = Concat(), Output()

@@ -1,0 +1,52 @@
+"""Attention weights A = softmax(T), row by row (stable: the row maximum is subtracted first)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from attntrace.kinds.base import Kind, plain_sup, sup
+from attntrace.model.errors import BadInput
+
+
+class Weights(Kind):
+    id = "weights"
+    reads, writes = ("S",), "A"
+    starts = ("X", "QKV", "scores")
+    letter, entry, symbol = "A", "a", "a"
+    view, prose = "softmax", "weights"
+    mistakes = ("skipped_softmax", "column_softmax", "softmax_without_exp", "rows_not_normalised")
+
+    def compute(self, ctx, head, state):
+        t = state["S"]
+        result, details = ctx.alg.softmax(t.value)
+        if ctx.numeric:
+            _check_shift(ctx, head, t.value, details["shifted"])
+        h, ph = sup(head), plain_sup(head)
+        m, e = t.letter, t.entry
+        formula = (f"A{h} = \\operatorname{{softmax}}\\left({m}{h}\\right), \\quad a{h}_{{ij}} = "
+                   f"\\frac{{e^{{{e}{h}_{{ij}}}}}}{{\\sum_{{k}} e^{{{e}{h}_{{ik}}}}}}")
+        pe = _plain(e)
+        plain = f"A{ph} = softmax({_plain(m)}{ph}),  a_ij = e^({pe}_ij) / sum_k e^({pe}_ik)"
+        return ctx.emit(self, head, [t.ref], formula, plain, result, t.shape, details)
+
+
+def _plain(name: str) -> str:
+    """\\tilde{T} -> T~, \\tilde{t} -> t~ (plain-text names of the masked scores)."""
+    return name.replace("\\tilde{T}", "T~").replace("\\tilde{t}", "t~")
+
+
+def _check_shift(ctx, head, t, shifted) -> None:
+    """t - max overflows when a row spans more than the float range (1e308 and -1e308)."""
+    from attntrace.tracer import sum_finite
+
+    if sum_finite(shifted):
+        return
+    bad = np.isneginf(shifted) & ~np.isneginf(t)
+    if bad.any():
+        i, j = (int(k) + 1 for k in np.argwhere(bad)[0])
+        where = "weights" if head is None else f"weights (head {head})"
+        raise BadInput(f"step {where}: entry ({i}, {j}) minus its row maximum overflows float64 "
+                       f"(the row spans more than the float range); scale the inputs down")
+
+
+WEIGHTS = Weights()

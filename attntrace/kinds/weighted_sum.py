@@ -1,0 +1,25 @@
+"""The weighted sum Z = A V: each output row mixes the rows of V with that row's weights."""
+
+from __future__ import annotations
+
+from attntrace.kinds.base import Kind, plain_sup, sup
+
+
+class WeightedSum(Kind):
+    id = "Z"
+    reads, writes = ("A", "V"), "Z"
+    starts = ("X", "QKV", "scores", "weights")
+    letter, entry, symbol = "Z", "z", "z"
+    view, prose = "product", "weighted_sum"
+    mistakes = ("values_first",)
+
+    def compute(self, ctx, head, state):
+        a, v = state["A"], state.get("V")
+        if v is None:  # a problem that stops at the weights
+            return None
+        result, shape = ctx.product(self.id, head, a, v)
+        h, ph = sup(head), plain_sup(head)
+        return ctx.emit(self, head, [a.ref, v.ref], f"Z{h} = A{h} V{h}", f"Z{ph} = A{ph} V{ph}", result, shape)
+
+
+WEIGHTED_SUM = WeightedSum()

@@ -1,0 +1,7 @@
+"""The views of newer step kinds, each in a module of its own, imported here so they register.
+
+A kind whose `view` is not one of StepView's build_* methods is laid out by a function
+registered with `attntrace.rendering.stepview.register_view`; add its module's import below.
+"""
+
+from __future__ import annotations

@@ -1,0 +1,55 @@
+"""Step kinds are units: each declares everything about itself, and the pieces it names exist.
+
+These tests read the kinds' declarations and check them against the rest of the package:
+the stable step ids, the templates and prose (both languages), the checker's catalogue,
+and that every kind named in a pipeline traces and renders in every mode.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import attntrace
+from attntrace.kinds import COMBINE_PIPELINE, HEAD_PIPELINE, KINDS, Kind
+from attntrace.model.trace import STEP_IDS
+from attntrace.resources import templates_dir
+
+
+def test_the_first_ten_step_ids_are_kinds_in_trace_order():
+    ids = [k.id for k in HEAD_PIPELINE + COMBINE_PIPELINE]
+    assert [i for i in ids if i in STEP_IDS] == list(STEP_IDS)
+
+
+@pytest.mark.parametrize("kind", list(KINDS.values()), ids=list(KINDS))
+def test_kind_declares_everything(kind: Kind):
+    assert kind.id and kind.letter and kind.entry and kind.view and kind.prose
+    assert kind.writes, kind.id
+    assert (templates_dir() / kind.template).is_file(), kind.template
+    for lang in ("en", "zh"):
+        prose = (templates_dir() / "prose" / lang / f"{kind.prose}.j2").read_text()
+        for macro in ("title(vm)", "short(kind)", "explain(vm, f)"):
+            assert f"macro {macro}" in prose, (lang, kind.prose, macro)
+
+
+def test_every_checker_mistake_belongs_to_the_kind_it_changes():
+    from attntrace.grading.diagnose import CATALOGUE
+
+    for code, step_id in CATALOGUE.items():
+        if step_id == "*":  # a mistake of any step (rounding, an arithmetic slip, a transposed matrix)
+            continue
+        assert code in KINDS[step_id].mistakes, f"{code} changes {step_id} but kind {step_id} does not declare it"
+
+
+def test_a_pipeline_kind_runs_in_every_mode_and_renders():
+    """Each kind of the default pipeline appears in the multi-head masked trace and renders in md/tex/text, en/zh."""
+    spec = {"X": [[1, 0], [0, 1], [1, 1]], "W_Q": [[1, 0, 1, 0], [0, 1, 0, 1]], "W_K": [[1, 1, 0, 0], [0, 1, 1, 0]],
+            "W_V": [[1, 0, 0, 1], [0, 1, 1, 0]], "num_heads": 2, "mask": "causal",
+            "W_O": [[1, 0], [0, 1], [1, 0], [0, 1]]}
+    for mode in ("numeric", "exact", "symbolic", "shape"):
+        t = attntrace.run(spec, mode=mode)
+        assert {s.id for s in t.steps} == set(STEP_IDS), mode
+        for s in t.steps:
+            assert s.plain and s.formula, s.key
+        for fmt in ("md", "tex", "text"):
+            for lang in ("en", "zh"):
+                assert attntrace.render(t, format=fmt, lang=lang)
