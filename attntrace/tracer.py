@@ -17,6 +17,7 @@ from attntrace.budget import check_budget, work_estimate  # noqa: F401 - work_es
 from attntrace.inputs.spec import Problem
 from attntrace.kinds import COMBINE_PIPELINE, HEAD_PIPELINE, Flow, Kind
 from attntrace.kinds.base import label
+from attntrace.kinds.mask import mask_setting
 from attntrace.model.errors import BadInput
 from attntrace.model.trace import Operand, Step, Trace
 
@@ -123,7 +124,7 @@ def _run(ctx: Context) -> Trace:
     last = tuple(op for k, op in p.shared.items() if k not in ("X", "X_kv"))
     operands = first + tuple(op for ops in p.heads for op in ops.values()) + last
     settings = {
-        "start": p.start, "scale": p.scale, "d_k": p.d_k, "mask": None if p.mask is None else ("causal" if isinstance(p.mask, str) else "matrix"),
+        "start": p.start, "scale": p.scale, "d_k": p.d_k, "mask": mask_setting(p),
         "cross": "X_kv" in p.shared, "full_expansion": p.full_expansion, "description": p.description,
         "tokens": p.tokens, "kv_tokens": p.kv_tokens, "source": p.source, **p.localized,
     }

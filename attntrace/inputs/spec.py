@@ -22,6 +22,7 @@ from attntrace.model.errors import BadInput
 from attntrace.inputs.safetext import clean_text
 from attntrace.inputs.expr import parse_expr
 from attntrace.inputs.matrices import to_matrix
+from attntrace.kinds.mask import MASK_NAMES, parse_mask_options
 from attntrace.model.trace import MODES, Operand
 
 #: Per-head matrices and their default entry names in symbolic mode.
@@ -32,7 +33,8 @@ HEAD_KEYS = {
 }
 #: Matrices shared by all heads.
 SHARED_KEYS = {"X": "x", "X_kv": "y", "W_O": "w^{O}", "b_O": "b^{O}"}
-OPTION_KEYS = {"title", "description", "title_zh", "description_zh", "mode", "scale", "d_k", "mask", "num_heads", "heads", "Z", "expand", "tokens", "kv_tokens"}
+OPTION_KEYS = {"title", "description", "title_zh", "description_zh", "mode", "scale", "d_k", "mask", "num_heads", "heads", "Z", "expand", "tokens", "kv_tokens",
+               "window", "key_padding"}
 ALLOWED_KEYS = set(HEAD_KEYS) | set(SHARED_KEYS) | OPTION_KEYS
 #: Keys that `num_heads` splits into column blocks, one per head.
 SPLITTABLE = ("W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "Q", "K", "V")
@@ -232,10 +234,10 @@ def _positive_int(value: Any, key: str) -> int:
 def _mask(value: Any) -> Any:
     if value is None or value is False:
         return None
-    if isinstance(value, str) and value == "causal":
-        return "causal"
+    if isinstance(value, str) and value in MASK_NAMES:
+        return value
     if isinstance(value, str):
-        raise BadInput(f"mask must be \"causal\" or a 0/1 matrix, not {value!r}")
+        raise BadInput(f"mask must be \"causal\", \"causal_bottom_right\" or a 0/1 matrix, not {value!r}"[:200])
     keep, _, _ = to_matrix(value, mode="numeric", name="mask")
     if not ((keep == 0) | (keep == 1)).all():
         raise BadInput("mask entries must be 0 (masked) or 1 (kept)")
@@ -342,6 +344,7 @@ def load_spec(spec: Any, *, mode: str | None = None, **overrides: Any) -> Proble
     tokens = _tokens(data["tokens"], "tokens") if "tokens" in data else None
     kv_tokens = _tokens(data["kv_tokens"], "kv_tokens") if "kv_tokens" in data else None
     _check_token_counts(tokens, kv_tokens, heads[0], shared)
+    mask_opts = parse_mask_options(data)  # window, key_padding (attntrace.kinds.mask)
     expand = data.get("expand", "named")
     if expand not in ("named", "full"):
         raise BadInput(f"expand must be \"named\" or \"full\", not {expand!r}")
@@ -352,7 +355,7 @@ def load_spec(spec: Any, *, mode: str | None = None, **overrides: Any) -> Proble
         shared=shared,
         scale=_scale(data.get("scale", True)),
         d_k=_positive_int(data["d_k"], "d_k") if "d_k" in data else None,
-        mask=_mask(data.get("mask")),
+        mask=_mask(data["mask"] if data.get("mask") is not None else ("causal" if "window" in mask_opts else None)),
         full_expansion=expand == "full",
         title=_text(data["title"], "title") if "title" in data else None,
         description=_text(data["description"], "description") if "description" in data else None,
@@ -360,6 +363,7 @@ def load_spec(spec: Any, *, mode: str | None = None, **overrides: Any) -> Proble
         tokens=tokens,
         kv_tokens=kv_tokens,
         source=source,
+        extra={**mask_opts},
     )
 
 

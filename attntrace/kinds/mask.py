@@ -1,16 +1,34 @@
 """Masking: T-tilde_ij = T_ij where the mask keeps (i, j), -inf where it does not.
 
 The masked scores get a name of their own (T-tilde): they are not T changed in place.
-A mask is "causal" (query i sees keys j <= i, top-left aligned as PyTorch's is_causal) or a
-0/1 matrix of the scores' shape; a row that keeps nothing has no softmax and is refused.
+A mask is built from up to three parts, all combined with "and":
+
+- `mask`: "causal" (query i sees keys j <= i, top-left aligned as PyTorch's `is_causal`),
+  "causal_bottom_right" (query i of L sees keys j <= i + S - L: the queries are the *last*
+  L positions of the S keys, as when decoding with a KV cache; PyTorch's
+  `causal_lower_right`), or a 0/1 matrix of the scores' shape;
+- `window = W`: a sliding window, keys with i - W < j <= i (shifted by S - L with the
+  bottom-right alignment): a query sees itself and at most W - 1 keys before it. A window
+  is always causal: without `mask` it means "causal";
+- `key_padding = [false, false, true]`: which keys are padding, true = padding (ignored),
+  the polarity of nn.MultiheadAttention's key_padding_mask (SDPA's boolean attn_mask and
+  Hugging Face's attention_mask are the other way round, which is why the spec takes only
+  booleans, never 0/1).
+
+A row that keeps nothing has no softmax and is refused in one line.
 """
 
 from __future__ import annotations
+
+from typing import Any, Mapping
 
 import numpy as np
 
 from attntrace.kinds.base import Kind, plain_sup, sup
 from attntrace.model.errors import BadInput
+
+#: The spellings of `mask` the spec accepts besides a 0/1 matrix.
+MASK_NAMES = ("causal", "causal_bottom_right")
 
 
 class Masked(Kind):
@@ -18,18 +36,20 @@ class Masked(Kind):
     reads, writes = ("S",), "S"
     starts = ("X", "QKV", "scores")
     letter, plain_letter, entry = "\\tilde{T}", "T~", "\\tilde{t}"
-    view, prose = "masked", "masked"
+    view, prose = "masks", "masked"
     mistakes = ("mask_ignored", "mask_wrong_triangle", "mask_not_infinite")
     infinite_ok = True
 
     def enabled(self, problem) -> bool:
-        return super().enabled(problem) and problem.mask is not None
+        return super().enabled(problem) and (problem.mask is not None or bool(_options(problem)))
 
     def compute(self, ctx, head, state):
         t = state["S"]
-        keep = keep_matrix(ctx.p.mask, t.shape)
+        opts = _options(ctx.p)
+        keep = keep_matrix(ctx.p.mask, t.shape, window=opts.get("window"), padding=opts.get("key_padding"))
         result = ctx.alg.mask(t.value, keep)
-        details = {"keep": keep, "kind": "causal" if isinstance(ctx.p.mask, str) else "matrix"}
+        details = {"keep": keep, "kind": mask_kind(ctx.p.mask), "window": opts.get("window"),
+                   "key_padding": opts.get("key_padding"), "offset": offset(ctx.p.mask, t.shape)}
         h, ph = sup(head), plain_sup(head)
         m = t.letter
         formula = (f"\\tilde{{T}}{h}_{{ij}} = \\begin{{cases}} {m}{h}_{{ij}} & M{h}_{{ij}} = 1 \\\\ "
@@ -37,21 +57,91 @@ class Masked(Kind):
         plain = f"T~{ph}_ij = {t.letter}{ph}_ij (M_ij = 1), -inf (M_ij = 0)"
         return ctx.emit(self, head, [t.ref], formula, plain, result, t.shape, details)
 
+    def json_details(self, details) -> dict[str, Any]:
+        keep = details.get("keep")
+        out: dict[str, Any] = {"mask": details.get("kind")}
+        if keep is not None:
+            out["keep"] = np.asarray(keep, dtype=int).tolist()
+        if details.get("window") is not None:
+            out["window"] = details["window"]
+        if details.get("key_padding") is not None:
+            out["key_padding"] = list(details["key_padding"])
+        return out
 
-def keep_matrix(mask, shape) -> np.ndarray:
-    """The read-only boolean matrix of kept entries for `mask` ("causal" or a 0/1 matrix)."""
-    if isinstance(mask, str):  # causal: query i sees keys j <= i (top-left aligned, as PyTorch)
-        keep = np.tril(np.ones(shape, dtype=bool))
-    else:
+
+def _options(problem) -> Mapping[str, Any]:
+    extra = problem.extra or {}
+    return {k: extra[k] for k in ("window", "key_padding") if extra.get(k) is not None}
+
+
+def mask_kind(mask) -> str | None:
+    """"causal", "causal_bottom_right", "matrix", or None (only a window or padding)."""
+    if mask is None:
+        return None
+    return mask if isinstance(mask, str) else "matrix"
+
+
+def offset(mask, shape) -> int:
+    """How far the causal diagonal is shifted: S - L for the bottom-right alignment, else 0."""
+    return shape[1] - shape[0] if isinstance(mask, str) and mask == "causal_bottom_right" else 0
+
+
+def keep_matrix(mask, shape, *, window: int | None = None, padding=None) -> np.ndarray:
+    """The read-only boolean matrix of kept entries (True = kept) for the scores' shape (L, S)."""
+    L, S = shape
+    if isinstance(mask, str) or (mask is None and window is not None):
+        i = np.arange(L)[:, None] + offset(mask, shape)  # the query's position among the keys
+        j = np.arange(S)[None, :]
+        keep = j <= i
+        if window is not None:
+            keep = keep & (j > i - window)
+    elif mask is not None:
         keep = mask
         if keep.shape != tuple(shape):
             raise BadInput(f"step masked: mask has shape {keep.shape} but the scores are {tuple(shape)}")
+    else:
+        keep = np.ones(shape, dtype=bool)
+    if padding is not None:
+        if len(padding) != S:
+            raise BadInput(f"step masked: key_padding lists {len(padding)} keys but there are {S} keys")
+        keep = keep & ~np.asarray(padding, dtype=bool)[None, :]
     empty = np.flatnonzero(~keep.any(axis=1))
     if empty.size:
         raise BadInput(f"step masked: row {empty[0] + 1} of the mask keeps no entry, so its softmax is undefined")
-    keep = keep.copy()
+    keep = np.array(keep, dtype=bool)
     keep.setflags(write=False)
     return keep
+
+
+def parse_mask_options(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The spec's `window` and `key_padding`, validated (they go to Problem.extra)."""
+    out: dict[str, Any] = {}
+    if data.get("window") is not None:
+        w = data["window"]
+        if isinstance(w, bool) or not isinstance(w, (int, np.integer)) or w < 1:
+            raise BadInput(f"window must be a positive integer (keys i - W < j <= i), not {w!r}"[:160])
+        if not (data.get("mask") is None or data.get("mask") in MASK_NAMES):
+            raise BadInput("window works with mask = \"causal\" or \"causal_bottom_right\", not a mask matrix; "
+                           "write the window into the matrix instead")
+        out["window"] = int(w)
+    if data.get("key_padding") is not None:
+        pad = data["key_padding"]
+        items = pad.tolist() if isinstance(pad, np.ndarray) else pad
+        if not isinstance(items, (list, tuple)) or not items or not all(isinstance(b, bool) for b in items):
+            raise BadInput("key_padding must be a list of true/false, one per key, true = padding (ignored); "
+                           "booleans only, since 0/1 attention masks use 1 for real tokens")
+        out["key_padding"] = tuple(bool(b) for b in items)
+    return out
+
+
+def mask_setting(problem) -> str | None:
+    """The report's one word for the mask: "window" (a sliding window), else its kind
+    ("causal", "causal_bottom_right", "matrix"), else "padding" (key padding alone), or None."""
+    opts = _options(problem)
+    if "window" in opts:
+        return "window"
+    kind = mask_kind(problem.mask)
+    return kind if kind is not None else "padding" if "key_padding" in opts else None
 
 
 MASKED = Masked()

@@ -5,3 +5,5 @@ registered with `attntrace.rendering.stepview.register_view`; add its module's i
 """
 
 from __future__ import annotations
+
+from attntrace.rendering import maskview  # noqa: E402,F401 - the masked step (causal alignments, window, padding)
