@@ -60,7 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="csv and json of a class: the summary only (csv: one row per student)")
     check.add_argument("--summary-only", action="store_true", help="a class: the summary without each student's report")
     check.add_argument("--weights", default=None, help="a class: step weights of the score, e.g. weights=2,Q=0 (default 1 each)")
-    check.add_argument("--atol", type=float, default=None)
+    check.add_argument("--decimals", type=int, default=None,
+                       help="every entry must be right to N decimals (default: each number to the decimals it is written with)")
+    check.add_argument("--atol", type=float, default=None, help="right when |yours - true| <= atol + rtol |true|")
     check.add_argument("--rtol", type=float, default=None)
     _add_render_options(check)
 
@@ -170,7 +172,8 @@ def cmd_check(args) -> int:
         return 0 if ok else 1
     from attntrace.grading.checker import check
 
-    report = check(args.spec, args.answer[0], mode=args.mode, atol=args.atol, rtol=args.rtol, lang=args.lang)
+    report = check(args.spec, args.answer[0], mode=args.mode, atol=args.atol, rtol=args.rtol, decimals=args.decimals,
+                   lang=args.lang)
     if args.format == "json":
         text = _json(report.to_dict())
     else:

@@ -25,9 +25,11 @@ from attntrace.teach.classcheck import STATUSES, check_class, parse_weights, ren
 from attntrace.cli import main
 from attntrace.grading.diagnose import CATALOGUE, CODES
 from attntrace.model.errors import BadInput
-from test_check import problem, simulate
+from test_grading_sweep import problem, simulate
 
-SPEC, P = problem(n=3, d_model=6, d_k=2, h=2, seed=4, causal=True)
+# Two heads, a causal mask, cross-attention (K and V from X_kv) and h*d_k = d_model = n_kv * 2:
+# every catalogued mistake can be made here, and seed 1 makes each one tell itself apart.
+SPEC, P = problem(n=3, d_model=6, d_k=3, h=2, causal=True, cross=3, seed=1)
 
 
 def toml_answer(answer: dict, student: str | None = None) -> str:
@@ -40,9 +42,10 @@ def toml_answer(answer: dict, student: str | None = None) -> str:
 
 
 def unknown_mistake(answer: dict) -> dict:
-    """One entry of Q@1 off by 0.5: no catalogued mistake reproduces it."""
+    """Every entry of Q@1 off by a different amount (0.5, 0.7, 0.9, ...): not a slip of a few
+    entries, and no catalogued mistake reproduces it."""
     out = {k: [list(r) for r in v] for k, v in answer.items()}
-    out["Q@1"][0][0] = f"{float(out['Q@1'][0][0]) + 0.5:.4f}"
+    out["Q@1"] = [[f"{float(x) + 0.5 + 0.2 * (i * len(row) + j):.4f}" for j, x in enumerate(row)] for i, row in enumerate(out["Q@1"])]
     return out
 
 

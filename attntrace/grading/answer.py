@@ -54,6 +54,57 @@ class _Raw(str):
     """The raw text of a TOML/JSON float, kept so that 0.650 stays three decimals."""
 
 
+#: Slack added to every tolerance, relative to max(1, |true value|): a true value that is an
+#: exact tie (0.125 to 2 decimals) may be rounded either way, and float64 truth carries
+#: about 1e-16 of noise that must not tip a tie over.
+TIE_SLACK = 1e-9
+MAX_DECIMALS = 15
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How close a written number must be to the true value (the teacher's setting).
+
+    - default (no option): a number written with d decimals is right when it is the true value
+      correctly rounded to d decimals: |given - true| <= 0.5 * 10^-d + slack; an integer or an
+      exact form (1/3, sqrt(6)/3) must be exact (to the slack);
+    - `decimals=N` (--decimals N): every entry, however written, must be within half a unit of
+      the N-th decimal of the true value;
+    - `atol`/`rtol` (--atol/--rtol): |given - true| <= atol + rtol * |true|.
+
+    slack = TIE_SLACK * max(1, |true|). The report footer states the rule in force with these
+    numbers (templates/check/messages.*.j2, `tolerance_rule`).
+    """
+
+    decimals: int | None = None
+    atol: float | None = None
+    rtol: float | None = None
+
+    @property
+    def kind(self) -> str:
+        if self.atol is not None or self.rtol is not None:
+            return "absolute"
+        return "decimals" if self.decimals is not None else "written"
+
+    def allowed(self, entry: "Entry", expected: float) -> float:
+        """How far from `expected` this entry may be and still count as right."""
+        slack = TIE_SLACK * max(1.0, abs(expected))
+        kind = self.kind
+        if kind == "absolute":
+            return (self.atol or 0.0) + (self.rtol or 0.0) * abs(expected)
+        if kind == "decimals":
+            return 0.5 * 10.0 ** -self.decimals + slack
+        if entry.kind == "decimal":
+            return 0.5 * 10.0 ** -entry.decimals + slack
+        return slack
+
+    def to_dict(self) -> dict:
+        return {"rule": self.kind, "decimals": self.decimals, "atol": self.atol, "rtol": self.rtol, "slack": TIE_SLACK}
+
+
+DEFAULT_POLICY = Policy()
+
+
 @dataclass(frozen=True)
 class Entry:
     """One number as the student wrote it.
@@ -67,27 +118,32 @@ class Entry:
     kind: str
     decimals: int | None = None
 
-    def tolerance(self, expected: float, atol: float | None = None, rtol: float | None = None) -> float:
-        """How far from `expected` this entry may be and still count as right.
-
-        --atol/--rtol (either one) override everything: atol + rtol*|expected|. Otherwise a
-        decimal with d places is right when it is the expected value rounded to d places,
-        give or take one unit in the last place (|given - expected| <= 1.5 * 10^-d), and an
-        exact entry must agree to 1e-9 relative.
-        """
-        scale = max(1.0, abs(expected))
-        if atol is not None or rtol is not None:
-            return (atol or 0.0) + (rtol or 0.0) * abs(expected)
+    @property
+    def radius(self) -> float:
+        """Half a unit of the last decimal written: where the unrounded number the student had
+        may lie. A later step computed from this entry is checked over that whole interval."""
         if self.kind == "decimal":
-            return max(1.5 * 10.0 ** -self.decimals, 1e-9 * scale)
-        return 1e-9 * scale
+            return 0.5 * 10.0 ** -self.decimals
+        return 0.0
 
-    def matches(self, expected: float, atol: float | None = None, rtol: float | None = None) -> bool:
-        if math.isnan(expected):
+    def tolerance(self, expected: float, atol: float | None = None, rtol: float | None = None,
+                  policy: Policy | None = None) -> float:
+        """How far from `expected` this entry may be and still count as right (see `Policy`)."""
+        policy = policy or (Policy(atol=atol, rtol=rtol) if (atol is not None or rtol is not None) else DEFAULT_POLICY)
+        return policy.allowed(self, expected)
+
+    def matches(self, expected: float, atol: float | None = None, rtol: float | None = None,
+                policy: Policy | None = None) -> bool:
+        return self.within(expected, expected, policy or Policy(atol=atol, rtol=rtol))
+
+    def within(self, lo: float, hi: float, policy: Policy) -> bool:
+        """Right against some true value in [lo, hi] (a recomputation from rounded inputs)."""
+        if math.isnan(lo) or math.isnan(hi):
             return False
-        if math.isinf(expected) or self.kind == "neg_inf":
-            return self.value == expected
-        return abs(self.value - expected) <= self.tolerance(expected, atol, rtol) * (1 + 1e-12)
+        if self.kind == "neg_inf" or math.isinf(lo) or math.isinf(hi):
+            return self.value == lo or self.value == hi
+        nearest = min(max(self.value, lo), hi)
+        return abs(self.value - nearest) <= policy.allowed(self, nearest) * (1 + 1e-12)
 
 
 @dataclass(frozen=True)
@@ -112,17 +168,49 @@ class AnswerMatrix:
         a.setflags(write=False)
         return a
 
-    def matches(self, expected: np.ndarray, atol=None, rtol=None) -> bool:
-        """Every entry right against `expected` (same shape required)."""
-        if expected is None or tuple(expected.shape) != self.shape:
-            return False
-        return all(e.matches(float(expected[i, j]), atol, rtol)
-                   for i, row in enumerate(self.entries) for j, e in enumerate(row))
+    @property
+    def radii(self) -> np.ndarray:
+        """Half a unit of each entry's last written decimal (0 for exact entries)."""
+        return np.array([[e.radius for e in row] for row in self.entries], dtype=np.float64)
 
-    def mismatches(self, expected: np.ndarray, atol=None, rtol=None) -> list[tuple[int, int, Entry]]:
+    def fits(self, lo: np.ndarray | None, hi: np.ndarray | None, policy: Policy = DEFAULT_POLICY) -> bool:
+        """Every entry right against some value in [lo, hi] (same shape required)."""
+        if lo is None or tuple(lo.shape) != self.shape:
+            return False
+        return not self.misfits(lo, hi, policy, stop=True)
+
+    def misfits(self, lo: np.ndarray, hi: np.ndarray, policy: Policy = DEFAULT_POLICY, stop: bool = False) -> list[tuple[int, int, Entry]]:
+        """(row, col, entry) of the entries outside [lo, hi] with their tolerance, 0-based."""
+        out = []
+        for i, row in enumerate(self.entries):
+            for j, e in enumerate(row):
+                if not e.within(float(lo[i, j]), float(hi[i, j]), policy):
+                    out.append((i, j, e))
+                    if stop:
+                        return out
+        return out
+
+    def matches(self, expected: np.ndarray, atol=None, rtol=None, policy: Policy | None = None) -> bool:
+        """Every entry right against `expected` (same shape required)."""
+        return self.fits(expected, expected, policy or Policy(atol=atol, rtol=rtol))
+
+    def mismatches(self, expected: np.ndarray, atol=None, rtol=None, policy: Policy | None = None) -> list[tuple[int, int, Entry]]:
         """(row, col, entry) of the wrong entries, 0-based."""
-        return [(i, j, e) for i, row in enumerate(self.entries) for j, e in enumerate(row)
-                if not e.matches(float(expected[i, j]), atol, rtol)]
+        return self.misfits(expected, expected, policy or Policy(atol=atol, rtol=rtol))
+
+    def columns(self, first: int, stop: int, head: int) -> "AnswerMatrix":
+        """Columns first..stop-1 as head `head`'s matrix (a full-width answer split into heads)."""
+        return AnswerMatrix(self.id, head, tuple(row[first:stop] for row in self.entries))
+
+
+class Answers(dict):
+    """{(step id, head): AnswerMatrix} plus the file's text fields (`meta`: title, student, comment)."""
+
+    meta: dict
+
+    @property
+    def student(self) -> str | None:
+        return self.meta.get("student")
 
 
 # -- reading ---------------------------------------------------------------------------------
@@ -131,15 +219,16 @@ def read_answer_file(path: str | Path) -> dict:
     return read_table_file(path, "answer", parse_float=_Raw)
 
 
-def load_answer(answer: Any) -> dict[tuple[str, int | None], AnswerMatrix]:
-    """Path or dict -> {(step id, head): AnswerMatrix}. Every problem is one-line BadInput."""
+def load_answer(answer: Any) -> Answers:
+    """Path or dict -> Answers {(step id, head): AnswerMatrix}. Every problem is one-line BadInput."""
     if isinstance(answer, (str, Path)):
         data = read_answer_file(answer)
     elif isinstance(answer, Mapping):
         data = dict(answer)
     else:
         raise BadInput(f"an answer is a path or a dict, not {type(answer).__name__}")
-    out: dict[tuple[str, int | None], AnswerMatrix] = {}
+    out = Answers()
+    out.meta = {}
 
     def put(step_id: str, head: int | None, raw: Any) -> None:
         m = AnswerMatrix(step_id, head, _matrix(raw, step_id if head is None else f"{step_id}@{head}"))
@@ -153,6 +242,7 @@ def load_answer(answer: Any) -> dict[tuple[str, int | None], AnswerMatrix]:
         if key in META_KEYS:
             if not isinstance(raw, str):
                 raise BadInput(f"answer: {key} must be text")
+            out.meta[key] = raw
             continue
         if key == HEAD_TABLE:
             if not isinstance(raw, Mapping):

@@ -1,4 +1,4 @@
-"""Check a hand calculation: first wrong step and entry, the likely mistake, errors carried forward.
+"""Check a hand calculation: every wrong step and entry, the likely mistake, errors carried forward.
 
     >>> report = attntrace.check("problem.toml", "answer.toml")   # or dicts, or a Trace
     >>> report.ok, report.first_wrong
@@ -6,18 +6,22 @@
 
 Every step the student gives gets a status:
 
-- `correct`: right against the truth (with the tolerance of how each number was written), or
-  right against a recomputation from the student's own earlier values when all of those are
-  correct (rounding carried along is not a mistake);
-- `carried`: wrong against the truth but right when recomputed from the student's own earlier
-  values, at least one of which is wrong (exam-style error carried forward);
+- `correct`: right against the truth, with the tolerance of how each number was written
+  (`answer.Policy`: the true value correctly rounded to the decimals written) or the teacher's
+  setting (decimals=N, atol/rtol);
+- `carried`: not right against the truth but right when recomputed from the student's own
+  earlier values *as written*: each written input anywhere within half a unit of its last
+  decimal (they may have gone on with the rounded or the unrounded number), so rounding is
+  never counted twice. When every earlier step was correct, the step was moved only by an
+  earlier rounding that is right in itself: it gets the remark `early_rounding` and is no
+  mistake;
 - `wrong`: neither; `wrong_entries` lists (row, col, expected, given) 1-based and `diagnosis`
-  names the usual mistake that reproduces the student's values (see `diagnose.CATALOGUE`), or
-  `wrong_shape` / `unknown`.
+  names the usual mistake that reproduces the student's values (see `diagnose.CATALOGUE`),
+  with `alternatives` when other mistakes give the same numbers, or `wrong_shape` / `unknown`.
 
-`first_wrong` is the key ('weights', or 'weights@2' in a multi-head problem) of the earliest
-wrong step in trace order; carried steps are never first wrong. The sentences a report says
-live in templates/check/ (messages.en.j2, messages.zh.j2, report.{text,md,tex}.j2).
+`ok` is True when no step is wrong. `first_wrong` is the key ('weights', or 'weights@2') of
+the earliest wrong step in trace order. The sentences live in templates/check/ and the reports
+are written by `attntrace.grading.reports`.
 """
 
 from __future__ import annotations
@@ -27,17 +31,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from attntrace.grading.answer import AnswerMatrix, load_answer
-from attntrace.grading.diagnose import UNKNOWN, WRONG_SHAPE, World, diagnosis_params
+import numpy as np
+
+from attntrace.grading import intervals, mistakes
+from attntrace.grading.answer import MAX_DECIMALS, AnswerMatrix, Answers, Policy, load_answer
+from attntrace.grading.diagnose import EARLY_ROUNDING, MASK_LARGE_NEGATIVE, UNKNOWN, WRONG_SHAPE, World, diagnosis_params
 from attntrace.model.errors import BadInput
-from attntrace.rendering.jinja_env import user_template_errors
-from attntrace.rendering.printing import plain_number
 from attntrace.model.trace import Trace
-from attntrace.inputs.usertext import clean_text, format_user_text, inline_math_for
-from attntrace.rendering.viewmodel import escape_md, escape_tex as tex_escape
 
 LANGS = ("en", "zh")
 FORMATS = ("text", "md", "tex")
+#: Per-head steps a multi-head answer may give full width, (n, h*d_k), to be split into heads.
+FULL_WIDTH_STEPS = ("Q", "K", "V", "Z")
 
 
 @dataclass(frozen=True)
@@ -54,11 +59,21 @@ class WrongEntry:
 
 @dataclass(frozen=True)
 class Diagnosis:
+    """A mistake's code and the numbers its sentence mentions; `alternatives`: other mistakes
+    that give the same numbers here, so that none of them can be told apart."""
+
     code: str
     params: Mapping[str, Any] = field(default_factory=dict)
+    alternatives: tuple["Diagnosis", ...] = ()
 
     def message(self, lang: str = "en", format: str = "text", template_dir: Path | None = None) -> str:
-        return _messages(lang, template_dir, format).diagnosis(self.code, self.params).strip()
+        from attntrace.grading.reports import messages
+
+        return messages(lang, template_dir, format).diagnosis(self.code, self.params).strip()
+
+    def to_dict(self, lang: str = "en") -> dict:
+        return {"code": self.code, "message": self.message(lang),
+                "alternatives": [{"code": a.code, "message": a.message(lang)} for a in self.alternatives]}
 
 
 @dataclass(frozen=True)
@@ -67,7 +82,7 @@ class StepResult:
     head: int | None
     status: str
     wrong_entries: tuple[WrongEntry, ...] = ()
-    diagnosis: Diagnosis | None = None
+    diagnosis: Diagnosis | None = None  # on a wrong step; a remark (early_rounding, ...) on another
     expected_shape: tuple[int, int] | None = None
     given_shape: tuple[int, int] | None = None
 
@@ -78,8 +93,7 @@ class StepResult:
     def to_dict(self, lang: str = "en") -> dict:
         d = {"id": self.id, "head": self.head, "key": self.key, "status": self.status,
              "wrong_entries": [e.to_dict() for e in self.wrong_entries],
-             "diagnosis": None if self.diagnosis is None else
-             {"code": self.diagnosis.code, "message": self.diagnosis.message(lang)}}
+             "diagnosis": None if self.diagnosis is None else self.diagnosis.to_dict(lang)}
         if self.given_shape != self.expected_shape:
             d["expected_shape"], d["given_shape"] = list(self.expected_shape), list(self.given_shape)
         return d
@@ -95,6 +109,8 @@ class Report:
     trace: Trace
     lang: str = "en"
     tolerance: Mapping[str, Any] = field(default_factory=dict)
+    student: str | None = None
+    policy: Policy = field(default_factory=Policy)
 
     def step(self, id: str, head: int | None = None) -> StepResult:
         for s in self.steps:
@@ -108,7 +124,8 @@ class Report:
 
     def to_dict(self, lang: str | None = None) -> dict:
         lang = lang or self.lang
-        return {"ok": self.ok, "first_wrong": self.first_wrong, "steps": [s.to_dict(lang) for s in self.steps]}
+        return {"ok": self.ok, "first_wrong": self.first_wrong, "student": self.student,
+                "steps": [s.to_dict(lang) for s in self.steps]}
 
     def render(self, format: str = "text", **options) -> str:
         options.setdefault("lang", self.lang)
@@ -122,13 +139,19 @@ def _json_number(x: float):
 
 
 # -- checking ------------------------------------------------------------------------------------
-def checked_trace(spec_or_trace: Any, *, mode: str | None, atol: float | None, rtol: float | None, lang: str) -> Trace:
+def checked_trace(spec_or_trace: Any, *, mode: str | None, atol: float | None, rtol: float | None, lang: str,
+                  decimals: int | None = None) -> Trace:
     """The options of a check validated, and the trace answers are checked against (numeric or exact)."""
     if lang not in LANGS:
         raise BadInput(f"unknown language {lang!r}; choose one of {', '.join(LANGS)}")
     for name, v in (("atol", atol), ("rtol", rtol)):
         if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0):
             raise BadInput(f"--{name} must be a number >= 0, not {v!r}")
+    if decimals is not None:
+        if isinstance(decimals, bool) or not isinstance(decimals, int) or not 0 <= decimals <= MAX_DECIMALS:
+            raise BadInput(f"--decimals must be an integer from 0 to {MAX_DECIMALS}, not {decimals!r}")
+        if atol is not None or rtol is not None:
+            raise BadInput("give --decimals or --atol/--rtol, not both")
     if isinstance(spec_or_trace, Trace):
         trace = spec_or_trace
         if mode is not None and mode != trace.mode:
@@ -143,15 +166,19 @@ def checked_trace(spec_or_trace: Any, *, mode: str | None, atol: float | None, r
 
 
 def check(spec_or_trace: Any, answer: Any, *, mode: str | None = None, atol: float | None = None,
-          rtol: float | None = None, lang: str = "en") -> Report:
-    """Check `answer` (path or dict, see attntrace.grading.answer) against the trace of `spec_or_trace`."""
-    trace = checked_trace(spec_or_trace, mode=mode, atol=atol, rtol=rtol, lang=lang)
-    answers = load_answer(answer)
+          rtol: float | None = None, decimals: int | None = None, lang: str = "en") -> Report:
+    """Check `answer` (path or dict, see attntrace.grading.answer) against the trace of `spec_or_trace`.
+
+    decimals: every entry must be right to this many decimals; atol/rtol: |given - true| <=
+    atol + rtol |true|. Without them, each number is judged by the decimals it is written with.
+    """
+    trace = checked_trace(spec_or_trace, mode=mode, atol=atol, rtol=rtol, lang=lang, decimals=decimals)
+    answers = split_full_width(trace, load_answer(answer))
     _check_keys(trace, answers)
+    policy = Policy(decimals=decimals, atol=atol, rtol=rtol)
 
     world = World(trace)
-    truth = world.truth
-    given = {key: a.values for key, a in answers.items() if a.shape == tuple(truth[key].shape)}
+    given = _written(world, answers)
     carried_world = world.recompute(given)
     mutated: list | None = None  # computed on the first wrong step only
 
@@ -161,36 +188,102 @@ def check(spec_or_trace: Any, answer: Any, *, mode: str | None = None, atol: flo
         if key not in answers:
             continue
         a = answers[key]
-        expected = truth[key]
+        expected = world.truth[key]
         shape = tuple(expected.shape)
         common = {"id": step.id, "head": step.head, "expected_shape": shape, "given_shape": a.shape}
-        if a.shape == shape and a.matches(expected, atol, rtol):
+        if a.fits(expected, expected, policy):
             results[key] = StepResult(status="correct", **common)
             continue
+        if mistakes.large_negative_mask(step, a, expected, policy):
+            results[key] = StepResult(status="correct", diagnosis=_diagnosis(world, step, MASK_LARGE_NEGATIVE), **common)
+            continue
         wrong_entries = () if a.shape != shape else tuple(
-            WrongEntry(i + 1, j + 1, float(expected[i, j]), e.value, e.text) for i, j, e in a.mismatches(expected, atol, rtol))
-        if a.shape == shape and a.matches(carried_world[key], atol, rtol):
+            WrongEntry(i + 1, j + 1, float(expected[i, j]), e.value, e.text) for i, j, e in a.misfits(expected, expected, policy))
+        mine = carried_world[key]
+        if mine is not None and a.fits(mine.lo, mine.hi, policy):
             upstream = [results[k].status for k in world.ancestors(key) if k in results]
-            if any(s in ("wrong", "carried") for s in upstream):
-                results[key] = StepResult(status="carried", wrong_entries=wrong_entries, **common)
-            else:  # the student's own correct (rounded) values, carried along: not a mistake
-                results[key] = StepResult(status="correct", **common)
+            remark = None if "wrong" in upstream else _diagnosis(world, step, EARLY_ROUNDING)
+            results[key] = StepResult(status="carried", wrong_entries=wrong_entries, diagnosis=remark, **common)
             continue
         if mutated is None:
             mutated = list(world.candidates(given))
-        found = next((m for m, values in mutated if a.matches(values[key], atol, rtol)), None)
-        if found is not None:
-            code = found.code
-        else:
-            code = WRONG_SHAPE if a.shape != shape else UNKNOWN
-        diagnosis = Diagnosis(code, diagnosis_params(world, step, found, given_shape=a.shape))
+        diagnosis = _diagnose(world, step, a, mutated, mine, policy)
         results[key] = StepResult(status="wrong", wrong_entries=wrong_entries, diagnosis=diagnosis, **common)
 
     steps = tuple(results.values())
     first = next((s.key for s in steps if s.status == "wrong"), None)
-    ok = all(s.status == "correct" for s in steps)
-    tolerance = {"atol": atol, "rtol": rtol}
-    return Report(ok=ok, first_wrong=first, steps=steps, trace=trace, lang=lang, tolerance=tolerance)
+    return Report(ok=first is None, first_wrong=first, steps=steps, trace=trace, lang=lang,
+                  tolerance=policy.to_dict(), student=answers.student, policy=policy)
+
+
+def _written(world: World, answers: Answers) -> dict:
+    """The student's values as intervals: half a unit of the last decimal either side, since
+    they may have gone on with the unrounded number. A step whose every entry is exactly the
+    true value, with every written step before it exact too, is taken as exact (its width 0):
+    the student had that number, so a later truncation is not hidden by a rounding they never made."""
+    exact: set = set()
+    out = {}
+    for step in world.steps:
+        key = (step.id, step.head)
+        if key not in answers:
+            continue
+        a, truth = answers[key], world.truth[key]
+        same = a.shape == tuple(truth.shape) and bool(np.all((a.values == truth) | (np.abs(a.values - truth) <= 1e-12 * np.abs(truth))))
+        if same and all(k in exact for k in world.ancestors(key) if k in answers):
+            exact.add(key)
+            out[key] = intervals.point(a.values)
+        else:
+            out[key] = intervals.around(a.values, a.radii)
+    return out
+
+
+def _diagnosis(world: World, step, code: str, mutation=None, shape=None, **extra) -> Diagnosis:
+    return Diagnosis(code, {**diagnosis_params(world, step, mutation, given_shape=shape), **extra})
+
+
+def _diagnose(world: World, step, a: AnswerMatrix, mutated: list, mine, policy: Policy) -> Diagnosis:
+    """Every planted mistake that reproduces the student's values (the first named, the others
+    its alternatives), else a mistake read off their numbers, else wrong_shape / unknown."""
+    key = (step.id, step.head)
+    found: dict[str, Diagnosis] = {}
+    for mutation, values in mutated:
+        box = values[key]
+        if mutation.code not in found and box is not None and a.fits(box.lo, box.hi, policy):
+            found[mutation.code] = _diagnosis(world, step, mutation.code, mutation, a.shape)
+    if found:
+        first, *others = found.values()
+        return Diagnosis(first.code, first.params, tuple(others))
+    truth = world.truth[key]
+    reference = mine if mine is not None and mine.shape == a.shape else intervals.point(truth)
+    read = [_diagnosis(world, step, code, shape=a.shape, **numbers) for code, numbers in mistakes.read_off(step, a, reference, policy)]
+    if read:
+        return Diagnosis(read[0].code, read[0].params, tuple(read[1:]))
+    return _diagnosis(world, step, WRONG_SHAPE if a.shape != tuple(truth.shape) else UNKNOWN, shape=a.shape)
+
+
+def split_full_width(trace: Trace, answers: Answers) -> Answers:
+    """Q, K, V or Z given full width, (n, h*d_k), in a multi-head problem -> one matrix per
+    head, head 1's columns first (the spec's num_heads and each head's width)."""
+    if trace.num_heads < 2:
+        return answers
+    out = Answers()
+    out.meta = answers.meta
+    for (step_id, head), a in answers.items():
+        if head is not None or step_id not in FULL_WIDTH_STEPS or trace.has(step_id, None) or not trace.has(step_id, 1):
+            out[(step_id, head)] = a
+            continue
+        widths = [trace.step(step_id, h).shape[1] for h in range(1, trace.num_heads + 1)]
+        rows = trace.step(step_id, 1).shape[0]
+        if a.shape != (rows, sum(widths)):
+            raise BadInput(f"answer: {step_id} is {a.shape[0]} x {a.shape[1]}, but this problem has {trace.num_heads} heads: "
+                           f"give {step_id} full width ({rows} x {sum(widths)}, head 1's columns first) or per head ({step_id}@1, ...)")
+        first = 0
+        for h, width in enumerate(widths, start=1):
+            if (step_id, h) in answers:
+                raise BadInput(f"answer gives {step_id}@{h} twice (full width as {step_id} and per head)")
+            out[(step_id, h)] = a.columns(first, first + width, h)
+            first += width
+    return out
 
 
 def _check_keys(trace: Trace, answers: Mapping[tuple, AnswerMatrix]) -> None:
@@ -208,158 +301,9 @@ def _check_keys(trace: Trace, answers: Mapping[tuple, AnswerMatrix]) -> None:
         raise BadInput(f"answer: this problem has no step {a.key} (steps to check: {have})")
 
 
-# -- reports -------------------------------------------------------------------------------------
-class _Messages:
-    """The phrases and diagnosis sentences of one language (templates/check/messages.<lang>.j2)."""
-
-    def __init__(self, module: Any, format: str):
-        self.module = module
-        self.format = format
-
-    def diagnosis(self, code: str, params: Mapping[str, Any]) -> str:
-        macro = getattr(self.module, code, None) or getattr(self.module, UNKNOWN)
-        return str(macro(_Params(params, self.format)))
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.module, name)
-
-
-class _Params(dict):
-    """Diagnosis numbers plus a helper writing math for the report's format."""
-
-    def __init__(self, params: Mapping[str, Any], format: str):
-        super().__init__(params)
-        self.format = format
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self[name]
-        except KeyError:
-            raise AttributeError(name) from None
-
-    def math(self, tex: str, plain: str) -> str:
-        """`$tex$` in Markdown and LaTeX, `plain` in text."""
-        return plain if self.format == "text" else f"${tex}$"
-
-    def num(self, x: Any) -> str:
-        return format_number(x, 4)
-
-    def shape(self, s) -> str:
-        return "" if s is None else f"{s[0]} × {s[1]}" if self.format == "text" else f"${s[0]} \\times {s[1]}$"
-
-
-def format_number(x: Any, precision: int = 4) -> str:
-    return "" if x is None else plain_number(float(x), precision, count=False)
-
-
-class _Formatted(str):
-    """User text already formatted for its output (math printed, the rest escaped): the
-    escaping filters pass it through unchanged."""
-
-
-def _escaper(escape):
-    return lambda text: text if isinstance(text, _Formatted) else escape(text)
-
-
-def _title(trace: Trace, format: str, lang: str, delimiters: str) -> _Formatted | None:
-    """The spec's title for a report: `$...$` spans as math, the rest escaped (usertext)."""
-    title = trace.localized("title", lang)
-    if not title:
-        return None
-    return _Formatted(format_user_text(title, format, inline_math=inline_math_for(format, delimiters)))
-
-
-def _environment(template_dir: Path | str | None):
-    """Jinja2 environment for the check templates (a user folder first, then templates/)."""
-    from attntrace.rendering.renderer import environment
-
-    env = environment(template_dir)
-    env.filters["tex_escape"] = _escaper(tex_escape)
-    env.filters["md_escape"] = _escaper(escape_md)
-    env.filters["num"] = format_number
-    return env
-
-
-def _messages(lang: str, template_dir, format: str) -> _Messages:
-    if lang not in LANGS:
-        raise BadInput(f"unknown language {lang!r}; choose one of {', '.join(LANGS)}")
-    env = _environment(template_dir)
-    return _Messages(env.get_template(f"check/messages.{lang}.j2").make_module({"format": format}), format)
-
-
-
-
 def render_report(report: Report, format: str = "text", lang: str = "en", **options: Any) -> str:
-    """The report a student reads: verdict, each step's status, the first wrong step's wrong
-    entries and likely mistake, and the correct computation of that step (render.render_step).
+    """The report a student reads (see `attntrace.grading.reports.render_report`)."""
+    from attntrace.grading.reports import render_report as render
 
-    options: precision, max_size, math_delimiters, template_dir, standalone (tex); others
-    (figures, output_path) are accepted and ignored.
-    """
-    if format == "json":
-        import json
+    return render(report, format, lang, **options)
 
-        return json.dumps(report.to_dict(lang), ensure_ascii=False, indent=1)
-    if format not in FORMATS:
-        raise BadInput(f"unknown report format {format!r}; choose one of text, md, tex, json")
-    precision = options.get("precision")
-    precision = 4 if precision is None else precision  # 0 is a precision: whole numbers
-    if isinstance(precision, bool) or not isinstance(precision, int) or not 0 <= precision <= 15:
-        raise BadInput(f"precision must be an integer from 0 to 15, not {precision!r}")
-    template_dir = options.get("template_dir")
-    env = _environment(template_dir)
-    with user_template_errors(env, template_dir):
-        return _render_report(report, format, lang, precision, template_dir, env, options)
-
-
-def _render_report(report: Report, format: str, lang: str, precision: int, template_dir, env, options: Mapping[str, Any]) -> str:
-    msgs = _messages(lang, template_dir, format)
-    first = report.first_wrong_step
-    derivation = None
-    if first is not None:
-        derivation = _correct_computation(report.trace, first, format, lang, options)
-    rows = []
-    for s in report.steps:
-        rows.append({
-            "key": s.key, "id": s.id, "head": s.head, "status": s.status,
-            "code": s.diagnosis.code if s.diagnosis else None,
-            "message": s.diagnosis.message(lang, format, template_dir) if s.diagnosis else None,
-            "entries": [{"row": e.row, "col": e.col, "expected": format_number(e.expected, precision),
-                         "given": clean_text(e.given_text)} for e in s.wrong_entries],
-            "expected_shape": s.expected_shape, "given_shape": s.given_shape,
-        })
-    first_row = next((r for r in rows if r["status"] == "wrong"), None)
-    text = env.get_template(f"check/report.{format}.j2").render(
-        m=msgs, lang=lang, report=report, rows=rows, first=first_row, derivation=derivation,
-        title=_title(report.trace, format, lang, options.get("math_delimiters") or "dollars"),
-        standalone=bool(options.get("standalone")), math_delimiters=options.get("math_delimiters") or "dollars",
-        n_wrong=sum(r["status"] == "wrong" for r in rows), n_carried=sum(r["status"] == "carried" for r in rows),
-        max_entries=options.get("max_size") or 8,
-    )
-    return text.rstrip("\n") + "\n"
-
-
-def _correct_computation(trace: Trace, result: StepResult, format: str, lang: str, options: Mapping[str, Any]) -> str:
-    """The derivation of one step, from the renderer; a plain matrix until render.py exists."""
-    step = trace.step(result.id, result.head)
-    try:
-        from attntrace.rendering.renderer import render_step
-    except ImportError:
-        render_step = None
-    if render_step is not None:
-        kwargs = {k: options[k] for k in ("precision", "max_size", "math_delimiters", "template_dir", "width", "rows")
-                  if options.get(k) is not None}
-        return render_step(trace, step, format=format, lang=lang, **kwargs).strip("\n")
-    from attntrace.grading.diagnose import to_float
-
-    precision = 4 if options.get("precision") is None else options["precision"]
-    value = to_float(step.value)
-    cells = [[format_number(x, precision) for x in row] for row in value]
-    if format == "text":
-        width = max(len(c) for row in cells for c in row)
-        return "\n".join("  [ " + "  ".join(c.rjust(width) for c in row) + " ]" for row in cells)
-    body = r" \\ ".join(" & ".join(c.replace("-inf", r"-\infty") for c in row) for row in cells)
-    matrix = r"\begin{bmatrix} " + body + r" \end{bmatrix}"
-    if format == "md":
-        return f"\\[{matrix}\\]" if options.get("math_delimiters") == "brackets" else f"$${matrix}$$"
-    return f"\\[{matrix}\\]"

@@ -3,45 +3,70 @@
 The checker needs two recomputations besides the truth:
 
 - the *student's world*: every step recomputed from the student's own earlier values (their
-  value where they gave one of the right shape, else recomputed), so that a step that is wrong
-  only because an earlier step was wrong is recognised as carried forward;
+  written value where they gave one, as the interval of what it may have been before they
+  rounded it, else recomputed), so that a step that is wrong only because an earlier step was
+  wrong, or moved by an earlier rounding, is recognised as carried forward;
 - the same world with one *usual mistake* planted (a `Mutation`): a step kind computed the
   wrong way (no scaling, column softmax, K Q^T, ...). A wrong step whose values equal a mutated
   world's values at that step is diagnosed with that mistake's code. A mistake planted in a step
   the student did not write propagates to the later steps (weights computed from unscaled
   scores are diagnosed `missing_scale` even when the scaled scores were not written down).
 
-All recomputation is numeric float64 through `algebra.NumericAlgebra` (exact traces are
-converted to floats); the sentences for each code live in templates/check/messages.*.j2.
+All recomputation is numeric float64 over intervals (`intervals.Box`; exact traces are
+converted to floats); how each step is computed, right or wrong, is in `mistakes`; the
+sentences for each code live in templates/check/messages.*.j2.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass
 from typing import Any, Iterable
 
 import numpy as np
 
-from attntrace.algebra.modes import NumericAlgebra
+from attntrace.grading import intervals
+from attntrace.grading.intervals import Box
 from attntrace.model.trace import STEP_IDS, Step, Trace
 
-#: code -> the step kind the mistake changes, in the order they are tried.
+#: code -> the step kind the mistake changes, in the order they are tried. ANY: the mistake
+#: can be made in any step (`transposed` is planted in each step kind in turn; `rounding` and
+#: `arithmetic_slip` are read off the student's own numbers). `same_weights` is planted in Q,
+#: K and V (each computed with another projection's weights), `kv_from_queries` in K and V.
+ANY = "*"
 CATALOGUE = {
+    "same_weights": "K",              # K (or V, or Q) computed with another projection's weights
+    "kv_from_queries": "K",           # cross-attention: K and V from X instead of X_kv
     "transposed_scores": "scores",    # K Q^T instead of Q K^T
+    "no_transpose": "scores",         # Q K instead of Q K^T
     "missing_scale": "scaled",        # no division by sqrt(d_k)
     "scaled_by_dk": "scaled",         # divided by d_k instead of sqrt(d_k)
     "wrong_dk": "scaled",             # divided by sqrt(d_model) instead of the head's sqrt(d_k)
+    "scaled_by_dmodel": "scaled",     # divided by d_model
     "mask_ignored": "masked",         # the mask was not applied
+    "mask_wrong_triangle": "masked",  # the other triangle masked
+    "mask_not_infinite": "masked",    # masked entries set to 0 (or another finite number), so they keep weight
     "skipped_softmax": "weights",     # the weights are the softmax's input, unchanged (the article's example)
     "column_softmax": "weights",      # softmax down each column instead of along each row
+    "softmax_without_exp": "weights",  # each row divided by its sum, no exponentials
+    "rows_not_normalised": "weights",  # a row of weights does not sum to 1
+    "values_first": "Z",              # V A instead of A V
     "concat_rows": "concat",          # head outputs stacked as rows
     "head_order": "concat",           # heads concatenated in another order
+    "forgot_output_projection": "output",   # output = concat, W_O never applied
+    "output_weights_transposed": "output",  # concat W_O^T
+    "transposed": ANY,                # the transpose of the right matrix (scores: transposed_scores)
+    "rounding": ANY,                  # entries off by about one unit of the last decimal written
+    "arithmetic_slip": ANY,           # one or a few entries wrong, the rest right
 }
 #: Codes that are not a recomputed mistake.
 WRONG_SHAPE = "wrong_shape"
 UNKNOWN = "unknown"
+#: Remarks on a step that is not wrong: carried only because an earlier, correct rounding moved
+#: it; masked scores written as a huge negative number instead of -inf (same weights).
+EARLY_ROUNDING = "early_rounding"
+MASK_LARGE_NEGATIVE = "mask_large_negative"
+REMARKS = (EARLY_ROUNDING, MASK_LARGE_NEGATIVE)
 CODES = tuple(CATALOGUE) + (WRONG_SHAPE, UNKNOWN)
 
 Key = tuple  # (step id or operand name, head or None)
@@ -49,13 +74,20 @@ Key = tuple  # (step id or operand name, head or None)
 
 @dataclass(frozen=True)
 class Mutation:
+    """One catalogued mistake planted in the student's world.
+
+    steps: the step ids it changes (kv_from_queries: K and V); swap: input references replaced
+    ((("W_K", "W_Q"),) computes K with W_Q); order: head_order's order of the heads (1-based).
+    """
+
     code: str
     kind: str
-    order: tuple[int, ...] | None = None  # head_order: the heads' order (1-based)
+    order: tuple[int, ...] | None = None
+    swap: tuple[tuple[str, str], ...] = ()
+    steps: frozenset = frozenset()
 
-
-class _Impossible(Exception):
-    """A mutated computation that cannot run (shapes do not fit)."""
+    def changes(self, step_id: str) -> bool:
+        return step_id in self.steps if self.steps else step_id == self.kind
 
 
 def to_float(value: Any) -> np.ndarray | None:
@@ -75,23 +107,19 @@ def to_float(value: Any) -> np.ndarray | None:
     return out
 
 
-def _softmax_rows(t: np.ndarray) -> np.ndarray:
-    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        return NumericAlgebra().softmax(t)[0]
-
-
 class World:
     """The trace's numbers and the machinery to recompute it from a student's values."""
 
     def __init__(self, trace: Trace):
         self.trace = trace
-        self.alg = NumericAlgebra()
         self.steps: tuple[Step, ...] = trace.steps
         self.truth: dict[Key, np.ndarray] = {(s.id, s.head): to_float(s.value) for s in trace.steps}
         self.operands: dict[Key, np.ndarray] = {(o.name, o.head): to_float(o.value) for o in trace.operands}
         x = self.operands.get(("X", None))
         self.d_model = None if x is None else x.shape[1]
-        self.mutations = self._mutations()
+        from attntrace.grading import mistakes  # mistakes reads this module's catalogue
+
+        self.mutations = mistakes.mutations(self)
 
     # -- structure ---------------------------------------------------------------------------
     def key_of(self, ref: str, head: int | None, values: dict[Key, Any]) -> Key:
@@ -115,104 +143,43 @@ class World:
                 out |= self.ancestors(k)
         return out
 
-    def _mutations(self) -> list[Mutation]:
-        kinds = {s.id for s in self.steps}
-        found = []
-        scaled = next((s for s in self.steps if s.id == "scaled"), None)
-        for code, kind in CATALOGUE.items():
-            if kind not in kinds:
-                continue
-            if code in ("scaled_by_dk", "wrong_dk") and not (scaled and scaled.details.get("by_sqrt_dk") and scaled.details.get("d_k")):
-                continue
-            if code == "wrong_dk" and self.d_model is None:
-                continue
-            if code == "head_order":
-                h = self.trace.num_heads
-                orders = itertools.permutations(range(1, h + 1)) if h <= 4 else [tuple(range(h, 0, -1))]
-                found += [Mutation(code, kind, tuple(o)) for o in orders if list(o) != sorted(o)]
-                continue
-            found.append(Mutation(code, kind))
-        return found
+    # -- recomputation -------------------------------------------------------------------------
+    def recompute(self, given: dict[Key, Box], mutation: Mutation | None = None) -> dict[Key, Box | None]:
+        """Each step computed from the student's world before it: their written value (as an
+        interval, half a unit either side) where they gave one, else the recomputed one.
 
-    # -- arithmetic ----------------------------------------------------------------------------
-    def apply(self, step: Step, args: list[np.ndarray], mutation: Mutation | None) -> np.ndarray:
-        """This step's value from its inputs, computed right or with `mutation` (if it applies)."""
-        m = mutation.code if mutation is not None and mutation.kind == step.id else None
-        alg, kind = self.alg, step.id
-        if kind in ("Q", "K", "V", "output"):
-            r = self._matmul(args[0], args[1])
-            if len(args) > 2:
-                r = alg.add_row(r, args[2])
-            return r
-        if kind == "scores":
-            q, k = args
-            return self._matmul(k, q.T) if m == "transposed_scores" else self._matmul(q, k.T)
-        if kind == "scaled":
-            s = args[0]
-            d_k = step.details.get("d_k")
-            if m == "missing_scale":
-                return s
-            if m == "scaled_by_dk":
-                return s / d_k
-            if m == "wrong_dk":
-                return s / math.sqrt(self.d_model)
-            return s / float(step.details["factor"])
-        if kind == "masked":
-            t = args[0]
-            keep = np.asarray(step.details["keep"], dtype=bool)
-            if m == "mask_ignored":
-                return t
-            if keep.shape != t.shape:
-                raise _Impossible
-            return alg.mask(t, keep)
-        if kind == "weights":
-            t = args[0]
-            if m == "skipped_softmax":
-                return t
-            if m == "column_softmax":
-                return _softmax_rows(t.T).T
-            return _softmax_rows(t)
-        if kind == "Z":
-            return self._matmul(args[0], args[1])
-        if kind == "concat":
-            zs = list(args)
-            if m == "concat_rows":
-                if len({z.shape[1] for z in zs}) != 1:
-                    raise _Impossible
-                return np.vstack(zs)
-            if m == "head_order":
-                zs = [zs[i - 1] for i in mutation.order]
-            if len({z.shape[0] for z in zs}) != 1:
-                raise _Impossible
-            return np.hstack(zs)
-        raise ValueError(kind)  # pragma: no cover - STEP_IDS is fixed
-
-    @staticmethod
-    def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        if a.shape[1] != b.shape[0]:
-            raise _Impossible
-        with np.errstate(invalid="ignore", over="ignore"):
-            return a @ b
-
-    def recompute(self, given: dict[Key, np.ndarray], mutation: Mutation | None = None) -> dict[Key, np.ndarray | None]:
-        """Each step computed from the student's world before it (their value where given).
-
-        Returns {step key: computed value, or None when it cannot be computed}.
+        A given value of the wrong shape is used when the next step can be computed from it
+        (K and V from X instead of X_kv: every later step follows), else the recomputed value
+        stands in for it. Returns {step key: interval, or None when it cannot be computed}.
         """
-        values: dict[Key, Any] = dict(self.operands)
-        computed: dict[Key, np.ndarray | None] = {}
+        values: dict[Key, Any] = {k: intervals.point(v) for k, v in self.operands.items()}
+        computed: dict[Key, Box | None] = {}
         for step in self.steps:
             key = (step.id, step.head)
-            args = [values.get(self.key_of(ref, step.head, values)) for ref in step.inputs]
-            try:
-                result = None if any(a is None for a in args) else self.apply(step, args, mutation)
-            except _Impossible:
-                result = None
+            refs = step.inputs
+            if mutation is not None and mutation.swap and mutation.changes(step.id):
+                refs = tuple(dict(mutation.swap).get(r, r) for r in refs)
+            keys = [self.key_of(ref, step.head, values) for ref in refs]
+            result = self._compute(step, [values.get(k) for k in keys], mutation)
+            if result is None:  # a wrong-shaped given input: the recomputed one instead
+                alt = [computed.get(k) if k in given and k in self.truth and given[k].shape != self.truth[k].shape
+                       else values.get(k) for k in keys]
+                result = self._compute(step, alt, mutation)
             computed[key] = result
             values[key] = given[key] if key in given else result
         return computed
 
-    def candidates(self, given: dict[Key, np.ndarray]) -> Iterable[tuple[Mutation, dict[Key, np.ndarray | None]]]:
+    def _compute(self, step: Step, args: list, mutation: Mutation | None) -> Box | None:
+        from attntrace.grading import mistakes
+
+        if any(a is None for a in args):
+            return None
+        try:
+            return mistakes.apply(self, step, args, mutation)
+        except mistakes.Impossible:
+            return None
+
+    def candidates(self, given: dict[Key, Box]) -> Iterable[tuple[Mutation, dict[Key, Box | None]]]:
         """Each catalogued mistake with the world it produces (computed lazily, in order)."""
         for mutation in self.mutations:
             yield mutation, self.recompute(given, mutation)
@@ -231,7 +198,10 @@ def diagnosis_params(world: World, step: Step, mutation: Mutation | None, *, giv
         params["by_sqrt_dk"] = bool(scaled.details.get("by_sqrt_dk"))
     if mutation is not None and mutation.order:
         params["order"] = mutation.order
+    if mutation is not None and mutation.swap:
+        params["used"], params["instead_of"] = mutation.swap[0][1], mutation.swap[0][0]
+        params["changed"] = sorted(mutation.steps or {mutation.kind}, key=STEP_IDS.index)
     return params
 
 
-__all__ = ["CATALOGUE", "CODES", "WRONG_SHAPE", "UNKNOWN", "Mutation", "World", "to_float", "diagnosis_params", "STEP_IDS"]
+__all__ = ["CATALOGUE", "ANY", "CODES", "WRONG_SHAPE", "UNKNOWN", "EARLY_ROUNDING", "MASK_LARGE_NEGATIVE", "Mutation", "World", "to_float", "diagnosis_params", "STEP_IDS"]

@@ -191,7 +191,7 @@ class ClassReport:
 # -- checking --------------------------------------------------------------------------------------
 def check_class(spec_or_trace: Any, answers: Any, *, weights: Mapping[str, float] | None = None,
                 mode: str | None = None, atol: float | None = None, rtol: float | None = None,
-                lang: str = "en") -> ClassReport:
+                decimals: int | None = None, lang: str = "en") -> ClassReport:
     """Check every answer in `answers` (a directory, or a list of paths, directories and dicts)
     against the problem `spec_or_trace` and score it (see the module's docstring).
 
@@ -199,7 +199,7 @@ def check_class(spec_or_trace: Any, answers: Any, *, weights: Mapping[str, float
     """
     from attntrace.grading.checker import check, checked_trace
 
-    trace = checked_trace(spec_or_trace, mode=mode, atol=atol, rtol=rtol, lang=lang)
+    trace = checked_trace(spec_or_trace, mode=mode, atol=atol, rtol=rtol, lang=lang, decimals=decimals)
     graded = step_weights(trace, weights)
     total = sum(graded.values())
 
@@ -211,7 +211,7 @@ def check_class(spec_or_trace: Any, answers: Any, *, weights: Mapping[str, float
         try:
             data = _read(answer)
             name = _clean_name(data.get("student")) or fallback
-            report = check(trace, data, atol=atol, rtol=rtol, lang=lang)
+            report = check(trace, data, atol=atol, rtol=rtol, decimals=decimals, lang=lang)
         except (AttntraceError, RecursionError, MemoryError, Exception) as exc:  # noqa: BLE001 - one answer never stops the class
             students.append(StudentResult(name, source, reason=_reason(exc), max_points=total))
             continue
@@ -396,7 +396,8 @@ def render_class(report: ClassReport, format: str = "text", *, summary_only: boo
         return json.dumps(report.to_dict(), ensure_ascii=False, indent=1)
     if format == "csv":
         return report.to_csv()
-    from attntrace.grading.checker import FORMATS as CHECK_FORMATS, LANGS, _environment, _messages, _title, render_report
+    from attntrace.grading.checker import FORMATS as CHECK_FORMATS, LANGS
+    from attntrace.grading.reports import _environment, _title, messages as _messages, render_report
     from attntrace.rendering.jinja_env import user_template_errors
 
     if format not in CHECK_FORMATS:
@@ -444,7 +445,7 @@ def class_command(args, render_options: Mapping[str, Any], to_json) -> tuple[str
     """`attntrace check SPEC ANSWER... | DIR`: (the text to print, every answer right?): each
     student's report and the class summary (only the summary with --summary-only, csv or json)."""
     report = check_class(args.spec, args.answer, weights=parse_weights(args.weights), mode=args.mode,
-                         atol=args.atol, rtol=args.rtol, lang=args.lang)
+                         atol=args.atol, rtol=args.rtol, decimals=getattr(args, "decimals", None), lang=args.lang)
     if args.format == "json":
         text = to_json(report.to_dict())
     elif args.format == "csv":

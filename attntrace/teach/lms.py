@@ -18,8 +18,10 @@ filters of Moodle and Canvas typeset) and ask for every step of the trace, in tr
 
 The answers are the answer key (`exercise.answer_key`, the exact value rounded to 4
 decimals) and the tolerance is the one `attntrace check` applies to an entry written with 4
-decimals (`answer.Entry.tolerance`: 1.5 units in the 4th decimal). On answers typed with 4
-decimals the LMS accepts exactly what `attntrace check` accepts.
+decimals (`answer.Policy`: half a unit in the 4th decimal, plus the check's 1e-9 slack for
+ties). On answers typed with 4 decimals the LMS accepts exactly what `attntrace check`
+accepts, except that a true value exactly halfway between two 4-decimal numbers is accepted
+rounded either way by the check and only as the key's rounding by the LMS.
 
 All XML is built with xml.etree; user text (titles) is HTML-escaped before it goes into
 the HTML of a question, and ElementTree escapes that for XML.
