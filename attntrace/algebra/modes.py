@@ -63,6 +63,10 @@ class NumericAlgebra:
     def hstack(self, parts):
         return np.hstack(parts)
 
+    def vstack(self, parts):
+        """Rows of the parts one under the other (a KV cache with the new token's row appended)."""
+        return np.vstack(parts)
+
     def finish(self, result, *, symbol, head, shape):
         return _readonly(np.ascontiguousarray(result, dtype=np.float64)), None
 
@@ -134,6 +138,9 @@ class SympyAlgebra:
 
     def hstack(self, parts):
         return self.sp.Matrix.hstack(*parts)
+
+    def vstack(self, parts):
+        return self.sp.Matrix.vstack(*parts)
 
     def finish(self, result, *, symbol, head, shape):
         sp = self.sp
@@ -255,7 +262,7 @@ class ShapeAlgebra:
     mode = "shape"
 
     def __getattr__(self, name: str) -> Any:
-        if name in {"matmul", "matmul_t", "add_row", "divide", "mask", "hstack"}:
+        if name in {"matmul", "matmul_t", "add_row", "divide", "mask", "hstack", "vstack"}:
             return lambda *args, **kw: None
         raise AttributeError(name)
 

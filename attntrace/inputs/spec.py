@@ -30,6 +30,7 @@ HEAD_KEYS = {
     "W_Q": "w^{Q}", "W_K": "w^{K}", "W_V": "w^{V}",
     "b_Q": "b^{Q}", "b_K": "b^{K}", "b_V": "b^{V}",
     "Q": "q", "K": "k", "V": "v", "scores": "s", "weights": "a",
+    "K_past": "k^{p}", "V_past": "v^{p}",  # a KV cache (attntrace.kinds.cache)
 }
 #: Matrices shared by all heads.
 SHARED_KEYS = {"X": "x", "X_kv": "y", "W_O": "w^{O}", "b_O": "b^{O}"}
@@ -37,7 +38,7 @@ OPTION_KEYS = {"title", "description", "title_zh", "description_zh", "mode", "sc
                "window", "key_padding"}
 ALLOWED_KEYS = set(HEAD_KEYS) | set(SHARED_KEYS) | OPTION_KEYS
 #: Keys that `num_heads` splits into column blocks, one per head.
-SPLITTABLE = ("W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "Q", "K", "V")
+SPLITTABLE = ("W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "Q", "K", "V", "K_past", "V_past")
 
 
 @dataclass(frozen=True)
@@ -355,7 +356,7 @@ def load_spec(spec: Any, *, mode: str | None = None, **overrides: Any) -> Proble
         shared=shared,
         scale=_scale(data.get("scale", True)),
         d_k=_positive_int(data["d_k"], "d_k") if "d_k" in data else None,
-        mask=_mask(data["mask"] if data.get("mask") is not None else ("causal" if "window" in mask_opts else None)),
+        mask=_mask(data["mask"] if data.get("mask") is not None else ("causal_bottom_right" if "window" in mask_opts else None)),
         full_expansion=expand == "full",
         title=_text(data["title"], "title") if "title" in data else None,
         description=_text(data["description"], "description") if "description" in data else None,
@@ -382,6 +383,8 @@ def _check_token_counts(tokens, kv_tokens, head: Mapping[str, Operand], shared: 
         return
     if tokens is not None and len(tokens) != n:
         raise BadInput(f"tokens lists {len(tokens)} labels but there are {n} queries (rows); give one label per row")
+    if m is not None and "K_past" in head:  # a KV cache: its keys come first
+        m += head["K_past"].shape[0]
     if kv_tokens is not None and m is not None and len(kv_tokens) != m:
         raise BadInput(f"kv_tokens lists {len(kv_tokens)} labels but there are {m} keys; give one label per key")
 

@@ -9,6 +9,7 @@ block `templates/steps/{id}.j2` and its prose `templates/prose/{en,zh}/{prose}.j
 from __future__ import annotations
 
 from attntrace.kinds.base import Flow, Kind
+from attntrace.kinds.cache import K_CACHE, V_CACHE
 from attntrace.kinds.heads import CONCAT, OUTPUT
 from attntrace.kinds.mask import MASKED
 from attntrace.kinds.projection import K, Q, V
@@ -17,7 +18,7 @@ from attntrace.kinds.scores import SCORES
 from attntrace.kinds.softmax import WEIGHTS
 from attntrace.kinds.weighted_sum import WEIGHTED_SUM
 
-HEAD_PIPELINE: tuple[Kind, ...] = (Q, K, V, SCORES, SCALED, MASKED, WEIGHTS, WEIGHTED_SUM)
+HEAD_PIPELINE: tuple[Kind, ...] = (Q, K, V, K_CACHE, V_CACHE, SCORES, SCALED, MASKED, WEIGHTS, WEIGHTED_SUM)
 COMBINE_PIPELINE: tuple[Kind, ...] = (CONCAT, OUTPUT)
 
 #: Every kind by step id.

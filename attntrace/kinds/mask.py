@@ -9,7 +9,8 @@ A mask is built from up to three parts, all combined with "and":
   `causal_lower_right`), or a 0/1 matrix of the scores' shape;
 - `window = W`: a sliding window, keys with i - W < j <= i (shifted by S - L with the
   bottom-right alignment): a query sees itself and at most W - 1 keys before it. A window
-  is always causal: without `mask` it means "causal";
+  is always causal: without `mask` it means "causal_bottom_right" (the same as "causal" when
+  there are as many queries as keys; Hugging Face's sliding window when decoding);
 - `key_padding = [false, false, true]`: which keys are padding, true = padding (ignored),
   the polarity of nn.MultiheadAttention's key_padding_mask (SDPA's boolean attn_mask and
   Hugging Face's attention_mask are the other way round, which is why the spec takes only

@@ -1,0 +1,124 @@
+"""KV-cache decoding: K_cache = [K_past; K], V_cache = [V_past; V].
+
+When a decoder generates token t, the keys and values of tokens 1..t-1 do not change (each
+depends only on its own token and position), so they are kept: the spec gives them as
+`K_past` and `V_past` (per head, after RoPE when the model uses it, as Hugging Face's
+DynamicCache stores them). The new token's projections K and V (one row each, or a few for
+a chunk) are appended below them, and attention proceeds unchanged with Q (the new token's
+query) against every cached key: S = Q K_cache^T is 1 x t. These kinds run after the
+projections (and RoPE) and before the scores; they replace the head's K and V in the state,
+so the scores, the softmax and Z = A V_cache are the existing kinds, untouched.
+
+The new token is the last position, so it sees every cached key: no mask is needed for one
+token. A chunk of several new tokens needs the bottom-right causal mask (each new token sees
+the cache and the new tokens up to itself); the top-left "causal" mask would hide the cache
+from the new tokens (the classic decoding bug), so both are said in one line.
+
+With grouped-query attention (`num_kv_heads`) the cache belongs to a key/value head: it is
+appended once, in the first query head of its group, and the other heads of the group read it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from attntrace.kinds.base import Kind, label, plain_sup, sup
+from attntrace.model.errors import BadInput
+
+
+def kv_owner(problem, head: int | None) -> int | None:
+    """The key/value head whose cache query head `head` reads (repeat_interleave order)."""
+    h_kv = (problem.extra or {}).get("num_kv_heads")
+    if head is None or h_kv is None:
+        return head
+    return (head - 1) // (len(problem.heads) // h_kv) + 1
+
+
+def has_cache(problem) -> bool:
+    return any("K_past" in ops or "V_past" in ops for ops in problem.heads)
+
+
+class CacheAppend(Kind):
+    """K_cache or V_cache: the past rows, then the new token's row(s)."""
+
+    per_head = True
+    starts = ("X", "QKV")
+    symbol = None  # keeps the stacked entries: the past ones and the new token's own names
+    view, prose = "cache", "cache"
+
+    def __init__(self, which: str):
+        self.which = which
+        self.id = f"{which}_cache"
+        self.reads, self.writes = (which,), which
+        self.letter = f"{which}_{{\\text{{cache}}}}"
+        self.plain_letter = f"{which}_cache"
+        self.entry = f"{which.lower()}^{{c}}"
+
+    def enabled(self, problem) -> bool:
+        if not has_cache(problem):
+            return False
+        if problem.start not in self.starts:
+            raise BadInput(f"K_past and V_past (a KV cache) need the new token's X or Q, K, V, not a trace that starts at {problem.start}")
+        if "X_kv" in problem.shared:
+            raise BadInput("a KV cache holds the keys and values of the same sequence; cross-attention (X_kv) has none")
+        return True
+
+    def compute(self, ctx, head, state):
+        p, w = ctx.p, self.which
+        past_name = f"{w}_past"
+        past, new = state.get(past_name), state.get(w)
+        if past is None or state.get(f"{'V' if w == 'K' else 'K'}_past") is None:
+            raise BadInput("K_past and V_past (the KV cache) must be given together")
+        if new is None:
+            return None
+        own = kv_owner(p, head)
+        memo = ctx.__dict__.setdefault("_kv_cache_steps", {})
+        if (self.id, own) in memo:  # grouped-query attention: this key/value head's cache is made
+            return memo[(self.id, own)]
+        old = ctx.operand(past)
+        if w == "K":
+            _check_chunk(p, head, state, old.shape[0])
+        if old.shape[1] != new.shape[1]:
+            raise BadInput(f"step {label(self.id, own)}: cannot append {new.ref} {new.shape} to {past_name} {old.shape}: "
+                           f"{new.shape[1]} != {old.shape[1]} columns")
+        if w == "V" and state.get("K") is not None and old.shape[0] != state["K"].shape[0] - new.shape[0]:
+            raise BadInput(f"K_past has {state['K'].shape[0] - new.shape[0]} rows but V_past has {old.shape[0]}; "
+                           "the cache holds one key and one value per past token")
+        result = ctx.alg.vstack([old.value, new.value])
+        shape = (old.shape[0] + new.shape[0], old.shape[1])
+        h, ph = sup(own), plain_sup(own)
+        cache, past_tex = f"{w}_{{\\text{{cache}}}}{h}", f"{w}_{{\\text{{past}}}}{h}"
+        formula = f"{cache} = \\begin{{bmatrix}} {past_tex} \\\\ {new.letter}{h} \\end{{bmatrix}}"
+        plain = f"{w}_cache{ph} = [{w}_past{ph}; {_plain(new.letter)}{ph}]"
+        details = {"past_rows": old.shape[0], "new_rows": new.shape[0]}
+        flow = ctx.emit(self, own, [past_name, new.ref], formula, plain, result, shape, details)
+        if own != head:  # read by other query heads: named with its head, as the GQA projections
+            flow.ref = f"{self.id}@{own}"
+        memo[(self.id, own)] = flow
+        return flow
+
+    def json_details(self, details) -> dict[str, Any]:
+        return {"past_rows": details.get("past_rows"), "new_rows": details.get("new_rows")}
+
+
+def _plain(letter: str) -> str:
+    """A matrix letter in plain text: an accent follows its letter (\\tilde{K} -> K~)."""
+    return re.sub(r"\\(tilde|hat)\{(\w)\}", lambda m: m.group(2) + ("~" if m.group(1) == "tilde" else "^"), letter)
+
+
+def _check_chunk(p, head, state, past_rows: int) -> None:
+    """One new token needs no mask; a chunk needs the bottom-right one (said in one line)."""
+    from attntrace.kinds.mask import mask_kind
+
+    kind = mask_kind(p.mask)
+    new_rows = state["Q"].shape[0] if state.get("Q") is not None else 1
+    if kind == "causal":
+        raise BadInput("mask = \"causal\" (top-left) with a KV cache would hide the cached keys from the new token; "
+                       "use mask = \"causal_bottom_right\" (or no mask for one new token)")
+    if new_rows > 1 and kind is None:
+        raise BadInput(f"{new_rows} new tokens with a KV cache of {past_rows}: give mask = \"causal_bottom_right\" "
+                       "so that each new token sees the cache and the new tokens up to itself")
+
+
+K_CACHE, V_CACHE = CacheAppend("K"), CacheAppend("V")
