@@ -17,6 +17,7 @@ from attntrace.budget import check_budget, work_estimate  # noqa: F401 - work_es
 from attntrace.inputs.spec import Problem
 from attntrace.kinds import COMBINE_PIPELINE, HEAD_PIPELINE, Flow, Kind
 from attntrace.kinds.base import label
+from attntrace.kinds.projection import kv_groups
 from attntrace.kinds.mask import mask_setting
 from attntrace.model.errors import BadInput
 from attntrace.model.trace import Operand, Step, Trace
@@ -28,9 +29,11 @@ _OPERAND_NAMES = {"Q": ("Q", "q"), "K": ("K", "k"), "V": ("V", "v"), "scores": (
 
 
 def sum_finite(a: np.ndarray) -> bool:
-    """True when the sum of `a` is finite, which proves every entry finite (one pass, no copy)."""
-    with np.errstate(all="ignore"):
-        return bool(np.isfinite(np.add.reduce(a, axis=None)))
+    """True when the sum of `a` is finite, which proves every entry finite (one pass, no copy).
+
+    Called inside `trace`, whose np.errstate silences the overflow warning of the sum; an
+    errstate here too would cost as much as summing a head's scores."""
+    return bool(np.isfinite(np.add.reduce(a, axis=None)))
 
 
 def _check_finite(a: np.ndarray, step: str, how: str) -> None:
@@ -51,16 +54,19 @@ class Context:
         self.alg = algebra_for(problem.mode, full_expansion=problem.full_expansion)
         self.steps: list[Step] = []
         self.numeric = problem.mode == "numeric"
+        #: what a kind computes once and reuses across heads (full-width projections, shared K/V heads)
+        self.cache: dict = {}
 
     def operand(self, op: Operand) -> Flow:
         letter, entry = _OPERAND_NAMES.get(op.name, (op.name, None))
         return Flow(op.value, op.shape, op.name, letter, entry)
 
-    def emit(self, kind: Kind, head, inputs, formula: str, plain: str, result, shape, details=None) -> Flow:
-        """Record the step `kind` computed and return its value in flight."""
+    def emit(self, kind: Kind, head, inputs, formula: str, plain: str, result, shape, details=None, *, checked=False) -> Flow:
+        """Record the step `kind` computed and return its value in flight (`checked`: the kind
+        has already checked the value for overflow, e.g. once for a full-width product)."""
         value, expansion = self.alg.finish(result, symbol=kind.symbol, head=head, shape=shape)
         details = details or {}
-        if self.numeric and not kind.infinite_ok:
+        if self.numeric and not kind.infinite_ok and not checked:
             _check_finite(value, label(kind.id, head), kind.overflow_how(inputs, details))
         self.steps.append(Step(id=kind.id, head=head, inputs=tuple(inputs), formula=formula, value=value, shape=tuple(shape),
                                symbol=kind.symbol, expansion=expansion, details=details, plain=plain))
@@ -90,6 +96,8 @@ def _head_state(ctx: Context, ops: dict[str, Operand]) -> dict:
     for name, role in _OPERAND_ROLES.items():
         if name in ops:
             state[role] = ctx.operand(ops[name])
+            if name in ("K", "V") and "num_kv_heads" in ctx.p.extra:  # shared by a group of query heads
+                state[role].ref = f"{name}@{ops[name].head}"
     state["d_k"] = ctx.p.d_k
     return state
 
@@ -122,11 +130,13 @@ def _run(ctx: Context) -> Trace:
     # the report's "Given" order: the inputs, then each head's matrices, then W_O and b_O
     first = tuple(p.shared[k] for k in ("X", "X_kv") if k in p.shared)
     last = tuple(op for k, op in p.shared.items() if k not in ("X", "X_kv"))
-    operands = first + tuple(op for ops in p.heads for op in ops.values()) + last
+    # a key/value head's matrices are listed once, though a group of query heads shares them
+    operands = first + tuple({id(op): op for ops in p.heads for op in ops.values()}.values()) + last
     settings = {
         "start": p.start, "scale": p.scale, "d_k": p.d_k, "mask": mask_setting(p),
         "cross": "X_kv" in p.shared, "full_expansion": p.full_expansion, "description": p.description,
         "tokens": p.tokens, "kv_tokens": p.kv_tokens, "source": p.source, **p.localized,
+        **({"kv_groups": kv_groups(p)} if "num_kv_heads" in p.extra else {}),
     }
     return Trace(mode=p.mode, steps=tuple(ctx.steps), operands=operands, title=p.title, num_heads=len(p.heads), settings=settings)
 

@@ -10,11 +10,25 @@ one level deep and its cost linear in the number of entries.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from attntrace.inputs.expr import entry_name
+
+
+def _entry_symbol(base: str, i: int, j: int, head, wide: bool) -> str:
+    """An entry's name; an accented base (\\tilde{q}, the rotated queries) is no parser name,
+    so it is written out here, as the reports write it (attntrace.rendering.viewparts.Ref)."""
+    if not base.startswith("\\"):
+        return entry_name(base, i, j, head=head, wide=wide)
+    sup = "" if head is None else f"^{{({head})}}"
+    return f"{base}{sup}_{{{f'{i},{j}' if wide else f'{i}{j}'}}}"
+
+
+#: erf on arrays (NumPy has none; math.erf is correctly rounded enough for 1e-10 against torch).
+_ERF = np.vectorize(math.erf, otypes=[np.float64])
 
 
 def _readonly(a: np.ndarray) -> np.ndarray:
@@ -34,7 +48,14 @@ class NumericAlgebra:
         return a @ b.T
 
     def add_row(self, a, row):
+        if a.flags.writeable and a.flags.owndata:  # a fresh product, not a step's value: in place
+            a += row
+            return a
         return a + row
+
+    def columns(self, a, first: int, stop: int):
+        """Columns first..stop-1: a view, as PyTorch's per-head split of the full-width projection."""
+        return a[:, first:stop]
 
     def factor(self, d_k: int | None, number) -> float:
         return math.sqrt(d_k) if number is None else float(number)
@@ -50,15 +71,17 @@ class NumericAlgebra:
 
         details (read-only float64): row_max m_i (n,), shifted t_ij - m_i (n, n; -inf where
         masked), exp e^{t_ij - m_i} (n, n; 0 where masked), row_sum sum_j e^{t_ij - m_i} (n,).
+        One (n, n) buffer becomes the shift, then its exponentials, then the weights (in place);
+        `shifted` and `exp` are recomputed from t and m_i, bit for bit, only when a report
+        reads them (`SoftmaxDetails`): a trace does not keep two more (n, n) matrices per head.
         """
         row_max = t.max(axis=1, keepdims=True)
-        shifted = t - row_max
-        e = np.exp(shifted)
-        row_sum = e.sum(axis=1, keepdims=True)
-        weights = e / row_sum
-        details = {"row_max": _readonly(row_max[:, 0]), "shifted": _readonly(shifted), "exp": _readonly(e),
-                   "row_sum": _readonly(row_sum[:, 0])}
-        return weights, details
+        buf = np.subtract(t, row_max)
+        shift_finite = bool(np.isfinite(np.add.reduce(buf, axis=None)))  # under trace's errstate
+        np.exp(buf, out=buf)
+        row_sum = buf.sum(axis=1, keepdims=True)
+        weights = np.divide(buf, row_sum, out=buf)
+        return weights, SoftmaxDetails(t, _readonly(row_max[:, 0]), _readonly(row_sum[:, 0]), shift_finite)
 
     def hstack(self, parts):
         return np.hstack(parts)
@@ -67,8 +90,140 @@ class NumericAlgebra:
         """Rows of the parts one under the other (a KV cache with the new token's row appended)."""
         return np.vstack(parts)
 
+    # -- position-aware kinds (RoPE, ALiBi) ---------------------------------------------
+    def rope_angles(self, positions, base, d: int):
+        """(n, d/2) angles m * theta_i, theta_i = base^(-2(i-1)/d), as Hugging Face computes them."""
+        inv_freq = 1.0 / (float(base) ** (np.arange(0, d, 2, dtype=np.float64) / d))
+        return np.outer(np.asarray(positions, dtype=np.float64), inv_freq)
+
+    def rotate_pairs(self, a, pairs, angles):
+        """Column pair p = (j, k) of row r turned by angles[r, p]: (x cos - y sin, x sin + y cos)."""
+        first, second = [j for j, _ in pairs], [k for _, k in pairs]
+        c, s = np.cos(angles), np.sin(angles)
+        out = np.empty(a.shape)
+        out[:, first] = a[:, first] * c - a[:, second] * s
+        out[:, second] = a[:, first] * s + a[:, second] * c
+        return out
+
+    def pow2(self, r) -> float:
+        """2^(-r) for a Fraction r (the ALiBi paper's slopes)."""
+        return 2.0 ** -float(r)
+
+    def number(self, x) -> float:
+        return float(x)
+
+    def distance_bias(self, slope, rows: int, cols: int):
+        """b_ij = -slope * (i - j), the ALiBi bias of query i and key j."""
+        return -slope * (np.arange(rows, dtype=np.float64)[:, None] - np.arange(cols, dtype=np.float64)[None, :])
+
+    def add(self, a, b):
+        """a + b entry by entry (the scores plus the ALiBi bias)."""
+        return a + b
+
+    # -- the Transformer block (attntrace.kinds.position/residual/norm/ffn) --------------
+    def plus(self, a, b):
+        """a + b entry by entry (residual connections, X + P)."""
+        return a + b
+
+    def hadamard(self, a, b):
+        return a * b
+
+    def activation(self, a, name: str):
+        """relu, gelu (exact, with erf), gelu_tanh (the tanh approximation), silu: as torch defines them."""
+        if name == "relu":
+            return np.maximum(a, 0.0)
+        if name == "gelu":
+            return 0.5 * a * (1.0 + _ERF(a / math.sqrt(2.0)))
+        if name == "gelu_tanh":
+            return 0.5 * a * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (a + 0.044715 * a ** 3)))
+        if name == "silu":
+            return a / (1.0 + np.exp(-a))
+        raise ValueError(name)
+
+    def norm(self, a, gain, bias, eps: float, rms: bool):
+        """LayerNorm (biased variance, as nn.LayerNorm) or RMSNorm of each row, then gain and bias.
+
+        details (float64, one entry per row): LayerNorm mean, var; RMSNorm mean_square.
+        """
+        if rms:
+            ms = (a * a).mean(axis=1, keepdims=True)
+            y, details = a / np.sqrt(ms + eps), {"mean_square": _readonly(ms[:, 0].copy())}
+        else:
+            mean = a.mean(axis=1, keepdims=True)
+            c = a - mean
+            var = (c * c).mean(axis=1, keepdims=True)
+            y, details = c / np.sqrt(var + eps), {"mean": _readonly(mean[:, 0].copy()), "var": _readonly(var[:, 0].copy())}
+        if gain is not None:
+            y = y * gain
+        if bias is not None:
+            y = y + bias
+        return y, details
+
+    def sinusoid(self, n: int, d: int, base):
+        """p[i, 2k] = sin(i / base^(2k/d)), p[i, 2k+1] = cos(i / base^(2k/d)), positions i = 0..n-1."""
+        pos = np.arange(n, dtype=np.float64)[:, None]
+        col = np.arange(d)[None, :]
+        angle = pos / float(base) ** ((2 * (col // 2)) / d)
+        return np.where(col % 2 == 0, np.sin(angle), np.cos(angle))
+
+    # -- the backward pass (attntrace.kinds.backward) -------------------------------
+    def transpose(self, a):
+        return a.T
+
+    def times(self, a, c):
+        return a * float(c)
+
+    def constant(self, shape, c):
+        return np.full(shape, float(c))
+
+    def colsum(self, a):
+        return a.sum(axis=0, keepdims=True)
+
+    def softmax_backward(self, a, da):
+        """dT = A o (dA - r 1^T), r_i = sum_j a_ij da_ij: the softmax's vector-Jacobian product
+        row by row; a masked entry (weight exactly 0) gets exactly 0. details: rowdot r (n,)."""
+        r = (da * a).sum(axis=1, keepdims=True)
+        return a * (da - r), {"rowdot": _readonly(r[:, 0].copy())}
+
+    def softmax_jacobian(self, a, i):
+        """The Jacobian of row i of the softmax, diag(a_i) - a_i^T a_i."""
+        row = a[i]
+        return np.diag(row) - np.outer(row, row)
+
     def finish(self, result, *, symbol, head, shape):
-        return _readonly(np.ascontiguousarray(result, dtype=np.float64)), None
+        # No copy: a head's column block stays a view of the full-width product (BLAS takes
+        # the row stride as it is), and a fresh result is already float64.
+        return _readonly(result if result.dtype == np.float64 else result.astype(np.float64)), None
+
+
+class SoftmaxDetails(Mapping):
+    """The numeric softmax's details: row_max and row_sum kept, shifted and exp computed on
+    first read (the same NumPy operations as the softmax, so the same bits) and then kept.
+    Immutable, so a Step keeps it as it is (`immutable`). `shift_finite` says whether every
+    t_ij - m_i was finite (else a masked -inf, or a row wider than the float range)."""
+
+    immutable = True
+    _KEYS = ("row_max", "shifted", "exp", "row_sum")
+
+    def __init__(self, t, row_max, row_sum, shift_finite: bool):
+        self._t, self.shift_finite = t, shift_finite
+        self._have = {"row_max": row_max, "row_sum": row_sum}
+
+    def __getitem__(self, key):
+        if key not in self._have:
+            if key == "shifted":
+                self._have[key] = _readonly(self._t - self._have["row_max"][:, None])
+            elif key == "exp":
+                self._have[key] = _readonly(np.exp(self["shifted"]))
+            else:
+                raise KeyError(key)
+        return self._have[key]
+
+    def __iter__(self):
+        return iter(self._KEYS)
+
+    def __len__(self):
+        return len(self._KEYS)
 
 
 class SympyAlgebra:
@@ -136,11 +291,194 @@ class SympyAlgebra:
         weights = sp.Matrix(rows, cols, lambda i, j: sp.Integer(0) if t[i, j] == -sp.oo else exps[i, j] / sums[i])
         return weights, {"exp": sp.ImmutableMatrix(exps), "row_sum": tuple(sums)}
 
+    # -- position-aware kinds (RoPE, ALiBi) ---------------------------------------------
+    def rope_angles(self, positions, base, d: int):
+        """(n, d/2) exact angles m * base^(-2(i-1)/d): 1, 1/100, 10^(2/3)/100 (cos and sin stay symbolic)."""
+        sp = self.sp
+        b = self.number(base)
+        return sp.Matrix(len(positions), d // 2, lambda r, i: sp.Integer(positions[int(r)]) * b ** sp.Rational(-2 * int(i), d))
+
+    def rotate_pairs(self, a, pairs, angles):
+        """Column pair p = (j, k) of row r turned by angles[r, p]: (x cos - y sin, x sin + y cos).
+
+        Named steps keep the textbook's term order (q cos - q' sin); position 0 is no rotation."""
+        sp = self.sp
+        out = sp.Matrix(a)
+        for r in range(a.shape[0]):
+            for p, (j, k) in enumerate(pairs):
+                x, y, phi = a[r, j], a[r, k], angles[r, p]
+                if phi == 0:
+                    out[r, j], out[r, k] = x, y
+                    continue
+                c, s = sp.cos(phi), sp.sin(phi)
+                if self.name_steps:
+                    out[r, j] = self._terms([(x, c), (-1, y, s)])
+                    out[r, k] = self._terms([(x, s), (y, c)])
+                else:
+                    out[r, j], out[r, k] = self._plain(x * c - y * s), self._plain(x * s + y * c)
+        return out
+
+    def _terms(self, products):
+        """An unevaluated sum of unevaluated products, zero terms left out."""
+        sp = self.sp
+        terms = [sp.Mul(*f, evaluate=False) for f in products if all(x != 0 for x in f)]
+        return sp.Integer(0) if not terms else terms[0] if len(terms) == 1 else sp.Add(*terms, evaluate=False)
+
+    def _plain(self, x):
+        return x
+
+    def pow2(self, r):
+        return self.sp.Integer(2) ** self.sp.Rational(-r.numerator, r.denominator)
+
+    def number(self, x):
+        sp = self.sp
+        if isinstance(x, sp.Basic):  # already parsed by the whitelist parser
+            return x
+        return sp.Rational(str(x)) if isinstance(x, float) else sp.Integer(x)
+
+    def distance_bias(self, slope, rows: int, cols: int):
+        sp = self.sp
+        return sp.Matrix(rows, cols, lambda i, j: self._plain(-slope * (int(i) - int(j))))
+
+    def add(self, a, b):
+        """a + b entry by entry; named steps keep the sum (t_21 - 1/16), a zero bias adds nothing."""
+        sp = self.sp
+        if self.name_steps:
+            return sp.Matrix(a.shape[0], a.shape[1], lambda i, j: a[i, j] if b[i, j] == 0 else sp.Add(a[i, j], b[i, j], evaluate=False))
+        return sp.Matrix(a.shape[0], a.shape[1], lambda i, j: self._plain(a[i, j] + b[i, j]))
+
     def hstack(self, parts):
         return self.sp.Matrix.hstack(*parts)
 
     def vstack(self, parts):
         return self.sp.Matrix.vstack(*parts)
+
+    # -- the Transformer block --------------------------------------------------------
+    def plus(self, a, b):
+        """a + b entry by entry; named steps keep the sum unevaluated (e_11 + o_11), exact mode
+        writes each entry in exact_form's canonical form."""
+        sp = self.sp
+        if self.name_steps:
+            return self._each(a, b, lambda x, y: sp.Add(x, y, evaluate=False))
+        canonical = self.xf.canonical if hasattr(self, "xf") else (lambda e: e)
+        return self._each(a, b, lambda x, y: canonical(x + y))
+
+    def _each(self, a, b, op):
+        return self.sp.Matrix(a.shape[0], a.shape[1], lambda i, j: op(a[i, j], b[i, j]))
+
+    def hadamard(self, a, b):
+        sp = self.sp
+        return self._each(a, b, (lambda x, y: sp.Mul(x, y, evaluate=False)) if self.name_steps else (lambda x, y: x * y))
+
+    def activation(self, a, name: str):
+        """The activations as SymPy functions: max(0, x), x/2 (1 + erf(x/sqrt 2)), the tanh form, x/(1 + e^-x)."""
+        sp = self.sp
+        fns = {
+            "relu": lambda x: sp.Max(0, x),
+            "gelu": lambda x: x * (1 + sp.erf(x / sp.sqrt(2))) / 2,
+            "gelu_tanh": lambda x: x * (1 + sp.tanh(sp.sqrt(2 / sp.pi) * (x + sp.Rational(44715, 1000000) * x ** 3))) / 2,
+            "silu": lambda x: x / (1 + sp.exp(-x)),
+        }
+        return a.applyfunc(fns[name])
+
+    def norm(self, a, gain, bias, eps, rms: bool):
+        """LayerNorm / RMSNorm row by row. With named steps (symbolic) an entry is written with
+        the row's statistics as symbols, mu_i and sigma_i^2 (nu_i, the mean square, for RMSNorm)
+        and epsilon, and details["defs"] says what each symbol stands for, one level deep:
+        ((symbol, definition), ...), in the order they are computed. Otherwise computed through
+        (eps a SymPy number); details give mean and var (or mean_square) per row."""
+        sp = self.sp
+        rows, d = a.shape
+        row = lambda i: [a[i, k] for k in range(d)]  # noqa: E731
+        named = self.name_steps
+        e = sp.Symbol("\\varepsilon") if named else eps
+        defs, stats = [], []
+        for i in range(rows):
+            if rms:
+                ms = sp.Add(*[x ** 2 for x in row(i)], evaluate=not named) / d
+                if named:
+                    nu = sp.Symbol(f"\\nu_{{{i + 1}}}")
+                    defs.append((nu, ms))
+                    ms = nu
+                stats.append((None, ms))
+            else:
+                mean = sp.Add(*row(i), evaluate=not named) / d
+                if named:
+                    mu = sp.Symbol(f"\\mu_{{{i + 1}}}")
+                    defs.append((mu, mean))
+                    mean = mu
+                var = sp.Add(*[(x - mean) ** 2 for x in row(i)], evaluate=not named) / d
+                if named:
+                    sigma = sp.Symbol(f"\\sigma_{{{i + 1}}}")
+                    defs.append((sigma ** 2, var))
+                    var = sigma ** 2
+                stats.append((mean, var))
+
+        def entry(i, j):
+            mean, spread = stats[i]
+            centred = a[i, j] if mean is None else a[i, j] - mean
+            y = centred / sp.sqrt(spread + e)
+            if gain is not None:
+                y = gain[0, j] * y
+            if bias is not None:
+                y = y + bias[0, j]
+            return y
+
+        result = sp.Matrix(rows, d, entry)
+        if named:
+            return result, {"defs": tuple(defs), "eps": eps}
+        if rms:
+            return result, {"mean_square": tuple(s[1] for s in stats)}
+        return result, {"mean": tuple(s[0] for s in stats), "var": tuple(s[1] for s in stats)}
+
+    def sinusoid(self, n: int, d: int, base):
+        """Exact angles: sin(i / base^(2k/d)) stays sin(...) (sin 0 = 0, cos 0 = 1)."""
+        sp = self.sp
+        base = sp.Integer(base) if float(base).is_integer() else sp.Rational(str(base))
+        angle = lambda i, j: sp.Integer(i) / base ** sp.Rational(2 * (j // 2), d)  # noqa: E731
+        return sp.Matrix(n, d, lambda i, j: (sp.sin if j % 2 == 0 else sp.cos)(angle(int(i), int(j))))
+
+    # -- the backward pass: unevaluated sums and products when steps are named -------
+    def transpose(self, a):
+        return a.T
+
+    def times(self, a, c):
+        sp = self.sp
+        return a.applyfunc(lambda x: sp.Mul(c, x, evaluate=False) if self.name_steps else self._plain(c * x))
+
+    def constant(self, shape, c):
+        return self.sp.Matrix(shape[0], shape[1], lambda i, j: self.sp.sympify(c))
+
+    def colsum(self, a):
+        sp = self.sp
+        ev = not self.name_steps
+        return sp.Matrix(1, a.shape[1], lambda i, j: self._plain(sp.Add(*[a[k, j] for k in range(a.shape[0])], evaluate=ev)))
+
+    def softmax_backward(self, a, da):
+        """t-bar_ij = a_ij (g_ij - r_i), r_i = sum_j a_ij g_ij over the kept entries (a masked
+        weight is exactly 0, and so is its gradient). details: rowdot (tuple of r_i)."""
+        sp = self.sp
+        ev = not self.name_steps
+        rows, cols = a.shape
+        r = [self._plain(sp.Add(*[sp.Mul(a[i, j], da[i, j], evaluate=ev) for j in range(cols) if a[i, j] != 0], evaluate=ev))
+             for i in range(rows)]
+
+        def entry(i, j):
+            if a[i, j] == 0:
+                return sp.Integer(0)
+            return self._plain(sp.Mul(a[i, j], sp.Add(da[i, j], sp.Mul(-1, r[i], evaluate=ev), evaluate=ev), evaluate=ev))
+        return sp.Matrix(rows, cols, entry), {"rowdot": tuple(r)}
+
+    def softmax_jacobian(self, a, i):
+        """The Jacobian of row i of the softmax: a_ij (1 - a_ij) on the diagonal, -a_ij a_ik off it."""
+        sp = self.sp
+        n, ev = a.shape[1], not self.name_steps
+        return sp.ImmutableMatrix(n, n, lambda j, k: self._plain(
+            sp.Mul(a[i, j], sp.Add(1, -a[i, j], evaluate=ev), evaluate=ev) if j == k else sp.Mul(-1, a[i, j], a[i, k], evaluate=ev)))
+
+    def columns(self, a, first: int, stop: int):
+        """Columns first..stop-1 (plain entries: never a softmax-derived matrix with forms)."""
+        return a[:, first:stop]
 
     def finish(self, result, *, symbol, head, shape):
         sp = self.sp
@@ -149,7 +487,7 @@ class SympyAlgebra:
             return result, None
         rows, cols = shape
         wide = max(rows, cols) >= 10
-        names = sp.ImmutableMatrix(rows, cols, lambda i, j: sp.Integer(0) if result[i, j] == 0 else sp.Symbol(entry_name(symbol, int(i) + 1, int(j) + 1, head=head, wide=wide)))
+        names = sp.ImmutableMatrix(rows, cols, lambda i, j: sp.Integer(0) if result[i, j] == 0 else sp.Symbol(_entry_symbol(symbol, int(i) + 1, int(j) + 1, head, wide)))
         return names, result
 
 
@@ -191,7 +529,7 @@ class ExactAlgebra(SympyAlgebra):
         rows, inner, cols = a.shape[0], a.shape[1], b.shape[1]
         fa = self._forms_of(a)
         if fa is None or self._forms_of(b) is not None:
-            return self._matrix(rows, cols, lambda i, j: xf.canonical(sp.Add(*[a[i, k] * b[k, j] for k in range(inner)])))
+            return self._matrix(rows, cols, lambda i, j: self._trig(xf.canonical(sp.Add(*[a[i, k] * b[k, j] for k in range(inner)]))))
         bn = [[xf.normal(b[k, j]) for j in range(cols)] for k in range(inner)]
         forms = []
         for i in range(rows):
@@ -217,6 +555,18 @@ class ExactAlgebra(SympyAlgebra):
 
     def divide(self, a, factor):
         return a.applyfunc(lambda x: self.xf.canonical(x / factor))
+
+    def _plain(self, x):
+        """RoPE, ALiBi: entries in canonical form (expanded: q cos(1) - k sin(1))."""
+        return self.xf.canonical(x)
+
+    def _trig(self, e):
+        """A product of RoPE-rotated rows, cos a cos b + sin a sin b + ..., as a sum over the angle
+        differences (cos(a - b)): the exact scores then show that they depend on m - n only."""
+        sp = self.sp
+        if not e.has(sp.sin, sp.cos):
+            return e
+        return sp.expand(sp.expand(e.rewrite(sp.exp)).rewrite(sp.cos), trig=False)
 
     def softmax(self, t):
         """Row by row, `exact_form.SoftmaxRow`: weights, and details with the numeric keys.
@@ -262,7 +612,9 @@ class ShapeAlgebra:
     mode = "shape"
 
     def __getattr__(self, name: str) -> Any:
-        if name in {"matmul", "matmul_t", "add_row", "divide", "mask", "hstack", "vstack"}:
+        if name in {"matmul", "matmul_t", "add_row", "columns", "divide", "mask", "hstack", "vstack",
+                    "rope_angles", "rotate_pairs", "pow2", "number", "distance_bias", "add", "plus", "hadamard", "activation", "sinusoid",
+                    "transpose", "times", "constant", "colsum", "softmax_jacobian"}:
             return lambda *args, **kw: None
         raise AttributeError(name)
 
@@ -270,6 +622,12 @@ class ShapeAlgebra:
         return math.sqrt(d_k) if number is None else float(number)
 
     def softmax(self, t):
+        return None, {}
+
+    def norm(self, a, gain, bias, eps, rms):
+        return None, {}
+
+    def softmax_backward(self, a, da):
         return None, {}
 
     def finish(self, result, *, symbol, head, shape):

@@ -222,12 +222,21 @@ def _heads(x, what: str) -> np.ndarray:
     raise BadInput(f"{what} must be (L, E), (1, L, E) or (1, H, L, E), not of shape {tuple(a.shape)}")
 
 
-def qkv_spec(q, k, v, *, attn_mask=None, is_causal=False, scale=None) -> dict:
-    """The attntrace spec equivalent to `F.scaled_dot_product_attention(q, k, v, ...)`."""
+def qkv_spec(q, k, v, *, attn_mask=None, is_causal=False, scale=None, enable_gqa=False) -> dict:
+    """The attntrace spec equivalent to `F.scaled_dot_product_attention(q, k, v, ...)`.
+
+    With `enable_gqa` and k, v having h_kv heads (h_kv dividing q's h), the spec is
+    grouped-query attention: Q, K, V at full width (each head's columns side by side, head 1
+    first) with num_heads = h and num_kv_heads = h_kv, so query head i reads key/value head
+    floor((i - 1) / (h / h_kv)) + 1, SDPA's repeat_interleave order."""
     Q, K, V = _heads(q, "q"), _heads(k, "k"), _heads(v, "v")
-    h = Q.shape[0]
-    if K.shape[0] != h or V.shape[0] != h:
-        raise Unsupported(f"q, k, v have {h}, {K.shape[0]}, {V.shape[0]} heads; grouped-query attention (enable_gqa) is not supported")
+    h, h_kv = Q.shape[0], K.shape[0]
+    if V.shape[0] != h_kv:
+        raise BadInput(f"k has {h_kv} heads but v has {V.shape[0]}; they must have the same number")
+    if h_kv != h and not enable_gqa:
+        raise Unsupported(f"q has {h} heads but k and v have {h_kv}: grouped-query attention needs enable_gqa=True (as SDPA)")
+    if h % h_kv:
+        raise BadInput(f"q has {h} heads, not a multiple of the {h_kv} heads of k and v (grouped-query attention needs one)")
     L, S = Q.shape[1], K.shape[1]
     if attn_mask is not None and is_causal:
         raise BadInput("give attn_mask or is_causal=True, not both (as scaled_dot_product_attention)")
@@ -235,8 +244,12 @@ def qkv_spec(q, k, v, *, attn_mask=None, is_causal=False, scale=None) -> dict:
     if attn_mask is not None:
         keep = _one_mask(_keep_from_mask(attn_mask, what="attn_mask", bool_true_means_keep=True), L, S, what="attn_mask", heads=h)
     mask = _mask_spec("causal" if is_causal else keep)
-    tables = [{"Q": Q[i], "K": K[i], "V": V[i]} for i in range(h)]
-    spec: dict[str, Any] = {"heads": tables} if h > 1 else dict(tables[0])
+    if h_kv != h:
+        full = lambda a: np.ascontiguousarray(a.transpose(1, 0, 2).reshape(a.shape[1], -1))  # noqa: E731 - (H, L, E) -> (L, H*E)
+        spec: dict[str, Any] = {"Q": full(Q), "K": full(K), "V": full(V), "num_heads": h, "num_kv_heads": h_kv}
+    else:
+        tables = [{"Q": Q[i], "K": K[i], "V": V[i]} for i in range(h)]
+        spec = {"heads": tables} if h > 1 else dict(tables[0])
     if scale is not None:
         scale = float(scale)
         if not scale > 0 or math.isinf(scale):
@@ -247,13 +260,15 @@ def qkv_spec(q, k, v, *, attn_mask=None, is_causal=False, scale=None) -> dict:
     return spec
 
 
-def from_qkv(q, k, v, *, attn_mask=None, is_causal=False, scale=None, **run_overrides) -> Trace:
-    """Trace `torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask, is_causal=..., scale=...)`.
+def from_qkv(q, k, v, *, attn_mask=None, is_causal=False, scale=None, enable_gqa=False, **run_overrides) -> Trace:
+    """Trace `torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask, is_causal=..., scale=..., enable_gqa=...)`.
 
     q, k, v: (L, E), (1, L, E) or (1, H, L, E); H > 1 gives a multi-head trace (one head per
     slice; its concat step is SDPA's output transposed to (L, H*E); no W_O, SDPA has none). attn_mask follows SDPA: bool
-    True = kept, or a float mask of 0 / -inf. Tensors or NumPy arrays.
+    True = kept, or a float mask of 0 / -inf. Tensors or NumPy arrays. With `enable_gqa`, k and
+    v may have fewer heads than q (grouped-query attention; one head: multi-query).
     """
     from attntrace import run
 
-    return run(qkv_spec(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale), **run_overrides)
+    spec = qkv_spec(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
+    return run(spec, **run_overrides)

@@ -35,10 +35,12 @@ HEAD_KEYS = {
 #: Matrices shared by all heads.
 SHARED_KEYS = {"X": "x", "X_kv": "y", "W_O": "w^{O}", "b_O": "b^{O}"}
 OPTION_KEYS = {"title", "description", "title_zh", "description_zh", "mode", "scale", "d_k", "mask", "num_heads", "heads", "Z", "expand", "tokens", "kv_tokens",
-               "window", "key_padding"}
+               "window", "key_padding", "num_kv_heads"}
 ALLOWED_KEYS = set(HEAD_KEYS) | set(SHARED_KEYS) | OPTION_KEYS
 #: Keys that `num_heads` splits into column blocks, one per head.
 SPLITTABLE = ("W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "Q", "K", "V", "K_past", "V_past")
+#: Keys that `num_kv_heads` (grouped-query attention) splits into one block per key/value head.
+KV_KEYS = ("W_K", "W_V", "b_K", "b_V", "K", "V", "K_past", "V_past")
 
 
 @dataclass(frozen=True)
@@ -287,6 +289,8 @@ def load_spec(spec: Any, *, mode: str | None = None, **overrides: Any) -> Proble
     num_heads = data.get("num_heads")
     if num_heads is not None:
         num_heads = _positive_int(num_heads, "num_heads")
+    num_kv_heads = _kv_heads(data, num_heads)
+    full_width: Mapping[str, Operand] = {}
 
     if "Z" in data:
         if heads_raw or top or "X" in data:
@@ -323,15 +327,21 @@ def load_spec(spec: Any, *, mode: str | None = None, **overrides: Any) -> Proble
                 if not_splittable:
                     raise BadInput(f"num_heads splits {', '.join(SPLITTABLE)} into column blocks; give {not_splittable[0]} per head in heads instead")
                 for k, op in single.items():  # before anything per head is built
-                    if op.shape[1] % num_heads:
-                        raise BadInput(f"num_heads = {_short(num_heads)} does not divide the width of {k} {op.shape}")
+                    parts = num_kv_heads if k in KV_KEYS else num_heads
+                    if op.shape[1] % parts:
+                        raise BadInput(f"{'num_kv_heads' if k in KV_KEYS and num_kv_heads != num_heads else 'num_heads'} = "
+                                       f"{_short(parts)} does not divide the width of {k} {op.shape}")
                 if num_heads > limits.get("heads"):
                     raise limits.refuse(f"num_heads = {_short(num_heads)} is too many heads", "heads")
+                _check_key_width(single, num_heads, num_kv_heads)
                 per_head = [dict() for _ in range(num_heads)]
+                group = num_heads // num_kv_heads  # query heads per key/value head (repeat_interleave order)
                 for k, op in single.items():
-                    for i, part in enumerate(_split(op, num_heads, mode)):
-                        per_head[i][k] = part
+                    blocks = _split(op, num_kv_heads if k in KV_KEYS else num_heads, mode)
+                    for i in range(num_heads):
+                        per_head[i][k] = blocks[i // group] if k in KV_KEYS else blocks[i]
                 heads = tuple(per_head)
+                full_width = single  # the unsplit matrices: projections are computed once at full width
             else:
                 heads = (single,)
         start = _start(heads[0], shared)
@@ -364,8 +374,32 @@ def load_spec(spec: Any, *, mode: str | None = None, **overrides: Any) -> Proble
         tokens=tokens,
         kv_tokens=kv_tokens,
         source=source,
-        extra={**mask_opts},
+        extra={**mask_opts, "full_width": full_width, **({"num_kv_heads": num_kv_heads} if num_kv_heads != (num_heads or 1) else {})},
     )
+
+
+def _check_key_width(single: Mapping[str, Operand], h: int, h_kv: int) -> None:
+    """Each key head must be as wide as a query head (d_k), or the scores cannot be formed;
+    said here, in terms of the full-width matrices the user wrote, not later per head."""
+    for q, k in (("W_Q", "W_K"), ("Q", "K")):
+        if q in single and k in single and single[q].shape[1] // h != single[k].shape[1] // h_kv:
+            d_k = single[q].shape[1] // h
+            raise BadInput(f"{k} {single[k].shape} has {single[k].shape[1]} columns but {h_kv} key head(s) of d_k = {d_k} "
+                           f"({q} {single[q].shape} / num_heads = {h}) need {h_kv * d_k}")
+
+
+def _kv_heads(data: Mapping[str, Any], num_heads: int | None) -> int:
+    """num_kv_heads (grouped-query attention; 1 = multi-query): it must divide num_heads, and the
+    key/value matrices must be given at full width, to be split into that many column blocks."""
+    h = num_heads or 1
+    if "num_kv_heads" not in data:
+        return h
+    h_kv = _positive_int(data["num_kv_heads"], "num_kv_heads")
+    if h % h_kv:
+        raise BadInput(f"num_kv_heads = {_short(h_kv)} does not divide num_heads = {h} (each key/value head serves h / h_kv query heads)")
+    if h_kv != h and ("heads" in data or "Z" in data):
+        raise BadInput("num_kv_heads splits full-width W_K, W_V (or K, V) given at the top level with num_heads; not heads or Z")
+    return h_kv
 
 
 def _check_token_counts(tokens, kv_tokens, head: Mapping[str, Operand], shared: Mapping[str, Operand]) -> None:

@@ -9,16 +9,18 @@ block `templates/steps/{id}.j2` and its prose `templates/prose/{en,zh}/{prose}.j
 from __future__ import annotations
 
 from attntrace.kinds.base import Flow, Kind
+from attntrace.kinds.alibi import BIASED
 from attntrace.kinds.cache import K_CACHE, V_CACHE
 from attntrace.kinds.heads import CONCAT, OUTPUT
 from attntrace.kinds.mask import MASKED
 from attntrace.kinds.projection import K, Q, V
+from attntrace.kinds.rope import K_ROPE, Q_ROPE
 from attntrace.kinds.scale import SCALED
 from attntrace.kinds.scores import SCORES
 from attntrace.kinds.softmax import WEIGHTS
 from attntrace.kinds.weighted_sum import WEIGHTED_SUM
 
-HEAD_PIPELINE: tuple[Kind, ...] = (Q, K, V, K_CACHE, V_CACHE, SCORES, SCALED, MASKED, WEIGHTS, WEIGHTED_SUM)
+HEAD_PIPELINE: tuple[Kind, ...] = (Q, K, V, Q_ROPE, K_ROPE, K_CACHE, V_CACHE, SCORES, SCALED, BIASED, MASKED, WEIGHTS, WEIGHTED_SUM)
 COMBINE_PIPELINE: tuple[Kind, ...] = (CONCAT, OUTPUT)
 
 #: Every kind by step id.

@@ -11,6 +11,7 @@ extra JSON fields and the checker mistakes that change it. The tracer only compo
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -85,6 +86,11 @@ def sup(head: int | None) -> str:
 def label(name: str, head: int | None) -> str:
     """A step as error messages name it: 'scores' or 'scores (head 2)'."""
     return name if head is None else f"{name} (head {head})"
+
+
+def plain_math(name: str) -> str:
+    """A matrix or entry name in plain text: an accent follows its letter (\\tilde{T} -> T~, \\hat{t} -> t')."""
+    return re.sub(r"\\(tilde|hat)\{(\w)\}", lambda m: m.group(2) + ("~" if m.group(1) == "tilde" else "'"), name)
 
 
 def plain_sup(head: int | None) -> str:

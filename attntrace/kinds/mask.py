@@ -25,7 +25,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from attntrace.kinds.base import Kind, plain_sup, sup
+from attntrace.kinds.base import Kind, plain_math, plain_sup, sup
 from attntrace.model.errors import BadInput
 
 #: The spellings of `mask` the spec accepts besides a 0/1 matrix.
@@ -55,7 +55,7 @@ class Masked(Kind):
         m = t.letter
         formula = (f"\\tilde{{T}}{h}_{{ij}} = \\begin{{cases}} {m}{h}_{{ij}} & M{h}_{{ij}} = 1 \\\\ "
                    f"-\\infty & M{h}_{{ij}} = 0 \\end{{cases}}")
-        plain = f"T~{ph}_ij = {t.letter}{ph}_ij (M_ij = 1), -inf (M_ij = 0)"
+        plain = f"T~{ph}_ij = {plain_math(t.letter)}{ph}_ij (M_ij = 1), -inf (M_ij = 0)"
         return ctx.emit(self, head, [t.ref], formula, plain, result, t.shape, details)
 
     def json_details(self, details) -> dict[str, Any]:

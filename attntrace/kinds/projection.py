@@ -1,11 +1,51 @@
 """Projections Q = X W_Q + b_Q, K = X W_K (+ b_K), V = X W_V (+ b_V).
 
 In cross-attention the keys and values project the second sequence X_kv.
+
+Full width, then heads (as PyTorch's `in_proj` and Hugging Face's `q_proj`): when the spec
+gives W_Q at full width (d_model, h d_k) with `num_heads`, Q = X W_Q + b_Q is computed ONCE,
+and the step Q@i is column block i of it (a view in numeric mode, no copy). One BLAS product
+instead of h products of strided slices; the value of each block is the same as the per-head
+product X W_Q^(i) + b_Q^(i), and the trace records only the per-head steps Q@i, K@i, V@i (the
+JSON contract): the full-width product has no step of its own, since every one of its columns
+is shown in exactly one head's step. Heads given one by one (`heads = [...]`) are projected
+one by one.
+
+Grouped-query attention (`num_kv_heads = h_kv`, MQA when 1): W_K and W_V are (d_model,
+h_kv d_k); query head i (1-based) uses key/value head j = floor((i - 1) / (h / h_kv)) + 1, the
+order of `repeat_interleave` in SDPA's enable_gqa and Hugging Face's repeat_kv. K@j and V@j
+are computed once, in the pipeline of the first query head that uses them, and carry
+head = j; the later query heads of the group reuse them. In such a trace the steps that read
+them name them with their head: scores@i has inputs ("Q", "K@j") and Z@i ("weights", "V@j").
 """
 
 from __future__ import annotations
 
-from attntrace.kinds.base import Flow, Kind, plain_sup, sup
+from attntrace.kinds.base import Flow, Kind, label, plain_sup, sup
+
+
+def kv_head(problem, head: int | None) -> int | None:
+    """The key/value head that query head `head` reads (repeat_interleave order); `head` itself
+    without grouped-query attention, None in a single-head trace."""
+    h_kv = problem.extra.get("num_kv_heads")
+    if head is None or h_kv is None:
+        return head
+    return (head - 1) // (len(problem.heads) // h_kv) + 1
+
+
+def kv_groups(problem) -> tuple[int, ...] | None:
+    """Grouped-query attention: the key/value head of each query head, (1, 1, 2, 2); else None."""
+    if problem.extra.get("num_kv_heads") is None:
+        return None
+    return tuple(kv_head(problem, i) for i in range(1, len(problem.heads) + 1))
+
+
+def kv_ref(problem, name: str, head: int | None) -> str:
+    """How a step reading the keys or values of query head `head` names them: K, or K@j when
+    the heads share keys and values (grouped-query attention)."""
+    if problem.extra.get("num_kv_heads") is None or head is None:
+        return name
+    return f"{name}@{kv_head(problem, head)}"
 
 
 class Projection(Kind):
@@ -25,17 +65,62 @@ class Projection(Kind):
 
     def compute(self, ctx, head, state):
         w_name, b_name = f"W_{self.which}", f"b_{self.which}"
+        shared_kv = self.which in ("K", "V") and "num_kv_heads" in ctx.p.extra
+        own = kv_head(ctx.p, head) if self.which in ("K", "V") else head  # the head this step belongs to
+        made = ctx.cache.setdefault(f"projection {self.which}", {})
+        if own in made:  # a key/value head shared by several query heads: computed once
+            return made[own]
         src = self.source(ctx)
-        x, w = ctx.operand(ctx.p.shared[src]), ctx.operand(state[w_name])
-        result, shape = ctx.product(self.id, head, x, w)
-        bias = state.get(b_name)
-        result = ctx.add_bias(self.id, head, result, shape, bias)
-        inputs = [src, w_name] + ([b_name] if bias else [])
-        h, ph = sup(head), plain_sup(head)
-        src_tex = "X_{kv}" if src == "X_kv" else "X"
+        x = ctx.operand(ctx.p.shared[src])
+        w_op, bias = state[w_name], state.get(b_name)
+        full = ctx.p.extra.get("full_width") or {}
+        checked = w_name in full
+        if checked:
+            result, shape = self._block(ctx, head, own, x, full[w_name], full.get(b_name), w_op.shape[1], made)
+        else:
+            result, shape = ctx.product(self.id, head, x, ctx.operand(w_op))
+            result = ctx.add_bias(self.id, head, result, shape, bias)
+        inputs = [x.ref, w_name] + ([b_name] if bias else [])
+        h, ph = sup(own), plain_sup(own)
+        src_tex = "X_{kv}" if src == "X_kv" else x.letter
         formula = f"{self.which}{h} = {src_tex} W_{self.which}{h}" + (f" + b_{self.which}{h}" if bias else "")
-        plain = f"{self.which}{ph} = {src} W_{self.which}{ph}" + (f" + b_{self.which}{ph}" if bias else "")
-        return ctx.emit(self, head, inputs, formula, plain, result, shape, {"bias": bias.name} if bias else None)
+        plain = f"{self.which}{ph} = {src if src == 'X_kv' else x.letter} W_{self.which}{ph}" + (f" + b_{self.which}{ph}" if bias else "")
+        details = {"bias": bias.name} if bias else {}
+        if shared_kv:
+            details["query_heads"] = tuple(i for i in range(1, len(ctx.p.heads) + 1) if kv_head(ctx.p, i) == own)
+        flow = ctx.emit(self, own, inputs, formula, plain, result, shape, details or None, checked=checked)
+        if shared_kv:
+            flow.ref = f"{self.which}@{own}"
+        made[own] = flow
+        return flow
+
+    def _block(self, ctx, head, own, x: Flow, w_full, b_full, width: int, made: dict):
+        """Block `own` (1-based) of the full-width product X W (+ b), computed on first use."""
+        if "full" not in made:
+            w = ctx.operand(w_full)
+            result, shape = ctx.product(self.id, head, x, w)
+            made["full"] = ctx.add_bias(self.id, head, result, shape, b_full)
+            if ctx.numeric:
+                how = self.overflow_how([x.ref, w_full.name] + ([b_full.name] if b_full else []), {})
+                _check_blocks(made["full"], width, self.id, how)
+        first = (own - 1) * width
+        return ctx.alg.columns(made["full"], first, first + width), (x.shape[0], width)
+
+    def json_details(self, details):
+        """Grouped-query attention: the query heads that read this key/value head."""
+        return {"query_heads": list(details["query_heads"])} if "query_heads" in details else {}
+
+
+def _check_blocks(full, width: int, step: str, how: str) -> None:
+    """Overflow of a full-width product, checked in one pass over it; when it overflowed, the
+    message names the first head (key/value head in grouped-query attention) whose block did,
+    and the entry within that block, as a per-head product would have."""
+    from attntrace.tracer import _check_finite, sum_finite
+
+    if sum_finite(full):
+        return
+    for i in range(full.shape[1] // width):
+        _check_finite(full[:, i * width:(i + 1) * width], label(step, i + 1), how)
 
 
 Q, K, V = Projection("Q"), Projection("K"), Projection("V")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from attntrace.kinds.base import Kind, label, plain_sup, sup
+from attntrace.kinds.projection import kv_head
 from attntrace.model.errors import BadInput
 
 
@@ -22,9 +23,10 @@ class Scores(Kind):
             raise BadInput(f"d_k = {ctx.p.d_k} but the keys of {label('K', head)} are {d_k} wide")
         state["d_k"] = d_k
         h = sup(head)
-        inner = "" if head is None else f"({head})"
+        j = kv_head(ctx.p, head)  # grouped-query attention: the key head this query head shares
+        inner = "" if j is None else f"({j})"
         ph = plain_sup(head)
-        return ctx.emit(self, head, [q.ref, k.ref], f"S{h} = Q{h} K^{{{inner}\\top}}", f"S{ph} = Q{ph} K{ph}^T", result, shape)
+        return ctx.emit(self, head, [q.ref, k.ref], f"S{h} = Q{h} K^{{{inner}\\top}}", f"S{ph} = Q{ph} K{plain_sup(j)}^T", result, shape)
 
 
 SCORES = Scores()

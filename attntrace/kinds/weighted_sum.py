@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from attntrace.kinds.base import Kind, plain_sup, sup
+from attntrace.kinds.projection import kv_head
 
 
 class WeightedSum(Kind):
@@ -19,7 +20,8 @@ class WeightedSum(Kind):
             return None
         result, shape = ctx.product(self.id, head, a, v)
         h, ph = sup(head), plain_sup(head)
-        return ctx.emit(self, head, [a.ref, v.ref], f"Z{h} = A{h} V{h}", f"Z{ph} = A{ph} V{ph}", result, shape)
+        j = kv_head(ctx.p, head)  # grouped-query attention: the value head this query head shares
+        return ctx.emit(self, head, [a.ref, v.ref], f"Z{h} = A{h} V{sup(j)}", f"Z{ph} = A{ph} V{plain_sup(j)}", result, shape)
 
 
 WEIGHTED_SUM = WeightedSum()

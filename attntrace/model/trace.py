@@ -21,6 +21,8 @@ MODES = ("numeric", "exact", "symbolic", "shape")
 
 
 def _frozen(mapping: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    if getattr(mapping, "immutable", False):  # e.g. softmax details that compute a matrix when read
+        return mapping
     return MappingProxyType(dict(mapping or {}))
 
 

@@ -1,0 +1,61 @@
+"""ALiBi (Press et al., "Train Short, Test Long"): a linear bias by distance, T-hat = T + B.
+
+Head h adds b_ij = -m_h (i - j) to its (scaled) scores: each step back in the sequence costs
+m_h, so the head prefers near keys, more strongly the larger its slope. The slopes are the
+paper's geometric sequence 2^(-8/H), 2^(-16/H), ..., 2^(-8) for H heads (a power of 2), with
+the paper's rule for other head counts (`attntrace.inputs.positional.paper_slopes`), or given
+one per head. The bias comes after the scaling and before the mask: the entries j > i that it
+makes positive are the ones a causal mask removes. Bloom's variant adds m_h j instead, which
+differs per row by the constant m_h i and so gives the same weights.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from attntrace.inputs.positional import paper_slopes
+from attntrace.kinds.base import Kind, plain_math, plain_sup, sup
+
+
+class Biased(Kind):
+    id = "biased"
+    reads, writes = ("S",), "S"
+    starts = ("X", "QKV", "scores")
+    letter, plain_letter, entry = "\\hat{T}", "T'", "\\hat{t}"
+    view, prose = "alibi", "alibi"
+
+    def enabled(self, problem) -> bool:
+        return super().enabled(problem) and "alibi" in problem.extra
+
+    def compute(self, ctx, head, state):
+        t = state["S"]
+        given = ctx.p.extra["alibi"]["slopes"]
+        k = (head or 1) - 1
+        if given is None:
+            exponent = paper_slopes(len(ctx.p.heads))[k]
+            slope = ctx.alg.pow2(exponent)
+        else:
+            exponent, slope = None, ctx.alg.number(given[k])
+        rows, cols = t.shape
+        bias = ctx.alg.distance_bias(slope, rows, cols)
+        result = ctx.alg.add(t.value, bias)
+        details = {"slope": slope, "exponent": exponent, "bias": bias, "heads": len(ctx.p.heads), "head_index": k + 1}
+        h, ph = sup(head), plain_sup(head)
+        m = t.letter
+        formula = f"\\hat{{T}}{h} = {m}{h} + B{h}, \\quad b{h}_{{ij}} = -m{h} \\, (i - j)"
+        plain = f"T'{ph} = {plain_math(t.letter)}{ph} + B{ph},  b{ph}_ij = -m{ph} (i - j)"
+        return ctx.emit(self, head, [t.ref], formula, plain, result, t.shape, details)
+
+    def json_details(self, details):
+        slope = details["slope"]
+        out = {"slope": None if slope is None else float(slope)}
+        if details.get("exponent") is not None:
+            e: Fraction = details["exponent"]
+            out["slope_exact"] = f"2^(-{e.numerator}/{e.denominator})" if e.denominator != 1 else f"2^(-{e.numerator})"
+        return {"alibi": out}
+
+    def overflow_how(self, inputs, details) -> str:
+        return f"{inputs[0]} plus the ALiBi bias"
+
+
+BIASED = Biased()

@@ -1,0 +1,89 @@
+"""Rotary position embeddings: Q-tilde and K-tilde, the queries and keys turned by their positions.
+
+RoPE (Su et al., RoFormer) splits a head's d_k columns into d_k/2 pairs and turns pair i of
+the token at position m by the angle m theta_i, theta_i = base^(-2(i-1)/d_k), i = 1..d_k/2.
+Which columns pair up is the layout: "interleaved" pairs adjacent columns (2i-1, 2i), as the
+paper and Meta's reference code (complex numbers); "half" pairs column i with i + d_k/2, as
+Hugging Face Llama's rotate_half. Both give the same scores up to a fixed permutation of the
+columns. A rotation preserves lengths, and q_m . k_n after rotation depends on m - n only:
+that is why RoPE encodes relative positions. V is never rotated.
+
+The kinds run after the projections (or from given Q and K) and write the rotated matrices
+under the roles Q and K, so the scores read them: scores' inputs name Q_rope and K_rope.
+"""
+
+from __future__ import annotations
+
+from attntrace.kinds.base import Kind, plain_sup, sup
+
+
+def rope_pairs(layout: str, d: int) -> tuple[tuple[int, int], ...]:
+    """The 0-based column pairs (j, k) that turn together, pair i at index i - 1."""
+    half = d // 2
+    if layout == "interleaved":
+        return tuple((2 * i, 2 * i + 1) for i in range(half))
+    return tuple((i, i + half) for i in range(half))
+
+
+def rope_positions(problem, which: str, rows: int) -> tuple[int, ...]:
+    """The positions of the queries (Q) or keys (K): given, or 0, 1, ..., rows - 1.
+
+    The keys of cross-attention (X_kv) have positions of their own (kv_positions); in
+    self-attention they share the queries'. With a KV cache (K_past) the new tokens come
+    after the cached ones, as in decoding: p, p + 1, ... for a cache of p rows (the cached
+    keys were rotated when they were new)."""
+    rope = problem.extra["rope"]
+    if which == "K" and rope["kv_positions"] is not None:
+        return rope["kv_positions"]
+    if rope["positions"] is not None and (which == "Q" or "X_kv" not in problem.shared):
+        if len(rope["positions"]) == rows:
+            return rope["positions"]
+    past = problem.heads[0].get("K_past")
+    offset = past.shape[0] if past is not None else 0
+    return tuple(range(offset, offset + rows))
+
+
+class Rope(Kind):
+    view, prose = "rotation", "rope"
+    starts = ("X", "QKV")
+
+    def __init__(self, which: str):
+        self.which = which
+        self.id = f"{which}_rope"
+        self.reads, self.writes = (which,), which
+        self.letter, self.plain_letter = f"\\tilde{{{which}}}", f"{which}~"
+        self.entry = self.symbol = f"\\tilde{{{which.lower()}}}"
+
+    def enabled(self, problem) -> bool:
+        return super().enabled(problem) and "rope" in problem.extra
+
+    def compute(self, ctx, head, state):
+        x = state[self.which]
+        rope = ctx.p.extra["rope"]
+        rows, d = x.shape
+        positions = rope_positions(ctx.p, self.which, rows)
+        pairs = rope_pairs(rope["layout"], d)
+        angles = ctx.alg.rope_angles(positions, rope["base"], d)  # (rows, d/2): m_r theta_i
+        result = ctx.alg.rotate_pairs(x.value, pairs, angles)
+        details = {"layout": rope["layout"], "base": rope["base"], "positions": positions, "pairs": pairs, "angles": angles, "d": d}
+        h, ph = sup(head), plain_sup(head)
+        w = self.which
+        formula = (f"\\tilde{{{w}}}{h} = \\operatorname{{RoPE}}({x.letter}{h}), \\quad "
+                   f"\\theta_i = {_base_tex(rope['base'])}^{{-2(i-1)/d_k}}")
+        plain = f"{w}~{ph} = RoPE({x.letter}{ph}),  theta_i = {rope['base']}^(-2(i-1)/d_k)"
+        return ctx.emit(self, head, [x.ref], formula, plain, result, x.shape, details)
+
+    def json_details(self, details):
+        base = details["base"]
+        return {"rope": {"layout": details["layout"], "base": base if isinstance(base, (int, float)) else str(base),
+                         "positions": list(details["positions"]), "pairs": [[j + 1, k + 1] for j, k in details["pairs"]]}}
+
+    def overflow_how(self, inputs, details) -> str:
+        return f"{inputs[0]} rotated by its positions"
+
+
+def _base_tex(base) -> str:
+    return str(int(base)) if isinstance(base, float) and base == int(base) else str(base)
+
+
+Q_ROPE, K_ROPE = Rope("Q"), Rope("K")

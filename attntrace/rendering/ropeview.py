@@ -1,0 +1,215 @@
+"""The view of a RoPE step (Q_rope, K_rope): the rule, the angles, the result, pair by pair.
+
+What a textbook shows for rotary embeddings: the frequencies theta_i and the general 2x2
+rotation of one pair (which columns pair up is the layout), the positions and the table of
+angles m_r theta_i, the rotated matrix, and for the chosen rows each pair turned by its 2x2
+rotation, written out with the numbers. By default the rows are row 1 and, when row 1 sits
+at position 0 (no rotation at all), the first row that really turns. Text output writes
+each rotated entry as a line (x cos - y sin) instead of 2x2 matrices.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from attntrace.rendering.printing import decimals_needed, pick
+from attntrace.rendering.stepview import register_view
+from attntrace.rendering.viewparts import block, pack, resolve, rows_to_expand
+
+
+def _rows(sv, positions) -> list[int]:
+    n = sv.s.shape[0]
+    if sv.rows_opt:
+        return rows_to_expand(sv.rows_opt, n, 1)
+    rows = [0]
+    if positions[0] == 0:
+        rows += [r for r in range(1, n) if positions[r] != 0][:1]
+    return rows
+
+
+def _pairs_text(pairs, plain: bool) -> str:
+    shown = [None if p is None else pairs[p] for p in pick(len(pairs), 4)]
+    items = ["..." if p is None else f"({p[0] + 1}, {p[1] + 1})" for p in shown]
+    return ", ".join(items) if plain else ",\\ ".join("\\ldots" if i == "..." else i for i in items)
+
+
+class _Rotation:
+    """The strings of one RoPE step for one output (TeX or plain)."""
+
+    def __init__(self, sv):
+        self.sv, self.s, self.o = sv, sv.s, sv.out
+        d = self.s.details
+        self.pairs, self.positions, self.angles, self.d = d["pairs"], d["positions"], d["angles"], d["d"]
+        self.src = resolve(sv.t, self.s.inputs[0], self.s.head)
+        self.numeric = isinstance(self.angles, np.ndarray)
+
+    # -- numbers ------------------------------------------------------------------------
+    def angle(self, r: int, p: int) -> str:
+        a = self.angles[r, p]
+        return self.o.num(float(a)) if self.numeric else self.o.expr(a)
+
+    def trig(self, fn: str, r: int, p: int, sign: str = "") -> str:
+        """cos(m theta) as the report writes it: \\cos 1 (numeric angle), \\cos(1/100) (exact)."""
+        o = self.o
+        if self.numeric or o.plain:
+            arg = self.angle(r, p)
+            return f"{sign}{fn}({arg})" if o.plain else f"{sign}\\{fn} {arg}"
+        import sympy as sp
+
+        e = (sp.cos if fn == "cos" else sp.sin)(self.angles[r, p])
+        return sign + o.expr(e)
+
+    # -- the rule -------------------------------------------------------------------------
+    def rule(self) -> list[dict]:
+        sv, o, s = self.sv, self.o, self.s
+        head = s.head
+        base = s.formula.split("\\theta_i = ")[1].split("^")[0] if not o.plain else str(s.details["base"])
+        half = self.d // 2
+        if o.plain:
+            theta = f"theta_i = {base}^(-2(i-1)/{self.d}),  i = 1, ..., {half}"
+            a, b = self.index_tex()
+            ph = "" if head is None else f"({head})"
+            e, x = f"{s.id[0].lower()}~{ph}", f"{self.src.plain_letter.lower()}{ph}"
+            rot = (f"{e}_r,{a} = {x}_r,{a} cos(m_r theta_i) - {x}_r,{b} sin(m_r theta_i),  "
+                   f"{e}_r,{b} = {x}_r,{a} sin(m_r theta_i) + {x}_r,{b} cos(m_r theta_i)")
+            return [block([theta]), block([rot])]
+        ids = "1, 2" if half == 2 else ("1" if half == 1 else f"1, \\ldots, {half}")
+        theta = f"\\theta_i = {base}^{{-2(i-1)/{self.d}}}, \\quad i = {ids}"
+        a, b = self.index_tex()
+        hs = "" if head is None else f"^{{({head})}}"
+        out_e, in_e = self.sv.ref.base, self.src.base
+        vec = lambda e: o.layout([[f"{e}{hs}_{{r,{a}}}"], [f"{e}{hs}_{{r,{b}}}"]])  # noqa: E731
+        rot = o.layout([["\\cos m_r\\theta_i", "-\\sin m_r\\theta_i"], ["\\sin m_r\\theta_i", "\\cos m_r\\theta_i"]])
+        lines = sv.fit(vec(out_e), [f"{rot} {vec(in_e)}"])
+        return [block([theta]), block(lines)]
+
+    def index_tex(self) -> tuple[str, str]:
+        if self.s.details["layout"] == "interleaved":
+            return "2i-1", "2i"
+        return "i", f"i+{self.d // 2}"
+
+    # -- the values: theta_i, positions, angles ------------------------------------------
+    def values(self) -> list[dict]:
+        sv, o = self.sv, self.o
+        half = self.d // 2
+        if self.numeric:
+            thetas = [float(self.angles_theta(i)) for i in range(half)]
+        shown = pick(half, o.max_size)
+        if self.numeric:
+            dec = decimals_needed([t for t in thetas], o.precision)
+            cell = lambda i: o.fixed(thetas[i], dec, pad=False)  # noqa: E731
+        else:
+            cell = lambda i: o.expr(self.angles_theta(i))  # noqa: E731
+        dots = "..." if o.plain else "\\ldots"
+        names = [dots if i is None else (f"theta_{i + 1}" if o.plain else f"\\theta_{{{i + 1}}}") for i in shown]
+        vals = [dots if i is None else cell(i) for i in shown]
+        chains = [sv.fit(o.row(names), [o.row(vals)])]
+        pos = [dots if r is None else str(self.positions[r]) for r in pick(len(self.positions), o.max_size)]
+        chains.append(sv.fit("m", [o.row(pos)]))
+        lhs = "[m_r theta_i]" if o.plain else "\\left[m_r\\theta_i\\right]"
+        if self.angles is not None:
+            chains.append(sv.fit(lhs, [o.matrix(self.angles, self.angles.shape, sv.budget(lhs))]))
+        return [block(c) for c in pack(chains, o)]
+
+    def angles_theta(self, i: int):
+        """theta_{i+1} from the angle table: the angle of position 1, or angle / position."""
+        rows = [r for r, m in enumerate(self.positions) if m != 0]
+        if self.numeric:
+            base = float(self.s.details["base"])
+            return 1.0 / base ** (2 * i / self.d)
+        import sympy as sp
+
+        if rows:
+            r = rows[0]
+            return sp.simplify(self.angles[r, i] / self.positions[r])
+        b = self.s.details["base"]
+        b = sp.Rational(str(b)) if isinstance(b, float) else sp.sympify(b)
+        return b ** sp.Rational(-2 * i, self.d)
+
+    # -- pair by pair -------------------------------------------------------------------------
+    def pair_chain(self, r: int, p: int) -> list[str]:
+        sv, o, s = self.sv, self.o, self.s
+        j, k = self.pairs[p]
+        if o.plain:
+            return self.plain_pair(r, p)[0]
+        col = lambda a, b: o.layout([[a], [b]])  # noqa: E731
+        lhs = col(sv.entry_label(r, j), sv.entry_label(r, k))
+        rot = o.layout([[self.trig("cos", r, p), self.trig("sin", r, p, "-")], [self.trig("sin", r, p), self.trig("cos", r, p)]])
+        sides: list = [f"{rot} {col(sv.ename(self.src, r, j), sv.ename(self.src, r, k))}"]
+        if sv.mode == "symbolic":
+            e = sv.expressions()
+            sides.append(col(o.expr(e[r, j]), o.expr(e[r, k])))
+            return sv.fit(lhs, sides, align=True)
+        if self.numeric:
+            phi = float(self.angles[r, p])
+            c, sn = float(np.cos(phi)), float(np.sin(phi))
+            x, y = float(self.src.value[r, j]), float(self.src.value[r, k])
+            res = (float(s.value[r, j]), float(s.value[r, k]))
+            dec = decimals_needed([c, sn, x, y, *res], o.precision)
+            f = lambda v: o.fixed(v, dec, pad=False)  # noqa: E731
+            nums = o.layout_numeric([[f(c), f(-sn)], [f(sn), f(c)]], dec)
+            sides.append(f"{nums} {o.layout_numeric([[f(x)], [f(y)]], dec)}")
+            sides.append(o.layout_numeric([[f(res[0])], [f(res[1])]], dec))
+            return sv.fit(lhs, sides, align=True)
+        sides.append(f"{rot} {col(o.entry(self.src.value, r, j), o.entry(self.src.value, r, k))}")
+        exact = col(o.entry(s.value, r, j), o.entry(s.value, r, k))
+        sides.append(exact)
+        a1, a2 = o.approx_entry(s.value, r, j), o.approx_entry(s.value, r, k)
+        if a1 is not None and a2 is not None and (a1, a2) != (o.entry(s.value, r, j), o.entry(s.value, r, k)):
+            sides.append(("\\approx", col(a1, a2)))
+        if o.measure(exact) > o.limit - o.measure(lhs) - 3.0:
+            sides.remove(exact)
+        return sv.fit(lhs, sides, align=True)
+
+    def plain_pair(self, r: int, p: int) -> list[list[str]]:
+        """Text output: the pair's two entries, each as one line (x cos - y sin = numbers = value)."""
+        sv, o, s = self.sv, self.o, self.s
+        j, k = self.pairs[p]
+        xj, xk = sv.ename(self.src, r, j), sv.ename(self.src, r, k)
+        c, sn = self.trig("cos", r, p), self.trig("sin", r, p)
+        nums = {}
+        if self.numeric:
+            phi = float(self.angles[r, p])
+            vals = [float(np.cos(phi)), float(np.sin(phi)), float(self.src.value[r, j]), float(self.src.value[r, k])]
+            dec = decimals_needed(vals + [float(s.value[r, j]), float(s.value[r, k])], o.precision)
+            fc, fs, fx, fy = (o.fixed(v, dec, pad=False) for v in vals)
+            par = lambda t: o.paren(t) if t.startswith("-") else t  # noqa: E731
+            nums = {j: f"{par(fx)}*{fc} - {par(fy)}*{fs}", k: f"{par(fx)}*{fs} + {par(fy)}*{fc}"}
+            res = {j: o.fixed(float(s.value[r, j]), dec, pad=False), k: o.fixed(float(s.value[r, k]), dec, pad=False)}
+        lines = []
+        for col, names in ((j, f"{xj} {c} - {xk} {sn}"), (k, f"{xj} {sn} + {xk} {c}")):
+            if sv.mode == "symbolic":
+                lines.append(o.eq(sv.entry_label(r, col), o.expr(sv.expressions()[r, col])))
+            elif self.numeric:
+                lines.append(o.eq(sv.entry_label(r, col), names, nums[col], res[col]))
+            else:
+                value, approx = o.entry(s.value, r, col), o.approx_entry(s.value, r, col)
+                line = o.eq(sv.entry_label(r, col), names, value)
+                lines.append(line if approx is None or approx == value else o.approx(line, approx))
+        return [lines]
+
+
+@register_view("rotation")
+def build_rotation(sv, vm) -> None:
+    s, o = sv.s, sv.out
+    rot = _Rotation(sv)
+    d = s.details
+    vm["extra"].update({"layout": d["layout"], "which": s.id[0], "pairs": _pairs_text(d["pairs"], o.plain),
+                        "half": str(rot.d // 2), "d": str(rot.d), "source": sv.mname(rot.src)})
+    vm["extra"]["rule"] = rot.rule()
+    vm["extra"]["angle_blocks"] = rot.values()
+    lhs = sv.named(sv.ref)
+    budget = sv.budget(lhs)
+    if sv.mode == "symbolic":
+        full = o.matrix(sv.expressions(), s.shape)
+        if o.plain or o.measure(full) <= budget:
+            vm["main"] = [block(sv.fit(lhs, [full]))]
+        else:
+            vm["main"] = [block(sv.fit(lhs, [o.matrix_of(s.shape[0], s.shape[1], sv.entry_label, budget)]))]
+    else:
+        vm["main"] = [block(sv.fit(lhs, sv.result_side(s.value, budget)))]
+    rows = _rows(sv, d["positions"])
+    vm["entry_rows"] = rows
+    vm["extra"]["entry_positions"] = [str(d["positions"][r]) for r in rows]
+    chains = [rot.pair_chain(r, p) for r in rows for p in pick(len(d["pairs"]), max(2, o.max_size // 2)) if p is not None]
+    vm["entries"] = sv.blocks_of(chains)
