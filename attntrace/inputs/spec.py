@@ -22,6 +22,7 @@ from attntrace.model.errors import BadInput
 from attntrace.inputs.safetext import clean_text
 from attntrace.inputs.expr import parse_expr
 from attntrace.inputs.matrices import to_matrix
+from attntrace.inputs.positional import check_positional, positional_options
 from attntrace.kinds.mask import MASK_NAMES, parse_mask_options
 from attntrace.model.trace import MODES, Operand
 
@@ -35,7 +36,7 @@ HEAD_KEYS = {
 #: Matrices shared by all heads.
 SHARED_KEYS = {"X": "x", "X_kv": "y", "W_O": "w^{O}", "b_O": "b^{O}"}
 OPTION_KEYS = {"title", "description", "title_zh", "description_zh", "mode", "scale", "d_k", "mask", "num_heads", "heads", "Z", "expand", "tokens", "kv_tokens",
-               "window", "key_padding", "num_kv_heads"}
+               "window", "key_padding", "num_kv_heads", "rope", "alibi"}
 ALLOWED_KEYS = set(HEAD_KEYS) | set(SHARED_KEYS) | OPTION_KEYS
 #: Keys that `num_heads` splits into column blocks, one per head.
 SPLITTABLE = ("W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "Q", "K", "V", "K_past", "V_past")
@@ -356,6 +357,8 @@ def load_spec(spec: Any, *, mode: str | None = None, **overrides: Any) -> Proble
     kv_tokens = _tokens(data["kv_tokens"], "kv_tokens") if "kv_tokens" in data else None
     _check_token_counts(tokens, kv_tokens, heads[0], shared)
     mask_opts = parse_mask_options(data)  # window, key_padding (attntrace.kinds.mask)
+    positional = positional_options(data)  # rope, alibi (attntrace.inputs.positional)
+    check_positional(positional, start, heads, shared)
     expand = data.get("expand", "named")
     if expand not in ("named", "full"):
         raise BadInput(f"expand must be \"named\" or \"full\", not {expand!r}")
@@ -374,7 +377,7 @@ def load_spec(spec: Any, *, mode: str | None = None, **overrides: Any) -> Proble
         tokens=tokens,
         kv_tokens=kv_tokens,
         source=source,
-        extra={**mask_opts, "full_width": full_width, **({"num_kv_heads": num_kv_heads} if num_kv_heads != (num_heads or 1) else {})},
+        extra={**mask_opts, **positional, "full_width": full_width, **({"num_kv_heads": num_kv_heads} if num_kv_heads != (num_heads or 1) else {})},
     )
 
 

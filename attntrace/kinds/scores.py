@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from attntrace.kinds.base import Kind, label, plain_sup, sup
+from attntrace.kinds.base import Kind, label, plain_math, plain_sup, sup
 from attntrace.kinds.projection import kv_head
 from attntrace.model.errors import BadInput
 
@@ -26,7 +26,7 @@ class Scores(Kind):
         j = kv_head(ctx.p, head)  # grouped-query attention: the key head this query head shares
         inner = "" if j is None else f"({j})"
         ph = plain_sup(head)
-        return ctx.emit(self, head, [q.ref, k.ref], f"S{h} = Q{h} K^{{{inner}\\top}}", f"S{ph} = Q{ph} K{plain_sup(j)}^T", result, shape)
+        return ctx.emit(self, head, [q.ref, k.ref], f"S{h} = {q.letter}{h} {k.letter}^{{{inner}\\top}}", f"S{ph} = {plain_math(q.letter)}{ph} {plain_math(k.letter)}{plain_sup(j)}^T", result, shape)
 
 
 SCORES = Scores()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attntrace.kinds.base import Kind, plain_sup, sup
+from attntrace.kinds.base import Kind, plain_math, plain_sup, sup
 from attntrace.model.errors import BadInput
 
 
@@ -33,7 +33,7 @@ class Weights(Kind):
 
 def _plain(name: str) -> str:
     """\\tilde{T} -> T~, \\tilde{t} -> t~ (plain-text names of the masked scores)."""
-    return name.replace("\\tilde{T}", "T~").replace("\\tilde{t}", "t~")
+    return plain_math(name)
 
 
 def _check_shift(ctx, head, t, shifted) -> None:
