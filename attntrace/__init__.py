@@ -79,3 +79,13 @@ def from_qkv(q, k, v, **kwargs) -> Trace:
 
 
 __all__ += ["from_torch", "from_qkv"]
+
+
+def from_hf_llama_attention(layer_or_model, hidden_states, **kwargs) -> Trace:
+    """Trace the self-attention of a Hugging Face Llama-style layer (needs attntrace[hf])."""
+    from attntrace.bridges.huggingface import from_hf_llama_attention as _from_hf
+
+    return _from_hf(layer_or_model, hidden_states, **kwargs)
+
+
+__all__ += ["from_hf_llama_attention"]

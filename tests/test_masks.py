@@ -259,3 +259,87 @@ def test_json_names_the_mask_and_its_keep_matrix():
     step = next(s for s in trace_to_dict(t)["steps"] if s["id"] == "masked")
     assert step["mask"] == "causal_bottom_right" and step["window"] == 1 and step["key_padding"] == [False, False, False]
     assert step["keep"] == [[0, 1, 0], [0, 0, 1]]  # window 1: each query sees only its own position (i + 1)
+
+
+# ------------------------------------------------------------------ the PyTorch bridge (SDPA)
+
+def _sdpa_case(seed, h, L, S, d=3):
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(1, h, n, d, generator=g, dtype=torch.float64) for n in (L, S, S))
+
+
+def _concat(out):
+    """SDPA's (1, H, L, E) output as attntrace's concatenation (L, H E)."""
+    return out[0].transpose(0, 1).reshape(out.shape[2], -1).numpy()
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(1, 3), st.integers(1, 5), st.integers(0, 3), st.integers(0, 2**32 - 1))
+def test_from_qkv_takes_causal_lower_right(h, L, extra, seed):
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention.bias import causal_lower_right
+
+    O = _oracles()
+    S = L + extra
+    q, k, v = _sdpa_case(seed % 2**31, h, L, S)
+    bias = causal_lower_right(L, S)
+    t = attntrace.from_qkv(q, k, v, attn_mask=bias)
+    assert t.settings["mask"] == "causal_bottom_right"
+    with torch.no_grad():
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+    z = t.step("concat").value if h > 1 else t.step("Z").value
+    np.testing.assert_allclose(z, _concat(out), atol=TOL, rtol=0)
+    weights = O.attention_weights(q[0].numpy(), k[0].numpy(), mask=O.causal_lower_right_keep(L, S))
+    for i in range(h):
+        np.testing.assert_allclose(t.step("weights", i + 1 if h > 1 else None).value, weights[i], atol=TOL, rtol=0)
+
+
+def test_from_qkv_is_causal_with_fewer_queries_is_top_left_and_says_so():
+    import torch
+    import torch.nn.functional as F
+
+    q, k, v = _sdpa_case(7, 1, 2, 4)
+    t = attntrace.from_qkv(q, k, v, is_causal=True)
+    with torch.no_grad():
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    np.testing.assert_allclose(t.step("Z").value, _concat(out), atol=TOL, rtol=0)
+    np.testing.assert_array_equal(np.asarray(t.step("masked").details["keep"]), [[1, 0, 0, 0], [1, 1, 0, 0]])
+    assert "aligned top-left, as PyTorch's" in attntrace.render(t, format="md")
+    assert "左上角对齐" in attntrace.render(t, format="md", lang="zh")
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 7), st.integers(0, 3), st.integers(0, 2**32 - 1))
+def test_from_qkv_names_a_windowed_boolean_mask(n, window, extra, seed):
+    """A boolean SDPA mask built by HF's sliding-window function becomes window = W (and the
+    causal alignment); weights and output equal SDPA's."""
+    import torch
+    import torch.nn.functional as F
+
+    O = _oracles()
+    S = n + extra
+    keep = O.sliding_window_keep(n, window, n_k=S, q_offset=extra)
+    q, k, v = _sdpa_case(seed % 2**31, 2, n, S)
+    t = attntrace.from_qkv(q, k, v, attn_mask=torch.from_numpy(keep))
+    with torch.no_grad():
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=torch.from_numpy(keep))
+    np.testing.assert_allclose(t.step("concat").value, _concat(out), atol=TOL, rtol=0)
+    if keep.all():
+        assert not t.has("masked", 1)  # nothing masked: no mask step
+        return
+    np.testing.assert_array_equal(np.asarray(t.step("masked", 1).details["keep"]), keep)
+    d = t.step("masked", 1).details
+    assert d["kind"] in ("causal", "causal_bottom_right")  # named, not a bare 0/1 matrix
+    if d["window"] is not None:
+        assert 1 <= d["window"] <= window  # a window wider than the causal reach keeps what causal keeps
+
+
+def test_from_qkv_refuses_a_causal_bias_of_other_lengths():
+    from torch.nn.attention.bias import causal_lower_right
+
+    q, k, v = _sdpa_case(1, 1, 2, 3)
+    with pytest.raises(attntrace.BadInput, match=r"^attn_mask is a causal bias for \(3, 4\) but q and k give \(2, 3\)$"):
+        attntrace.from_qkv(q, k, v, attn_mask=causal_lower_right(3, 4))

@@ -95,6 +95,39 @@ def _combine_causal(keep: np.ndarray | None, is_causal: bool, L: int, S: int, *,
     return "causal"
 
 
+def _causal_bias(mask, L: int, S: int) -> str | None:
+    """torch's CausalBias (`causal_lower_right(L, S)`, `causal_upper_left(L, S)`) as the spec
+    names it: "causal_bottom_right" (query i keeps j <= i + S - L) or "causal" (j <= i)."""
+    try:
+        from torch.nn.attention.bias import CausalBias, CausalVariant
+    except ImportError:  # pragma: no cover - an old torch has no CausalBias
+        return None
+    if not isinstance(mask, CausalBias):
+        return None
+    if (mask.seq_len_q, mask.seq_len_kv) != (L, S):
+        raise BadInput(f"attn_mask is a causal bias for ({mask.seq_len_q}, {mask.seq_len_kv}) but q and k give ({L}, {S})")
+    return "causal_bottom_right" if mask.variant == CausalVariant.LOWER_RIGHT else "causal"
+
+
+def _named_mask(mask, L: int, S: int) -> dict:
+    """The spec's mask keys: a 0/1 matrix that is a causal mask (either alignment), with or
+    without a sliding window, by its name (the report then says which), else the matrix."""
+    if mask is None or isinstance(mask, str):
+        return {} if mask is None else {"mask": mask}
+    from attntrace.kinds.mask import keep_matrix
+
+    keep = np.asarray(mask, dtype=bool)
+    width = int(keep[-1].sum())  # a window keeps W keys in its last row (all of them are kept)
+    for name in ("causal", "causal_bottom_right"):
+        for window in (None, width):
+            try:
+                if np.array_equal(keep_matrix(name, (L, S), window=window), keep):
+                    return {"mask": name, **({"window": window} if window else {})}
+            except BadInput:  # that alignment empties a row: not this mask
+                break
+    return {"mask": mask}
+
+
 def _mask_spec(keep) -> Any:
     if keep is None or isinstance(keep, str):
         return keep
@@ -240,8 +273,8 @@ def qkv_spec(q, k, v, *, attn_mask=None, is_causal=False, scale=None, enable_gqa
     L, S = Q.shape[1], K.shape[1]
     if attn_mask is not None and is_causal:
         raise BadInput("give attn_mask or is_causal=True, not both (as scaled_dot_product_attention)")
-    keep = None
-    if attn_mask is not None:
+    keep = _causal_bias(attn_mask, L, S)  # torch.nn.attention.bias.causal_lower_right / causal_upper_left
+    if keep is None and attn_mask is not None:
         keep = _one_mask(_keep_from_mask(attn_mask, what="attn_mask", bool_true_means_keep=True), L, S, what="attn_mask", heads=h)
     mask = _mask_spec("causal" if is_causal else keep)
     if h_kv != h:
@@ -255,8 +288,7 @@ def qkv_spec(q, k, v, *, attn_mask=None, is_causal=False, scale=None, enable_gqa
         if not scale > 0 or math.isinf(scale):
             raise Unsupported(f"scale={scale!r}: attntrace divides the scores by a positive number, so the SDPA scale must be positive")
         spec["scale"] = 1.0 / scale  # SDPA multiplies by scale; attntrace divides by its factor
-    if mask is not None:
-        spec["mask"] = mask
+    spec.update(_named_mask(mask, L, S))
     return spec
 
 

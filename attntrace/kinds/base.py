@@ -90,6 +90,7 @@ def label(name: str, head: int | None) -> str:
 
 def plain_math(name: str) -> str:
     """A matrix or entry name in plain text: an accent follows its letter (\\tilde{T} -> T~, \\hat{t} -> t')."""
+    name = re.sub(r"_\{\\text\{(\w+)\}\}", r"_\1", name)  # K_{\text{cache}} -> K_cache (attntrace.kinds.cache)
     return re.sub(r"\\(tilde|hat)\{(\w)\}", lambda m: m.group(2) + ("~" if m.group(1) == "tilde" else "'"), name)
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from attntrace.kinds.base import Kind, plain_sup, sup
+from attntrace.kinds.base import Kind, plain_math, plain_sup, sup
 from attntrace.kinds.projection import kv_head
 
 
@@ -21,7 +21,8 @@ class WeightedSum(Kind):
         result, shape = ctx.product(self.id, head, a, v)
         h, ph = sup(head), plain_sup(head)
         j = kv_head(ctx.p, head)  # grouped-query attention: the value head this query head shares
-        return ctx.emit(self, head, [a.ref, v.ref], f"Z{h} = A{h} V{sup(j)}", f"Z{ph} = A{ph} V{plain_sup(j)}", result, shape)
+        return ctx.emit(self, head, [a.ref, v.ref], f"Z{h} = A{h} {v.letter}{sup(j)}",
+                        f"Z{ph} = A{ph} {plain_math(v.letter)}{plain_sup(j)}", result, shape)
 
 
 WEIGHTED_SUM = WeightedSum()

@@ -1,0 +1,212 @@
+"""Hugging Face -> attntrace: trace the self-attention of a Llama-style layer.
+
+`from_hf_llama_attention(layer_or_model, hidden_states)` takes a `LlamaAttention` (or a
+decoder layer, `LlamaModel` or `LlamaForCausalLM` and a layer index) and the attention
+layer's input (the hidden states *after* the layer's input RMSNorm, as the attention module
+receives them), and traces what the module computes: q/k/v projections (nn.Linear stores
+(out, in): transposed here), RoPE in Hugging Face's rotate_half layout at the given
+positions, grouped-query attention (`num_key_value_heads`), the causal mask (with a
+padding mask: HF's attention_mask, 1 = token, 0 = padding), softmax scaled by head_dim^-1/2
+and o_proj. transformers is needed only to read the module; torch and transformers are
+imported only here, and only when called.
+
+Two starts. start="x" traces from the hidden states with the `rope` and `num_kv_heads`
+spec keys (every step, RoPE included). start="qkv" exposes the queries and keys *after*
+RoPE (and the values), computed with Hugging Face's own `apply_rotary_pos_emb`, and traces
+from them (scores onwards). Hugging Face computes the rotary angles in float32 (even in a
+float64 model); attntrace's cos and sin are float64, so the two agree to ~1e-7 in the
+angles; `llama_qkv(..., rope_float64=False)` returns HF's float32-angle values instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from attntrace.model.errors import BadInput, Unsupported
+from attntrace.model.trace import Trace
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - depends on the environment
+        raise Unsupported("PyTorch is not installed: pip install 'attntrace[hf]'") from None
+    return torch
+
+
+def attention_module(obj, layer: int = 0):
+    """The Llama-style attention module of `obj` (itself, a decoder layer, a model, a CausalLM)."""
+    base = getattr(obj, "model", obj)  # LlamaForCausalLM -> LlamaModel
+    if hasattr(base, "layers"):
+        layers = base.layers
+        if not 0 <= layer < len(layers):
+            raise BadInput(f"layer = {layer}, but the model has {len(layers)} layers (0 to {len(layers) - 1})")
+        obj = layers[layer]
+    obj = getattr(obj, "self_attn", obj)
+    if not all(hasattr(obj, p) for p in ("q_proj", "k_proj", "v_proj", "o_proj", "config")):
+        raise Unsupported(f"{type(obj).__name__} is not a Llama-style attention layer (q_proj, k_proj, v_proj, o_proj, config)")
+    return obj
+
+
+def _weights(lin, what: str):
+    torch = _torch()
+    w = lin.weight.detach().to(device="cpu", dtype=torch.float64).numpy().T.copy()  # (in, out): row vectors
+    b = None if lin.bias is None else lin.bias.detach().to(device="cpu", dtype=torch.float64).numpy()[None, :].copy()
+    return w, b
+
+
+def _rope_base(config) -> float:
+    params = getattr(config, "rope_parameters", None) or {}
+    kind = params.get("rope_type", "default")
+    if kind != "default":
+        raise Unsupported(f"rope_type {kind!r} rescales the rotary frequencies; attntrace traces the default RoPE only")
+    if getattr(config, "partial_rotary_factor", 1.0) not in (None, 1.0):
+        raise Unsupported("partial_rotary_factor < 1 rotates part of each head; attntrace rotates whole heads")
+    base = params.get("rope_theta", getattr(config, "rope_theta", None))
+    if base is None:
+        raise Unsupported("the config names no rope_theta")
+    return float(base)
+
+
+def _hidden(hidden_states, d_model: int) -> np.ndarray:
+    torch = _torch()
+    a = hidden_states
+    if isinstance(a, torch.Tensor):
+        a = a.detach().to(device="cpu", dtype=torch.float64).numpy()
+    a = np.array(a, dtype=np.float64)
+    if a.ndim == 3:
+        if a.shape[0] != 1:
+            raise Unsupported(f"hidden_states {a.shape} is a batch of {a.shape[0]}; attntrace traces one sequence")
+        a = a[0]
+    if a.ndim != 2 or a.shape[1] != d_model:
+        raise BadInput(f"hidden_states must be (n, {d_model}) or (1, n, {d_model}), not of shape {a.shape}")
+    return np.ascontiguousarray(a)
+
+
+def _positions(position_ids, n: int) -> list[int]:
+    if position_ids is None:
+        return list(range(n))
+    pos = np.asarray(position_ids.detach().cpu().numpy() if hasattr(position_ids, "detach") else position_ids).reshape(-1)
+    if pos.shape != (n,):
+        raise BadInput(f"position_ids has {pos.size} positions but there are {n} tokens")
+    return [int(p) for p in pos]
+
+
+def _padding(attention_mask, n: int) -> list[bool] | None:
+    """HF's 2-D attention_mask (1 = token, 0 = padding) as the spec's key_padding (true = padding)."""
+    if attention_mask is None:
+        return None
+    m = np.asarray(attention_mask.detach().cpu().numpy() if hasattr(attention_mask, "detach") else attention_mask).reshape(-1)
+    if m.shape != (n,) or not np.isin(m, (0, 1)).all():
+        raise BadInput(f"attention_mask must be {n} entries of 1 (token) or 0 (padding), as a tokenizer gives it")
+    return [not bool(x) for x in m] if not m.all() else None
+
+
+def _layout(attn):
+    cfg = attn.config
+    h = cfg.num_attention_heads
+    h_kv = getattr(cfg, "num_key_value_heads", None) or h
+    d = getattr(attn, "head_dim", None) or cfg.hidden_size // h
+    if attn.training and float(getattr(attn, "attention_dropout", 0.0) or 0.0) > 0:
+        raise Unsupported("the layer is in training mode with attention dropout; call model.eval() first")
+    if getattr(cfg, "sliding_window", None) or getattr(attn, "sliding_window", None):
+        raise Unsupported("the layer uses a sliding window; trace it with from_qkv or a spec with window = W")
+    scaling = getattr(attn, "scaling", d ** -0.5)
+    if abs(scaling - d ** -0.5) > 1e-15:
+        raise Unsupported(f"the layer scales the scores by {scaling}, not head_dim^-1/2; give scale in run overrides")
+    return h, h_kv, d
+
+
+def llama_qkv(layer_or_model, hidden_states, *, position_ids=None, layer: int = 0, rope_float64: bool = True) -> dict[str, Any]:
+    """The layer's queries and keys after RoPE, and its values, per head, float64 NumPy.
+
+    Returns q (h, n, d), k and v (h_kv, n, d), positions, num_heads, num_kv_heads, head_dim.
+    RoPE through transformers' `apply_rotary_pos_emb` (rotate_half layout), with cos and sin
+    by `LlamaRotaryEmbedding`'s formula in float64 (`rope_float64`), or from the layer's
+    model's rotary module as HF runs it (float32 angles; pass the model, not the layer)."""
+    torch = _torch()
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    attn = attention_module(layer_or_model, layer)
+    h, h_kv, d = _layout(attn)
+    x = _hidden(hidden_states, attn.q_proj.in_features)
+    n = x.shape[0]
+    pos = _positions(position_ids, n)
+    proj = {}
+    for name in ("q", "k", "v"):
+        w, b = _weights(getattr(attn, f"{name}_proj"), name)
+        a = x @ w + (0 if b is None else b)
+        proj[name] = a.reshape(n, -1, d).transpose(1, 0, 2)  # (heads, n, d)
+    if rope_float64:
+        base = _rope_base(attn.config)
+        inv_freq = 1.0 / (base ** (np.arange(0, d, 2, dtype=np.float64) / d))
+        emb = np.concatenate([np.outer(pos, inv_freq)] * 2, axis=1)
+        cos, sin = torch.from_numpy(np.cos(emb))[None], torch.from_numpy(np.sin(emb))[None]
+    else:
+        rot = getattr(getattr(layer_or_model, "model", layer_or_model), "rotary_emb", None)
+        if rot is None:
+            raise BadInput("rope_float64=False needs the model (its rotary_emb), not the attention layer alone")
+        with torch.no_grad():
+            cos, sin = rot(torch.zeros(1, dtype=torch.float64), torch.tensor([pos]))
+        cos, sin = cos.to(torch.float64), sin.to(torch.float64)
+    with torch.no_grad():
+        q, k = apply_rotary_pos_emb(torch.from_numpy(proj["q"])[None], torch.from_numpy(proj["k"])[None], cos, sin)
+    return {"q": q[0].numpy().copy(), "k": k[0].numpy().copy(), "v": proj["v"].copy(), "positions": pos,
+            "num_heads": h, "num_kv_heads": h_kv, "head_dim": d}
+
+
+def llama_attention_spec(layer_or_model, hidden_states, *, position_ids=None, attention_mask=None, layer: int = 0,
+                         start: str = "x") -> dict:
+    """The attntrace spec of the layer's self-attention on `hidden_states` (see the module docstring)."""
+    if start not in ("x", "qkv"):
+        raise BadInput(f"start must be \"x\" (from the hidden states, RoPE traced) or \"qkv\" (from q, k after RoPE), not {start!r}")
+    attn = attention_module(layer_or_model, layer)
+    h, h_kv, d = _layout(attn)
+    x = _hidden(hidden_states, attn.q_proj.in_features)
+    n = x.shape[0]
+    pos = _positions(position_ids, n)
+    w_o, b_o = _weights(attn.o_proj, "o")
+    spec: dict[str, Any] = {"W_O": w_o, "mask": "causal"}
+    if b_o is not None:
+        spec["b_O"] = b_o
+    if start == "x":
+        spec["X"] = x
+        for name in ("Q", "K", "V"):
+            w, b = _weights(getattr(attn, f"{name.lower()}_proj"), name)
+            spec[f"W_{name}"] = w
+            if b is not None:
+                spec[f"b_{name}"] = b
+        spec["rope"] = {"base": _rope_base(attn.config), "layout": "half", "positions": pos}
+    else:
+        r = llama_qkv(attn, x, position_ids=pos)
+        full = lambda a: np.ascontiguousarray(a.transpose(1, 0, 2).reshape(n, -1))  # noqa: E731 - (H, n, d) -> (n, H d)
+        spec.update(Q=full(r["q"]), K=full(r["k"]), V=full(r["v"]))
+    if h > 1:
+        spec["num_heads"] = h
+    if h_kv != h:
+        spec["num_kv_heads"] = h_kv
+    pad = _padding(attention_mask, n)
+    if pad is not None:
+        spec["key_padding"] = pad
+    return spec
+
+
+def from_hf_llama_attention(layer_or_model, hidden_states, *, position_ids=None, attention_mask=None, layer: int = 0,
+                            start: str = "x", **run_overrides) -> Trace:
+    """Trace the self-attention of a Llama-style layer of a Hugging Face model.
+
+    layer_or_model: a LlamaAttention, a decoder layer, a LlamaModel or LlamaForCausalLM
+    (then `layer` picks the layer). hidden_states: (n, d_model) or (1, n, d_model), the
+    attention module's input (after the input RMSNorm). position_ids: n positions (default
+    0..n-1). attention_mask: HF's 1 = token, 0 = padding (becomes key_padding, true =
+    padding). start: "x" (projections and RoPE traced) or "qkv" (from q and k after RoPE).
+    The trace's weights and output equal the layer's (float64 model, eager or SDPA) at 1e-10.
+    Extra keyword arguments go to `attntrace.run` (title, mode, ...).
+    """
+    from attntrace import run
+
+    spec = llama_attention_spec(layer_or_model, hidden_states, position_ids=position_ids, attention_mask=attention_mask,
+                                layer=layer, start=start)
+    return run(spec, **run_overrides)
