@@ -216,3 +216,16 @@ def test_json_names_the_cache_rows():
     assert steps["K_cache"]["past_rows"] == 3 and steps["K_cache"]["new_rows"] == 1
     assert steps["K_cache"]["inputs"] == ["K_past", "K"] and steps["scores"]["inputs"] == ["Q", "K_cache"]
     assert np.array(steps["scores"]["value"]).shape == (1, 4)
+
+
+def test_rope_with_a_cache_needs_the_new_tokens_positions():
+    """Position 0 for the new token (the default) would rotate it as if it came first."""
+    if not _has_option("rope"):
+        pytest.skip("needs the rope spec key")
+    spec = {"X": [[1.0, 0.0]], "W_Q": [[1.0, 0.0], [0.0, 1.0]], "W_K": [[1.0, 0.0], [0.0, 1.0]], "W_V": [[1.0], [0.0]],
+            "K_past": [[1.0, 1.0], [0.0, 2.0]], "V_past": [[2.0], [1.0]]}
+    for rope in ({"positions": [0]}, True):
+        with pytest.raises(attntrace.BadInput, match=r"^with a KV cache of 2 tokens, RoPE needs the new tokens' positions: "
+                                                     r"rope.positions = \[2\]$"):
+            attntrace.run({**spec, "rope": rope})
+    assert attntrace.run({**spec, "rope": {"positions": [2]}}).step("K_cache").shape == (3, 2)

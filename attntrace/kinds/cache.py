@@ -62,6 +62,7 @@ class CacheAppend(Kind):
             raise BadInput(f"K_past and V_past (a KV cache) need the new token's X or Q, K, V, not a trace that starts at {problem.start}")
         if "X_kv" in problem.shared:
             raise BadInput("a KV cache holds the keys and values of the same sequence; cross-attention (X_kv) has none")
+        _check_rope_positions(problem)
         return True
 
     def compute(self, ctx, head, state):
@@ -105,6 +106,19 @@ class CacheAppend(Kind):
 def _plain(letter: str) -> str:
     """A matrix letter in plain text: an accent follows its letter (\\tilde{K} -> K~)."""
     return re.sub(r"\\(tilde|hat)\{(\w)\}", lambda m: m.group(2) + ("~" if m.group(1) == "tilde" else "^"), letter)
+
+
+def _check_rope_positions(p) -> None:
+    """With RoPE the new tokens sit after the cached ones: positions P, P + 1, ... must be
+    given (the default 0, 1, ... would rotate the new token as if it were the first)."""
+    rope = (p.extra or {}).get("rope")
+    if not rope:
+        return
+    past = next((ops["K_past"].shape[0] for ops in p.heads if "K_past" in ops), 0)
+    new = p.shared["X"].shape[0] if "X" in p.shared else p.heads[0]["Q"].shape[0]
+    want = list(range(past, past + new))
+    if list(rope.get("positions") or ()) != want:
+        raise BadInput(f"with a KV cache of {past} tokens, RoPE needs the new tokens' positions: rope.positions = {want}")
 
 
 def _check_chunk(p, head, state, past_rows: int) -> None:
