@@ -10,27 +10,18 @@ sees the oracle's numbers but the hidden states. Agreement at 1e-10.
 
 from __future__ import annotations
 
-import importlib
-
 import numpy as np
 import pytest
 
 import attntrace
-from mathcheck import in_ci
+from mathcheck import require_modules
 
 TOL = 1e-10
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _libraries():
-    for name in ("torch", "transformers"):
-        try:
-            importlib.import_module(name)
-        except ImportError:
-            message = f"{name} is not installed (pip install 'attntrace[hf]')"
-            if in_ci():
-                pytest.fail(f"required under CI: {message}", pytrace=False)
-            pytest.skip(message)
+    require_modules("torch", "transformers")
 
 
 def _model(seed, hidden_size=16, num_heads=4, num_kv_heads=2):

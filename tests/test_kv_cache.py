@@ -10,8 +10,6 @@ output). Exact and symbolic mode agree with numeric by substitution.
 
 from __future__ import annotations
 
-import importlib
-
 import numpy as np
 import pytest
 import sympy as sp
@@ -20,20 +18,9 @@ from hypothesis import given, settings, strategies as st
 import attntrace
 from attntrace.algebra.substitute import substitute
 from attntrace.rendering.export import trace_to_dict
-from mathcheck import in_ci
+from mathcheck import require_modules
 
 TOL = 1e-10
-
-
-def _need(*names):
-    for name in names:
-        try:
-            importlib.import_module(name)
-        except ImportError:
-            message = f"{name} is not installed (pip install 'attntrace[torch,hf]')"
-            if in_ci():
-                pytest.fail(f"required under CI: {message}", pytrace=False)
-            pytest.skip(message)
 
 
 # --------------------------------------------------------------- against full causal attention
@@ -81,7 +68,7 @@ def test_top_left_causal_with_a_cache_is_refused_since_it_hides_the_cache():
 
 @pytest.fixture(scope="module")
 def hf_step():
-    _need("torch", "transformers")
+    require_modules("torch", "transformers")
     import oracles
 
     return oracles.llama_kv_cache_step(seed=3, hidden_size=16, num_heads=4, num_kv_heads=2, prefix_len=3)

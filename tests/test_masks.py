@@ -9,8 +9,6 @@ the same shapes. A row the mask empties is a one-line BadInput.
 
 from __future__ import annotations
 
-import importlib
-
 import numpy as np
 import pytest
 import sympy as sp
@@ -18,21 +16,14 @@ from hypothesis import given, settings, strategies as st
 
 import attntrace
 from attntrace.algebra.substitute import substitute
-from mathcheck import in_ci
+from mathcheck import require_modules
 
 TOL = 1e-10
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _oracle_libraries():
-    for name, extra in (("torch", "torch"), ("transformers", "hf")):
-        try:
-            importlib.import_module(name)
-        except ImportError:
-            message = f"{name} is not installed (pip install 'attntrace[{extra}]')"
-            if in_ci():
-                pytest.fail(f"required under CI: {message}", pytrace=False)
-            pytest.skip(message)
+    require_modules("torch", "transformers")
 
 
 def _oracles():

@@ -323,3 +323,20 @@ def require_tool(name: str) -> None:
     if in_ci():
         pytest.fail(f"required tool missing under CI: {message}", pytrace=False)
     pytest.skip(message)
+
+
+def require_modules(*names: str, extra: str = "torch,hf") -> None:
+    """In a test or fixture: skip when a Python package (torch, transformers) is missing, but
+    fail when CI=true, like `require_tool`."""
+    import importlib
+
+    import pytest
+
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            message = f"{name} is not installed (pip install 'attntrace[{extra}]'; bash scripts/install-test-deps.sh)"
+            if in_ci():
+                pytest.fail(f"required under CI: {message}", pytrace=False)
+            pytest.skip(message)
