@@ -50,6 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--mode", choices=("numeric", "exact", "symbolic", "shape"), default=None)
     run.add_argument("--format", choices=RUN_FORMATS, default="text")
     run.add_argument("--expand", choices=("named", "full"), default=None, help="symbolic: name each step's entries (default) or expand fully")
+    run.add_argument("--backward", action="store_true",
+                     help="add the backward pass: the spec's backward table, else the loss sum of squares of the output")
     _add_render_options(run)
 
     check = sub.add_parser("check", help="check a hand calculation against the trace")
@@ -152,7 +154,7 @@ def _emit(text: str, output: Path | None, is_json: bool = False) -> None:
 def cmd_run(args) -> int:
     from attntrace import run
 
-    trace = run(args.spec, mode=args.mode, expand=args.expand)
+    trace = run(args.spec, mode=args.mode, expand=args.expand, backward=True if args.backward else None)
     if args.format == "json":
         text = _json(trace.to_dict())
     else:

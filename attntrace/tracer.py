@@ -15,7 +15,7 @@ import numpy as np
 from attntrace.algebra.modes import algebra_for
 from attntrace.budget import check_budget, work_estimate  # noqa: F401 - work_estimate is public here
 from attntrace.inputs.spec import Problem
-from attntrace.kinds import COMBINE_PIPELINE, HEAD_PIPELINE, Flow, Kind
+from attntrace.kinds import BACKWARD_PIPELINE, COMBINE_PIPELINE, HEAD_PIPELINE, Flow, Kind
 from attntrace.kinds.base import label
 from attntrace.kinds.projection import kv_groups
 from attntrace.kinds.mask import mask_setting
@@ -102,7 +102,8 @@ def _head_state(ctx: Context, ops: dict[str, Operand]) -> dict:
     return state
 
 
-def _run_head(ctx: Context, head, ops) -> Flow | None:
+def _run_head(ctx: Context, head, ops) -> dict:
+    """A head's forward pipeline; returns its state (Z, and what the backward pass reads)."""
     p = ctx.p
     state = _head_state(ctx, ops)
     for kind in HEAD_PIPELINE:
@@ -111,14 +112,32 @@ def _run_head(ctx: Context, head, ops) -> Flow | None:
         flow = kind.compute(ctx, head, state)
         if flow is not None:
             state[kind.writes] = flow
-    return state.get("Z")
+    return state
+
+
+def _run_backward(ctx: Context, heads, states: list[dict], top: dict) -> None:
+    """The backward pass (`kinds.BACKWARD_PIPELINE`): the kinds before the heads on the combined
+    state, each head's kinds on its own forward state (which sees the combined one as "top"), then
+    the kinds after the heads, which see every head's state as "states"."""
+    before, per_head, after = BACKWARD_PIPELINE
+    for st in states:
+        st["top"] = top
+    top["states"] = states
+    for kinds, places in ((before, [(None, top)]), (per_head, list(zip(heads, states))), (after, [(None, top)])):
+        for head, state in places:
+            for kind in kinds:
+                if kind.enabled(ctx.p):
+                    flow = kind.compute(ctx, head, state)
+                    if flow is not None:
+                        state[kind.writes] = flow
 
 
 def _run(ctx: Context) -> Trace:
     p = ctx.p
     multi = len(p.heads) > 1
     heads = list(range(1, len(p.heads) + 1)) if multi else [None]
-    zs = [_run_head(ctx, h, ops) for h, ops in zip(heads, p.heads)]
+    states = [_run_head(ctx, h, ops) for h, ops in zip(heads, p.heads)]
+    zs = [s.get("Z") for s in states]
     state = {"heads": zs, "Z": zs[0]}
     for kind in COMBINE_PIPELINE:
         if kind.enabled(p):
@@ -127,6 +146,8 @@ def _run(ctx: Context) -> Trace:
                 state[kind.writes] = flow
     if p.start == "Z" and not multi and "W_O" not in p.shared:
         raise BadInput("a single Z needs W_O or more heads to trace anything")
+    if p.extra.get("backward") is not None:
+        _run_backward(ctx, heads, states, state)
     # the report's "Given" order: the inputs, then each head's matrices, then W_O and b_O
     first = tuple(p.shared[k] for k in ("X", "X_kv") if k in p.shared)
     last = tuple(op for k, op in p.shared.items() if k not in ("X", "X_kv"))

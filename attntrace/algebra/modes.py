@@ -170,6 +170,12 @@ class NumericAlgebra:
     def transpose(self, a):
         return a.T
 
+    def grad_matmul(self, a, b):
+        return a @ b
+
+    def grad_divide(self, a, factor):
+        return a / factor
+
     def times(self, a, c):
         return a * float(c)
 
@@ -442,9 +448,16 @@ class SympyAlgebra:
     def transpose(self, a):
         return a.T
 
+    def grad_matmul(self, a, b):
+        """A product of the backward pass: named (symbolic) as the forward's; see ExactAlgebra."""
+        return self.matmul(a, b)
+
+    def grad_divide(self, a, factor):
+        return self.divide(a, factor)
+
     def times(self, a, c):
         sp = self.sp
-        return a.applyfunc(lambda x: sp.Mul(c, x, evaluate=False) if self.name_steps else self._plain(c * x))
+        return a.applyfunc(lambda x: sp.Mul(c, x, evaluate=False) if self.name_steps else c * x)
 
     def constant(self, shape, c):
         return self.sp.Matrix(shape[0], shape[1], lambda i, j: self.sp.sympify(c))
@@ -452,7 +465,7 @@ class SympyAlgebra:
     def colsum(self, a):
         sp = self.sp
         ev = not self.name_steps
-        return sp.Matrix(1, a.shape[1], lambda i, j: self._plain(sp.Add(*[a[k, j] for k in range(a.shape[0])], evaluate=ev)))
+        return sp.Matrix(1, a.shape[1], lambda i, j: sp.Add(*[a[k, j] for k in range(a.shape[0])], evaluate=ev))
 
     def softmax_backward(self, a, da):
         """t-bar_ij = a_ij (g_ij - r_i), r_i = sum_j a_ij g_ij over the kept entries (a masked
@@ -460,21 +473,20 @@ class SympyAlgebra:
         sp = self.sp
         ev = not self.name_steps
         rows, cols = a.shape
-        r = [self._plain(sp.Add(*[sp.Mul(a[i, j], da[i, j], evaluate=ev) for j in range(cols) if a[i, j] != 0], evaluate=ev))
-             for i in range(rows)]
+        r = [sp.Add(*[sp.Mul(a[i, j], da[i, j], evaluate=ev) for j in range(cols) if a[i, j] != 0], evaluate=ev) for i in range(rows)]
 
         def entry(i, j):
             if a[i, j] == 0:
                 return sp.Integer(0)
-            return self._plain(sp.Mul(a[i, j], sp.Add(da[i, j], sp.Mul(-1, r[i], evaluate=ev), evaluate=ev), evaluate=ev))
+            return sp.Mul(a[i, j], sp.Add(da[i, j], sp.Mul(-1, r[i], evaluate=ev), evaluate=ev), evaluate=ev)
         return sp.Matrix(rows, cols, entry), {"rowdot": tuple(r)}
 
     def softmax_jacobian(self, a, i):
         """The Jacobian of row i of the softmax: a_ij (1 - a_ij) on the diagonal, -a_ij a_ik off it."""
         sp = self.sp
         n, ev = a.shape[1], not self.name_steps
-        return sp.ImmutableMatrix(n, n, lambda j, k: self._plain(
-            sp.Mul(a[i, j], sp.Add(1, -a[i, j], evaluate=ev), evaluate=ev) if j == k else sp.Mul(-1, a[i, j], a[i, k], evaluate=ev)))
+        return sp.ImmutableMatrix(n, n, lambda j, k: sp.Mul(a[i, j], sp.Add(1, -a[i, j], evaluate=ev), evaluate=ev) if j == k
+                                  else sp.Mul(-1, a[i, j], a[i, k], evaluate=ev))
 
     def columns(self, a, first: int, stop: int):
         """Columns first..stop-1 (plain entries: never a softmax-derived matrix with forms)."""
@@ -545,6 +557,15 @@ class ExactAlgebra(SympyAlgebra):
     def matmul_t(self, a, b):
         return self.matmul(a, b.T)
 
+    def grad_matmul(self, a, b):
+        """The backward pass keeps SymPy's own exact arithmetic, without the canonical form: a
+        gradient through the softmax is a rational function of exponentials, whose normal form
+        grows fast (and costs seconds per entry); evaluated, the value is exact all the same."""
+        return self.sp.Matrix(a) * self.sp.Matrix(b)
+
+    def grad_divide(self, a, factor):
+        return a.applyfunc(lambda x: x / factor)
+
     def add_row(self, a, row):
         xf = self.xf
         fa = self._forms_of(a)
@@ -614,7 +635,7 @@ class ShapeAlgebra:
     def __getattr__(self, name: str) -> Any:
         if name in {"matmul", "matmul_t", "add_row", "columns", "divide", "mask", "hstack", "vstack",
                     "rope_angles", "rotate_pairs", "pow2", "number", "distance_bias", "add", "plus", "hadamard", "activation", "sinusoid",
-                    "transpose", "times", "constant", "colsum", "softmax_jacobian"}:
+                    "transpose", "grad_matmul", "grad_divide", "times", "constant", "colsum", "softmax_jacobian"}:
             return lambda *args, **kw: None
         raise AttributeError(name)
 

@@ -36,7 +36,7 @@ HEAD_KEYS = {
 #: Matrices shared by all heads.
 SHARED_KEYS = {"X": "x", "X_kv": "y", "W_O": "w^{O}", "b_O": "b^{O}"}
 OPTION_KEYS = {"title", "description", "title_zh", "description_zh", "mode", "scale", "d_k", "mask", "num_heads", "heads", "Z", "expand", "tokens", "kv_tokens",
-               "window", "key_padding", "num_kv_heads", "rope", "alibi"}
+               "window", "key_padding", "backward", "num_kv_heads", "rope", "alibi"}
 ALLOWED_KEYS = set(HEAD_KEYS) | set(SHARED_KEYS) | OPTION_KEYS
 #: Keys that `num_heads` splits into column blocks, one per head.
 SPLITTABLE = ("W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "Q", "K", "V", "K_past", "V_past")
@@ -278,6 +278,8 @@ def load_spec(spec: Any, *, mode: str | None = None, **overrides: Any) -> Proble
         data = dict(spec)
     else:
         raise BadInput(f"a spec is a path or a dict, not {type(spec).__name__}")
+    if overrides.get("backward") is True and data.get("backward"):
+        overrides.pop("backward")  # `run --backward` on a spec that says how: the spec's dO or loss
     data.update({k: v for k, v in overrides.items() if v is not None})
     unknown = sorted(set(data) - ALLOWED_KEYS)
     if unknown:
@@ -377,8 +379,17 @@ def load_spec(spec: Any, *, mode: str | None = None, **overrides: Any) -> Proble
         tokens=tokens,
         kv_tokens=kv_tokens,
         source=source,
-        extra={**mask_opts, **positional, "full_width": full_width, **({"num_kv_heads": num_kv_heads} if num_kv_heads != (num_heads or 1) else {})},
+        extra={**mask_opts, **positional, "full_width": full_width, **({"num_kv_heads": num_kv_heads} if num_kv_heads != (num_heads or 1) else {}),
+               **_passes(data, mode)},
     )
+
+
+def _passes(data: Mapping[str, Any], mode: str) -> dict[str, Any]:
+    """The backward pass (`backward`, attntrace.kinds.backward), when the spec asks for it."""
+    from attntrace.kinds.backward import parse_backward
+
+    backward = parse_backward(data.get("backward"), mode)
+    return {"backward": backward} if backward is not None else {}
 
 
 def _check_key_width(single: Mapping[str, Operand], h: int, h_kv: int) -> None:

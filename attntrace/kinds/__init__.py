@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from attntrace.kinds.base import Flow, Kind
 from attntrace.kinds.alibi import BIASED
+from attntrace.kinds.backward import BACKWARD_COMBINE, BACKWARD_HEAD, BACKWARD_INPUTS
 from attntrace.kinds.cache import K_CACHE, V_CACHE
 from attntrace.kinds.heads import CONCAT, OUTPUT
 from attntrace.kinds.mask import MASKED
@@ -23,8 +24,12 @@ from attntrace.kinds.weighted_sum import WEIGHTED_SUM
 HEAD_PIPELINE: tuple[Kind, ...] = (Q, K, V, Q_ROPE, K_ROPE, K_CACHE, V_CACHE, SCORES, SCALED, BIASED, MASKED, WEIGHTS, WEIGHTED_SUM)
 COMBINE_PIPELINE: tuple[Kind, ...] = (CONCAT, OUTPUT)
 
+#: The backward pass (spec key `backward`, `run --backward`), after the forward steps: the kinds
+#: before the heads (from the output back to the concatenation), per head, then back to the inputs.
+BACKWARD_PIPELINE: tuple[tuple[Kind, ...], ...] = (BACKWARD_COMBINE, BACKWARD_HEAD, BACKWARD_INPUTS)
+
 #: Every kind by step id.
-KINDS: dict[str, Kind] = {k.id: k for k in HEAD_PIPELINE + COMBINE_PIPELINE}
+KINDS: dict[str, Kind] = {k.id: k for k in HEAD_PIPELINE + COMBINE_PIPELINE + BACKWARD_COMBINE + BACKWARD_HEAD + BACKWARD_INPUTS}
 
 
 def kind_of(step_id: str) -> Kind:
@@ -32,4 +37,4 @@ def kind_of(step_id: str) -> Kind:
     return KINDS[step_id]
 
 
-__all__ = ["Flow", "Kind", "HEAD_PIPELINE", "COMBINE_PIPELINE", "KINDS", "kind_of"]
+__all__ = ["Flow", "Kind", "HEAD_PIPELINE", "COMBINE_PIPELINE", "BACKWARD_PIPELINE", "KINDS", "kind_of"]

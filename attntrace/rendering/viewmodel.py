@@ -125,13 +125,13 @@ def report_view(trace, fmt: str, precision: int, max_size: int, figures: list[di
     if not shape_mode:
         by_head: dict[int, list] = {}  # one pass over the steps: rendering stays linear in the heads
         for s in trace.steps:
-            if s.head is not None:
+            if s.head is not None and not _backward(s):
                 by_head.setdefault(s.head, []).append(s)
         for h in trace.heads():
             steps = [StepView(trace, s, out, rows, esc).build() for s in by_head.get(h, ())]
             if steps:
                 sections.append({"head": h, "steps": steps})
-        combined = [StepView(trace, s, out, rows, esc).build() for s in trace.steps if s.head is None]
+        combined = [StepView(trace, s, out, rows, esc).build() for s in trace.steps if s.head is None and not _backward(s)]
         if not multi:
             sections, combined = [{"head": 0, "steps": combined}], []
     d_ks = sorted({str(s.details["d_k"]) for s in trace.steps if s.id == "scaled" and s.details.get("d_k") is not None})
@@ -160,7 +160,14 @@ def report_view(trace, fmt: str, precision: int, max_size: int, figures: list[di
         "given_shapes": given_shapes(trace, out) if shape_mode else [],
         "shape_rows": shape_rows(trace, out) if shape_mode else [],
         "sections": sections, "combined": combined, "figures": figures or [],
+        # the backward pass (attntrace.kinds.backward), in trace order after the forward steps
+        "backward": [] if shape_mode else [StepView(trace, s, out, rows, esc).build() for s in trace.steps if _backward(s)],
     }
+
+
+def _backward(step) -> bool:
+    """A step of the backward pass: reports give these a section of their own."""
+    return getattr(kind_of(step.id), "backward", False)
 
 
 def intro_formula(trace, scaled: bool, by_sqrt: bool, plain: bool) -> str:

@@ -1,0 +1,415 @@
+"""The backward pass: the gradient of a loss with respect to every matrix of attention.
+
+Each gradient is a step kind of its own, named `d` + the step (or input) it is the gradient
+of: doutput, dW_O, db_O, dconcat, then per head dZ, dV, dweights, dscaled, dscores, dQ, dK
+(and dW_Q, dW_K, dW_V, db_Q, ... per head when the heads were given one by one), then dW_Q,
+... at full width for `num_heads` specs, dX and dX_kv. They run after the forward steps
+(`attntrace.kinds.BACKWARD_COMBINE`, `BACKWARD_HEAD`, `BACKWARD_INPUTS`) and read the
+forward values from the same per-head state (roles A, V, Q, K, Z); each writes its own id.
+
+The chain rule is written out matrix by matrix, as the textbooks do (row vectors, so
+Z = A V gives dV = A^T dZ and dA = dZ V^T). The softmax's backward is row by row,
+dT_i = a_i o (dA_i - r_i), r_i = sum_j a_ij dA_ij, which is dA_i times the Jacobian
+diag(a_i) - a_i^T a_i; a masked entry has weight exactly 0, so its gradient is exactly 0
+(the mask is a constant). The scale follows as its own step, dS = dT / sqrt(d_k).
+
+Weight gradients have attntrace's shapes: dW_Q is (d_model, d_k) like W_Q, the transpose of
+PyTorch's `weight.grad` (nn.Linear and in_proj_weight store (out, in)). With `num_heads`
+the full-width dW_Q (d_model, h d_k) is one step, comparable with PyTorch's gradient of the
+full in_proj block; heads given one by one (`heads = [...]`) get one dW_Q per head.
+
+In symbolic mode every gradient names its entries g^{V}_{ij} (g for gradient, the
+superscript the matrix it belongs to) and defines them one level deep in terms of the
+forward names and the previous gradient's names.
+"""
+
+from __future__ import annotations
+
+from attntrace.kinds.base import Flow, Kind, plain_sup, sup
+from attntrace.model.errors import BadInput
+
+#: Losses a spec may name instead of giving dO: L = sum of o_ij^2 (dO = 2 O), L = sum of o_ij (dO = 1).
+LOSSES = ("sum_squares", "sum")
+
+
+def parse_backward(value, mode: str):
+    """The spec's `backward`: true (the loss sum_squares), {loss = "..."} or {dO = [[...]]}.
+
+    Returns {"loss": name} or {"dO": Operand}; None when absent or false."""
+    from attntrace.inputs.matrices import to_matrix
+    from attntrace.model.trace import Operand
+
+    if value is None or value is False:
+        return None
+    if value is True:
+        return {"loss": "sum_squares"}
+    if not isinstance(value, dict):
+        raise BadInput("backward must be true or a table: {loss = \"sum_squares\"} or {dO = [[...]]}")
+    unknown = sorted(set(value) - {"loss", "dO"})
+    if unknown:
+        raise BadInput(f"unknown key {unknown[0]!r} in backward; allowed: dO, loss")
+    if ("loss" in value) == ("dO" in value):
+        raise BadInput("backward needs exactly one of dO (the upstream gradient) and loss (\"sum_squares\" or \"sum\")")
+    if "loss" in value:
+        if value["loss"] not in LOSSES:
+            raise BadInput(f"backward loss must be \"sum_squares\" or \"sum\", not {str(value['loss'])[:40]!r}")
+        return {"loss": value["loss"]}
+    m, shape, symbol = to_matrix(value["dO"], mode=mode, name="backward dO", default_symbol="g")
+    return {"dO": Operand("dO", None, m, shape, symbol)}
+
+
+def _tr(letter: str, head) -> str:
+    """A^{(2)\\top}: the head and the transpose in one superscript."""
+    return f"{letter}^{{{'' if head is None else f'({head})'}\\top}}"
+
+
+def _find(ctx, step_id: str, head):
+    """A forward step already recorded (the scaled step's factor, the concat's blocks)."""
+    for s in ctx.steps:
+        if s.id == step_id and s.head == head:
+            return s
+    return None
+
+
+class Grad(Kind):
+    """The gradient of one matrix; `writes` its own id into the state it runs in."""
+
+    view, prose = "grad", "backward"
+    starts = ("X", "QKV", "scores", "weights", "Z")
+    backward = True
+    #: the forward matrix this is the gradient of (its LaTeX and plain names)
+    of: str = ""
+
+    def __init__(self, id: str, of: str, symbol: str, per_head: bool = True, plain_of: str | None = None):
+        self.id = self.writes = id
+        self.of, self.plain_of = of, plain_of or of
+        self.letter, self.plain_letter = f"\\mathrm{{d}}{of}", f"d{self.plain_of}"
+        self.symbol = self.entry = symbol
+        self.per_head = per_head
+
+    def enabled(self, problem) -> bool:
+        return problem.extra.get("backward") is not None and problem.start in self.starts and self.runs(problem)
+
+    def runs(self, problem) -> bool:
+        return True
+
+    def name(self, head) -> tuple[str, str]:
+        return self.letter + sup(head), self.plain_letter + plain_sup(head)
+
+    def emit(self, ctx, head, inputs, rhs: str, plain_rhs: str, result, shape, rule: str, **details) -> Flow:
+        lhs, plhs = self.name(head)
+        return ctx.emit(self, head, inputs, f"{lhs} = {rhs}", f"{plhs} = {plain_rhs}", result, shape, {"rule": rule, **details})
+
+    def product(self, ctx, head, a: Flow, b: Flow, ta: bool, tb: bool, names: tuple[str, str], plains: tuple[str, str]) -> Flow:
+        """op(a) op(b) with op = transpose where asked: shape-checked, recorded with its factors."""
+        sa, sb = (a.shape[::-1] if ta else a.shape), (b.shape[::-1] if tb else b.shape)
+        if sa[1] != sb[0]:
+            raise BadInput(f"step {self.id}: cannot multiply {a.ref} {sa} by {b.ref} {sb}: {sa[1]} != {sb[0]}")
+        alg = ctx.alg
+        av = alg.transpose(a.value) if ta else a.value
+        bv = alg.transpose(b.value) if tb else b.value
+        result = alg.grad_matmul(av, bv)
+        return self.emit(ctx, head, [a.ref, b.ref], f"{names[0]} {names[1]}", f"{plains[0]} {plains[1]}", result, (sa[0], sb[1]),
+                         "product", transposed=(ta, tb))
+
+    def seed(self, ctx, head, out: Flow) -> Flow:
+        """The first gradient: dO given, or the loss's derivative at the last forward output."""
+        b = ctx.p.extra["backward"]
+        o, po = out.letter + sup(head), out.letter + plain_sup(head)
+        partial = f"\\frac{{\\partial L}}{{\\partial {o}}}"
+        if "dO" in b:
+            op = b["dO"]
+            if op.shape != tuple(out.shape):
+                raise BadInput(f"backward: dO has shape {op.shape} but the output {out.ref} it is the gradient of is {tuple(out.shape)}")
+            return self.emit(ctx, head, [], partial, f"dL/d{po}", op.value, out.shape, "given")
+        if b["loss"] == "sum":
+            return self.emit(ctx, head, [out.ref], f"{partial} = \\mathbf{{1}}", f"dL/d{po} = 1", ctx.alg.constant(out.shape, 1),
+                             out.shape, "sum")
+        return self.emit(ctx, head, [out.ref], f"{partial} = 2 {o}", f"dL/d{po} = 2 {po}", ctx.alg.times(out.value, 2), out.shape,
+                         "sum_squares")
+
+    def json_details(self, details):
+        out = {"rule": details.get("rule")}
+        if "block" in details:
+            out["block"] = details["block"]
+        return out
+
+
+class OutputGrad(Grad):
+    """doutput: the gradient of the output projection's result (the first backward step)."""
+
+    def runs(self, problem):
+        return "W_O" in problem.shared
+
+    def compute(self, ctx, head, top):
+        return self.seed(ctx, None, top["O"]) if top.get("O") is not None else None
+
+
+class OutputWeightGrad(Grad):
+    """dW_O = Z^T dO (Z the concatenated heads), db_O = the column sums of dO."""
+
+    def __init__(self, id, of, symbol, bias: bool):
+        super().__init__(id, of, symbol, per_head=False, plain_of=of.replace("_{", "_").replace("}", ""))
+        self.bias = bias
+
+    def runs(self, problem):
+        return ("b_O" if self.bias else "W_O") in problem.shared
+
+    def compute(self, ctx, head, top):
+        do = top.get("doutput")
+        if do is None:
+            return None
+        if self.bias:
+            return self.emit(ctx, None, ["doutput"], "\\mathbf{1}^{\\top} \\mathrm{d}O", "1^T dO", ctx.alg.colsum(do.value),
+                             (1, do.shape[1]), "colsum")
+        return self.product(ctx, None, top["Z"], do, True, False, ("Z^{\\top}", "\\mathrm{d}O"), ("Z^T", "dO"))
+
+
+class ConcatGrad(Grad):
+    """dconcat = dO W_O^T, or the seed when the concatenation is the last forward step."""
+
+    def runs(self, problem):
+        return len(problem.heads) > 1
+
+    def compute(self, ctx, head, top):
+        if top.get("Z") is None:
+            return None
+        do = top.get("doutput")
+        if do is None:
+            return self.seed(ctx, None, top["Z"])
+        w = ctx.operand(ctx.p.shared["W_O"])
+        return self.product(ctx, None, do, w, False, True, ("\\mathrm{d}O", "W_O^{\\top}"), ("dO", "W_O^T"))
+
+
+class HeadOutputGrad(Grad):
+    """dZ of a head: its column block of dconcat, or dO W_O^T (one head), or the seed."""
+
+    def compute(self, ctx, head, state):
+        top = state["top"]
+        for key, what in (("num_kv_heads", "num_kv_heads (grouped-query attention)"), ("rope", "rope (rotary positions)")):
+            if key in ctx.p.extra:
+                raise BadInput(f"backward with {what} is not supported yet")
+        if state.get("Z") is None:
+            return None
+        if top.get("dconcat") is not None:
+            dc = top["dconcat"]
+            blocks = _find(ctx, "concat", None).details["blocks"]
+            _, first, last = blocks[head - 1]
+            cols = f"{first}\\ldots{last}" if last > first else f"{first}"
+            return self.emit(ctx, head, ["dconcat"], f"\\mathrm{{d}}Z_{{:,\\,{cols}}}", f"dZ[:, {first}..{last}]",
+                             ctx.alg.columns(dc.value, first - 1, last), (dc.shape[0], last - first + 1), "block", block=(first, last))
+        if top.get("doutput") is not None:
+            w = ctx.operand(ctx.p.shared["W_O"])
+            return self.product(ctx, head, top["doutput"], w, False, True, ("\\mathrm{d}O", "W_O^{\\top}"), ("dO", "W_O^T"))
+        return self.seed(ctx, head, state["Z"])
+
+
+class ValueGrad(Grad):
+    """dV = A^T dZ: value row j collects the output gradients of the queries that read it."""
+
+    def compute(self, ctx, head, state):
+        dz, a = state.get("dZ"), state.get("A")
+        if dz is None or a is None or state.get("V") is None:
+            return None
+        h, ph = sup(head), plain_sup(head)
+        return self.product(ctx, head, a, dz, True, False, (_tr("A", head), f"\\mathrm{{d}}Z{h}"), (f"A{ph}^T", f"dZ{ph}"))
+
+
+class WeightsGrad(Grad):
+    """dA = dZ V^T: how the loss changes with each attention weight."""
+
+    def compute(self, ctx, head, state):
+        dz, v = state.get("dZ"), state.get("V")
+        if dz is None or v is None:
+            return None
+        h, ph = sup(head), plain_sup(head)
+        return self.product(ctx, head, dz, v, False, True, (f"\\mathrm{{d}}Z{h}", _tr("V", head)), (f"dZ{ph}", f"V{ph}^T"))
+
+
+class SoftmaxGrad(Grad):
+    """The softmax backward, row by row: dT = A o (dA - rowsum(dA o A))."""
+
+    starts = ("X", "QKV", "scores")
+
+    def compute_softmax(self, ctx, head, state):
+        da, a = state.get("dweights"), state.get("A")
+        if da is None:
+            return None
+        result, details = ctx.alg.softmax_backward(a.value, da.value)
+        jacobian = None if ctx.alg.mode == "shape" else ctx.alg.softmax_jacobian(a.value, 0)
+        h, ph = sup(head), plain_sup(head)
+        rhs = f"A{h} \\circ \\left(\\mathrm{{d}}A{h} - r{h} \\mathbf{{1}}^{{\\top}}\\right)"
+        plain = f"A{ph} o (dA{ph} - r{ph} 1^T)"
+        masked = _find(ctx, "masked", head) is not None
+        return self.emit(ctx, head, [a.ref, da.ref], rhs, plain, result, a.shape, "softmax", jacobian=jacobian, masked=masked, **details)
+
+    def json_details(self, details):
+        out = super().json_details(details)
+        if details.get("rule") == "softmax":
+            r = details.get("rowdot")
+            out["rowdot"] = None if r is None else [float(x) if hasattr(x, "__float__") and not hasattr(x, "free_symbols") else str(x) for x in r]
+        return out
+
+
+class ScaledGrad(SoftmaxGrad):
+    """dscaled: the gradient of the scaled (and masked) scores, through the softmax."""
+
+    def runs(self, problem):
+        return problem.scale is not False
+
+    def compute(self, ctx, head, state):
+        return self.compute_softmax(ctx, head, state)
+
+
+class ScoresGrad(SoftmaxGrad):
+    """dscores: dT / sqrt(d_k) after the scaling, else straight through the softmax."""
+
+    def compute(self, ctx, head, state):
+        dt = state.get("dscaled")
+        if dt is None:
+            return self.compute_softmax(ctx, head, state)
+        scaled = _find(ctx, "scaled", head)
+        factor = scaled.details["factor"]
+        by_sqrt = scaled.details.get("by_sqrt_dk", True)
+        h, ph = sup(head), plain_sup(head)
+        divisor, pdiv = ("\\sqrt{d_k}", "sqrt(d_k)") if by_sqrt else ("c", "c")
+        return self.emit(ctx, head, ["dscaled"], f"\\frac{{\\mathrm{{d}}T{h}}}{{{divisor}}}", f"dT{ph} / {pdiv}",
+                         ctx.alg.grad_divide(dt.value, factor), dt.shape, "scale", factor=factor, d_k=scaled.details.get("d_k"),
+                         by_sqrt_dk=by_sqrt)
+
+
+class QueryKeyGrad(Grad):
+    """dQ = dS K and dK = dS^T Q (dS already holds the 1/sqrt(d_k))."""
+
+    starts = ("X", "QKV")
+
+    def compute(self, ctx, head, state):
+        ds = state.get("dscores")
+        if ds is None:
+            return None
+        h, ph = sup(head), plain_sup(head)
+        if self.id == "dQ":
+            return self.product(ctx, head, ds, state["K"], False, False, (f"\\mathrm{{d}}S{h}", f"K{h}"), (f"dS{ph}", f"K{ph}"))
+        return self.product(ctx, head, ds, state["Q"], True, False, (_tr("\\mathrm{d}S", head), f"Q{h}"), (f"dS{ph}^T", f"Q{ph}"))
+
+
+def _split(problem) -> bool:
+    """The heads come from full-width matrices split by num_heads: weight gradients at full width."""
+    return bool(problem.extra.get("full_width")) and len(problem.heads) > 1
+
+
+def _source(ctx, which: str) -> str:
+    return "X_kv" if which in ("K", "V") and "X_kv" in ctx.p.shared else "X"
+
+
+class ProjectionGrad(Grad):
+    """dW_Q = X^T dQ and db_Q = 1^T dQ (the same for K, V; X_kv for K and V in cross-attention).
+
+    `full`: the num_heads split's full-width gradient, X^T [dQ^(1) ... dQ^(h)], after the heads."""
+
+    starts = ("X",)
+
+    def __init__(self, which: str, bias: bool, full: bool):
+        sym = f"g^{{{'b' if bias else 'W'}{which}}}"
+        super().__init__(f"d{'b' if bias else 'W'}_{which}", f"{'b' if bias else 'W'}_{which}", sym, per_head=not full)
+        self.which, self.bias, self.full = which, bias, full
+
+    def runs(self, problem):
+        if _split(problem) != self.full:
+            return False
+        return not self.bias or any(f"b_{self.which}" in ops for ops in problem.heads)
+
+    def compute(self, ctx, head, state):
+        g = f"d{self.which}"
+        src = _source(ctx, self.which)
+        src_tex = "X_{kv}" if src == "X_kv" else "X"
+        if self.full:
+            flows = [s.get(g) for s in state["states"]]
+            if any(f is None for f in flows):
+                return None
+            n = len(flows)
+            stacked = ctx.alg.hstack([f.value for f in flows])
+            parts = f"\\mathrm{{d}}{self.which}^{{(1)}}, \\ldots, \\mathrm{{d}}{self.which}^{{({n})}}" if n > 2 else \
+                ", ".join(f"\\mathrm{{d}}{self.which}^{{({i})}}" for i in range(1, n + 1))
+            pparts = ", ".join(f"d{self.which}({i})" for i in range(1, n + 1))
+            inputs = [src] + [f"{g}@{i}" for i in range(1, n + 1)]
+            shape = (flows[0].shape[0], sum(f.shape[1] for f in flows))
+            if self.bias:
+                return self.emit(ctx, None, inputs[1:], f"\\mathbf{{1}}^{{\\top}} \\left[{parts}\\right]", f"1^T [{pparts}]",
+                                 ctx.alg.colsum(stacked), (1, shape[1]), "colsum")
+            x = ctx.operand(ctx.p.shared[src])
+            return self.emit(ctx, None, inputs, f"{src_tex}^{{\\top}} \\left[{parts}\\right]", f"{src}^T [{pparts}]",
+                             ctx.alg.grad_matmul(ctx.alg.transpose(x.value), stacked), (x.shape[1], shape[1]), "stack")
+        d = state.get(g)
+        if d is None:
+            return None
+        h, ph = sup(head), plain_sup(head)
+        if self.bias:
+            return self.emit(ctx, head, [d.ref], f"\\mathbf{{1}}^{{\\top}} \\mathrm{{d}}{self.which}{h}", f"1^T d{self.which}{ph}",
+                             ctx.alg.colsum(d.value), (1, d.shape[1]), "colsum")
+        x = ctx.operand(ctx.p.shared[src])
+        return self.product(ctx, head, x, d, True, False, (f"{src_tex}^{{\\top}}", f"\\mathrm{{d}}{self.which}{h}"),
+                            (f"{src}^T", f"d{self.which}{ph}"))
+
+
+class InputGrad(Grad):
+    """dX = sum over heads of dQ W_Q^T (+ dK W_K^T + dV W_V^T in self-attention); dX_kv the rest."""
+
+    starts = ("X",)
+
+    def __init__(self, id, of, symbol, kv: bool):
+        super().__init__(id, of, symbol, per_head=False, plain_of="X_kv" if kv else "X")
+        self.kv = kv
+
+    def runs(self, problem):
+        return not self.kv or "X_kv" in problem.shared
+
+    def compute(self, ctx, head, top):
+        cross = "X_kv" in ctx.p.shared
+        which = ("K", "V") if self.kv else (("Q",) if cross else ("Q", "K", "V"))
+        states = top["states"]
+        multi = len(states) > 1
+        grads, weights, inputs, terms, pterms = [], [], [], [], []
+        for i, st in enumerate(states, start=1):
+            hd = i if multi else None
+            for w in which:
+                d = st.get(f"d{w}")
+                if d is None:
+                    return None
+                grads.append(d.value)
+                weights.append(ctx.operand(st[f"W_{w}"]).value)
+                inputs += [d.ref if hd is None else f"{d.ref}@{hd}", f"W_{w}" if hd is None else f"W_{w}@{hd}"]
+        # one product: [dQ dK dV ...] times [W_Q W_K W_V ...]^T sums every path's contribution
+        alg = ctx.alg
+        total = alg.grad_matmul(alg.hstack(grads), alg.transpose(alg.hstack(weights))) if alg.mode != "shape" else None
+        for w in which:
+            terms.append(f"\\mathrm{{d}}{w}{'^{(i)}' if multi else ''} W_{w}^{{{'(i)' if multi else ''}\\top}}")
+            pterms.append(f"d{w}{'(i)' if multi else ''} W_{w}{'(i)' if multi else ''}^T")
+        rhs, prhs = " + ".join(terms), " + ".join(pterms)
+        if multi:
+            rhs = f"\\sum_{{i=1}}^{{{len(states)}}} " + (f"\\left({rhs}\\right)" if len(which) > 1 else rhs)
+            prhs = f"sum_i ({prhs})"
+        x = ctx.p.shared["X_kv" if self.kv else "X"]
+        return self.emit(ctx, None, inputs, rhs, prhs, total, x.shape, "sum", heads=len(states))
+
+
+DOUTPUT = OutputGrad("doutput", "O", "g^{O}", per_head=False)
+DW_O = OutputWeightGrad("dW_O", "W_O", "g^{WO}", bias=False)
+DB_O = OutputWeightGrad("db_O", "b_O", "g^{bO}", bias=True)
+DCONCAT = ConcatGrad("dconcat", "Z", "g^{Z}", per_head=False)
+DZ = HeadOutputGrad("dZ", "Z", "g^{Z}")
+DV = ValueGrad("dV", "V", "g^{V}")
+DWEIGHTS = WeightsGrad("dweights", "A", "g^{A}")
+DSCALED = ScaledGrad("dscaled", "T", "g^{T}")
+DSCORES = ScoresGrad("dscores", "S", "g^{S}")
+DQ = QueryKeyGrad("dQ", "Q", "g^{Q}")
+DK = QueryKeyGrad("dK", "K", "g^{K}")
+HEAD_PARAMS = tuple(ProjectionGrad(w, b, full=False) for b in (False, True) for w in "QKV")
+FULL_PARAMS = tuple(ProjectionGrad(w, b, full=True) for b in (False, True) for w in "QKV")
+DX = InputGrad("dX", "X", "g^{X}", kv=False)
+DX_KV = InputGrad("dX_kv", "X_{kv}", "g^{Y}", kv=True)
+
+#: Before the heads (the output projection and the concatenation), per head, after the heads.
+BACKWARD_COMBINE: tuple[Kind, ...] = (DOUTPUT, DW_O, DB_O, DCONCAT)
+BACKWARD_HEAD: tuple[Kind, ...] = (DZ, DV, DWEIGHTS, DSCALED, DSCORES, DQ, DK) + HEAD_PARAMS
+BACKWARD_INPUTS: tuple[Kind, ...] = FULL_PARAMS + (DX, DX_KV)

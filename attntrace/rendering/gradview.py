@@ -1,0 +1,154 @@
+"""The view of a backward step (attntrace.kinds.backward): formula = factors = result, fitted.
+
+Every gradient shows its formula, then (numeric and exact) the factors substituted and the
+result; products add the entries of the chosen rows, sum of products = numbers = result.
+The softmax backward shows, for the chosen rows, r_i = sum_j a_ij g_ij and each entry
+a_ij (g_ij - r_i), and for row 1 the Jacobian diag(a_1) - a_1^T a_1 that the row's gradient
+is multiplied by. Symbolic mode shows each entry's definition one level deep. No prose here.
+"""
+
+from __future__ import annotations
+
+from attntrace.rendering.layout import Seq
+from attntrace.rendering.printing import pick
+from attntrace.rendering.stepview import register_view
+from attntrace.rendering.viewparts import Ref, block, resolve, rows_to_expand
+
+
+def _sides(formula: str) -> list[str]:
+    return formula.split(" = ")[1:]
+
+
+@register_view("grad")
+def build_grad(sv, vm) -> None:
+    s, o = sv.s, sv.out
+    rule = s.details.get("rule", "")
+    vm["extra"]["rule"] = rule
+    vm["extra"]["masked"] = bool(s.details.get("masked"))
+    vm["extra"]["by_sqrt"] = bool(s.details.get("by_sqrt_dk", True))
+    vm["extra"].update(softmax_rows=[], jacobian=None, jacobian_row=None)
+    lhs = sv.named(sv.ref)
+    budget = sv.budget(lhs)
+    sides: list = _sides(vm["formula"])
+    if rule == "product" and not o.plain and sv.mode != "symbolic":
+        product = _factors(sv, budget)
+        if product is not None:
+            sides.append(product)
+    if rule == "scale" and sv.mode != "symbolic":
+        src = resolve(sv.t, s.inputs[0], s.head)
+        factor = o.sqrt(str(s.details["d_k"])) if s.details.get("by_sqrt_dk", True) and s.details.get("d_k") else o.num(float(s.details["factor"]))
+        vm["extra"]["factor_tex"] = factor
+        if max(src.shape) <= o.max_size and not o.plain:
+            sides.append(o.frac(o.matrix(src.value, src.shape, budget - 2), factor))
+    if sv.mode == "symbolic":
+        if rule == "given":
+            sides.append(o.matrix(s.expansion if s.expansion is not None else s.value, s.shape, budget))
+            vm["main"] = [block(sv.fit(lhs, sides))]
+            return
+        full = o.matrix(sv.expressions(), s.shape)
+        if o.plain or o.measure(full) <= budget:
+            vm["main"] = [block(sv.fit(lhs, sides + [full]))]
+        else:
+            vm["main"] = [block(sv.fit(lhs, sides + [o.matrix_of(s.shape[0], s.shape[1], sv.entry_label, budget)]))]
+            default = s.shape[0] if s.shape[0] * s.shape[1] <= 12 else 1
+            rows = rows_to_expand(sv.rows_opt, s.shape[0], default)
+            vm["entry_rows"] = rows
+            vm["entries"] = sv.blocks_of([sv.fit(sv.entry_label(i, j), [sv.symbolic_sum(i, j)], align=True, lhs_width=sv.lw)
+                                          for i in rows for j in pick(s.shape[1], o.max_size) if j is not None])
+    else:
+        vm["main"] = [block(sv.fit(lhs, sides + sv.result_side(s.value, budget)))]
+        if rule == "product":
+            rows = rows_to_expand(sv.rows_opt, s.shape[0], 1)
+            vm["entry_rows"] = rows
+            vm["entries"] = sv.blocks_of([_product_entry(sv, i, j) for i in rows for j in pick(s.shape[1], o.max_size) if j is not None])
+    if rule == "softmax":
+        _softmax_rows(sv, vm)
+
+
+def _operands(sv) -> tuple[Ref, Ref, bool, bool]:
+    s = sv.s
+    ta, tb = s.details.get("transposed", (False, False))
+    return resolve(sv.t, s.inputs[0], s.head), resolve(sv.t, s.inputs[1], s.head), ta, tb
+
+
+def _factors(sv, budget: float):
+    """op(A) op(B) with the numbers, when both are small enough to show whole."""
+    o = sv.out
+    a, b, ta, tb = _operands(sv)
+    if a.value is None or b.value is None or max(a.shape + b.shape) > o.max_size:
+        return None
+    factors = [sv.shown(a, budget - 2, ta), sv.shown(b, budget - 2, tb)]
+    if any(o.measure(f) > budget for f in factors):
+        return None
+    return Seq(tuple(factors), joiner=" ")
+
+
+def _product_entry(sv, i: int, j: int) -> list[str]:
+    """g_ij = sum_k op(a)_ik op(b)_kj = the numbers = the result."""
+    o = sv.out
+    a, b, ta, tb = _operands(sv)
+    ai = (lambda k: (k, i)) if ta else (lambda k: (i, k))
+    bj = (lambda k: (j, k)) if tb else (lambda k: (k, j))
+    inner = a.shape[0] if ta else a.shape[1]
+    names = sv.sum_seq(inner, lambda k: o.juxt(sv.ename(a, *ai(k)), sv.ename(b, *bj(k))))
+    nums = sv.sum_seq(inner, lambda k: o.mul(o.factor(a.value, *ai(k)), o.factor(b.value, *bj(k))))
+    return sv.fit(sv.entry_label(i, j), [names, nums] + sv.entry_result(sv.s.value, i, j), align=True, lhs_width=sv.lw)
+
+
+def _softmax_rows(sv, vm) -> None:
+    """The softmax backward row by row: r_i, each entry a_ij (g_ij - r_i), and row 1's Jacobian."""
+    s, o = sv.s, sv.out
+    a = resolve(sv.t, s.inputs[0], s.head)
+    da = resolve(sv.t, s.inputs[1], s.head)
+    rowdot = s.details.get("rowdot")
+    if rowdot is None:
+        return
+    n_rows, cols = s.shape
+    rows = rows_to_expand(sv.rows_opt, n_rows, 1)
+    symbolic = sv.mode == "symbolic"
+    rname = lambda i: f"r{'' if s.head is None else f'^{{({s.head})}}'}_{{{i + 1}}}" if not o.plain else f"r_{i + 1}"  # noqa: E731
+    kept = lambda i: [j for j in range(cols) if a.value[i, j] != 0]  # noqa: E731 - masked weights are exactly 0
+    out_rows = []
+    for i in rows:
+        js = kept(i)
+        chain: list = [sv.sum_seq(len(js), lambda k: o.juxt(sv.ename(a, i, js[k]), sv.ename(da, i, js[k])))]
+        if not symbolic:
+            chain.append(sv.sum_seq(len(js), lambda k: o.mul(o.factor(a.value, i, js[k]), o.factor(da.value, i, js[k]))))
+            chain.append(_value(sv, rowdot[i]))
+        lines = [sv.fit(rname(i), _joined(chain), align=True)]
+        for j in pick(cols, o.max_size):
+            if j is None:
+                continue
+            gname = sv.ename(da, i, j)
+            entry = [o.juxt(sv.ename(a, i, j), o.paren(f"{gname} - {rname(i)}"))]
+            if not symbolic:
+                entry.append(o.mul(o.factor(a.value, i, j), o.paren(f"{o.entry(da.value, i, j)} - {_value(sv, rowdot[i])}")))
+                entry += sv.entry_result(s.value, i, j)
+            elif s.expansion is not None:
+                entry.append(o.expr(s.expansion[i, j]))
+            lines.append(sv.fit(sv.entry_label(i, j), entry, align=True, lhs_width=sv.lw))
+        out_rows.append({"row": i + 1, "token": "", "blocks": sv.blocks_of(lines)})
+    vm["extra"]["softmax_rows"] = out_rows
+    jac = s.details.get("jacobian")
+    if jac is not None and cols <= o.max_size:
+        h = "" if s.head is None else f"({s.head})"
+        jname = f"J{'^{' + h + '}' if h and not o.plain else h}_{{1}}" if not o.plain else f"J{h}_1"
+        general = "\\operatorname{diag}(a_{1}) - a_{1}^{\\top} a_{1}" if not o.plain else "diag(a_1) - a_1^T a_1"
+        jlhs = o.named(jname, (cols, cols))
+        vm["extra"]["jacobian"] = block(sv.fit(jlhs, [general, o.matrix(jac, (cols, cols), sv.budget(jlhs))]))
+        row = o.matrix_of(1, cols, lambda _, j: o.entry(s.value, 0, j)) if s.value is not None else ""
+        glhs = f"{o.head_name(sv.mname(sv.ref).split('^')[0], s.head)}_{{1,:}}" if not o.plain else f"{sv.mname(sv.ref)}_1"
+        dlhs = f"\\mathrm{{d}}A{'^{' + h + '}' if h else ''}_{{1,:}}" if not o.plain else f"dA{h}_1"
+        vm["extra"]["jacobian_row"] = block(sv.fit(glhs, [f"{dlhs}\\, {jname}" if not o.plain else f"{dlhs} {jname}", row]))
+
+
+def _value(sv, x) -> str:
+    """One number of a softmax detail (a float, or a SymPy number in exact mode)."""
+    o = sv.out
+    if isinstance(x, float) or hasattr(x, "dtype"):
+        return o.num(float(x))
+    return o.expr(x)
+
+
+def _joined(chain: list) -> list:
+    return [c for c in chain if c]
