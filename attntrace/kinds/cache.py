@@ -20,10 +20,9 @@ appended once, in the first query head of its group, and the other heads of the 
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from attntrace.kinds.base import Kind, label, plain_sup, sup
+from attntrace.kinds.base import Kind, label, plain_math, plain_sup, sup
 from attntrace.model.errors import BadInput
 
 
@@ -74,7 +73,7 @@ class CacheAppend(Kind):
         if new is None:
             return None
         own = kv_owner(p, head)
-        memo = ctx.__dict__.setdefault("_kv_cache_steps", {})
+        memo = ctx.cache.setdefault("kv cache", {})  # what the tracer keeps across the heads
         if (self.id, own) in memo:  # grouped-query attention: this key/value head's cache is made
             return memo[(self.id, own)]
         old = ctx.operand(past)
@@ -91,21 +90,16 @@ class CacheAppend(Kind):
         h, ph = sup(own), plain_sup(own)
         cache, past_tex = f"{w}_{{\\text{{cache}}}}{h}", f"{w}_{{\\text{{past}}}}{h}"
         formula = f"{cache} = \\begin{{bmatrix}} {past_tex} \\\\ {new.letter}{h} \\end{{bmatrix}}"
-        plain = f"{w}_cache{ph} = [{w}_past{ph}; {_plain(new.letter)}{ph}]"
+        plain = f"{w}_cache{ph} = [{w}_past{ph}; {plain_math(new.letter)}{ph}]"
         details = {"past_rows": old.shape[0], "new_rows": new.shape[0]}
         flow = ctx.emit(self, own, [past_name, new.ref], formula, plain, result, shape, details)
-        if own != head:  # read by other query heads: named with its head, as the GQA projections
-            flow.ref = f"{self.id}@{own}"
+        if (p.extra or {}).get("num_kv_heads") is not None and own is not None:
+            flow.ref = f"{self.id}@{own}"  # read by a group of query heads: named with its head, as K@j
         memo[(self.id, own)] = flow
         return flow
 
     def json_details(self, details) -> dict[str, Any]:
         return {"past_rows": details.get("past_rows"), "new_rows": details.get("new_rows")}
-
-
-def _plain(letter: str) -> str:
-    """A matrix letter in plain text: an accent follows its letter (\\tilde{K} -> K~)."""
-    return re.sub(r"\\(tilde|hat)\{(\w)\}", lambda m: m.group(2) + ("~" if m.group(1) == "tilde" else "^"), letter)
 
 
 def _check_rope_positions(p) -> None:
