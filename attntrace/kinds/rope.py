@@ -29,18 +29,15 @@ def rope_positions(problem, which: str, rows: int) -> tuple[int, ...]:
     """The positions of the queries (Q) or keys (K): given, or 0, 1, ..., rows - 1.
 
     The keys of cross-attention (X_kv) have positions of their own (kv_positions); in
-    self-attention they share the queries'. With a KV cache (K_past) the new tokens come
-    after the cached ones, as in decoding: p, p + 1, ... for a cache of p rows (the cached
-    keys were rotated when they were new)."""
+    self-attention they share the queries'. With a KV cache the positions must be given
+    (attntrace.kinds.cache checks that they follow the cached ones)."""
     rope = problem.extra["rope"]
     if which == "K" and rope["kv_positions"] is not None:
         return rope["kv_positions"]
     if rope["positions"] is not None and (which == "Q" or "X_kv" not in problem.shared):
         if len(rope["positions"]) == rows:
             return rope["positions"]
-    past = problem.heads[0].get("K_past")
-    offset = past.shape[0] if past is not None else 0
-    return tuple(range(offset, offset + rows))
+    return tuple(range(rows))
 
 
 class Rope(Kind):

@@ -57,7 +57,7 @@ class _Rotation:
         import sympy as sp
 
         e = (sp.cos if fn == "cos" else sp.sin)(self.angles[r, p])
-        return sign + o.expr(e)
+        return o.expr(-e if sign else e)  # -sin(0) is 0, not -0
 
     # -- the rule -------------------------------------------------------------------------
     def rule(self) -> list[dict]:

@@ -116,6 +116,15 @@ class SoftmaxView:
                 room = o.limit - 9.0  # the row's left column and an indent
                 if not plain and any(o.measure(x) > room for x in weights_v.items):
                     weights_side = weights_side[1:]  # a weight wider than the page: its value, not its form
+        if self.mode == "exact" and not plain:  # an exponent wider than the page (RoPE's cos/sin sums): its value
+            room = o.limit - 9.0
+            approx_of = lambda mat: self.vector_tex([o.dots(0, None) if j is None else (o.approx_entry(mat, i, j) or o.entry(mat, i, j))  # noqa: E731
+                                                     for j in cols])
+            if shifted_v is not None and any(o.measure(x) > room for x in shifted_v.items):
+                shifted_v = ("\\approx", approx_of(shifted))
+            if any(o.measure(x) > room for x in exp_v.items):
+                exp_v = ("\\approx", approx_of(d["exp"]))
+                total = ("\\approx", o.num(float(rs.evalf(17))))
         maxf = (f"\\max_{{j}} {tij}" if not plain else f"max_j {tij}")
         shift = f"{tij} - {m}" if m_val is not None else tij
         expo = o.exp(shift)

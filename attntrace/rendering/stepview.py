@@ -249,6 +249,10 @@ class StepView(SoftmaxView):
         if bias is not None:
             names = Seq(names.items + ("+ " + self.ename(bias, 0, j),), " ")
             nums = Seq(nums.items + ("+ " + o.factor(bias.value, 0, j),), " ")
+        if self.mode == "exact" and not o.plain and any(o.measure(t) > o.limit - self.lw - 4.0 for t in nums.items):
+            # a factor wider than the page (RoPE's exact weights): the products of its values instead
+            ap = lambda v, r, c: (lambda x: o.paren(x) if x.startswith("-") else x)(o.approx_entry(v, r, c) or o.entry(v, r, c))  # noqa: E731
+            nums = ("\\approx", self.sum_seq(inner, lambda k: o.mul(ap(a.value, i, k), ap(b.value, *bij(k)))))
         return self.fit(lhs, [names, nums] + self.entry_result(s.value, i, j), align=True, lhs_width=self.lw)
 
     def entry_result(self, value, i, j) -> list:

@@ -40,6 +40,7 @@ _COMMANDS = {
     "psi": 0.65, "omega": 0.62, "Gamma": 0.62, "Delta": 0.83, "Theta": 0.78, "Lambda": 0.69, "Xi": 0.67, "Pi": 0.75,
     "Sigma": 0.72, "Phi": 0.72, "Psi": 0.78, "Omega": 0.72, "ell": 0.42, "surd": 0.83, "prime": 0.28,
     "max": 1.53 + 0.167, "min": 1.33 + 0.167, "exp": 1.3 + 0.167, "log": 1.3 + 0.167, "sum": 1.44 + 0.167,
+    "sin": 1.23 + 0.167, "cos": 1.34 + 0.167,  # RoPE's rotations (exact mode keeps cos(1), sin(1/100))
     "lvert": 0.28, "rvert": 0.28, "{": 0.5, "}": 0.5, "%": 0.83, "$": 0.5, "&": 0.78, "#": 0.83, "_": 0.5,
     "partial": 0.57, "nabla": 0.83, "circ": 0.5 + 2 * 0.222, "odot": _BIN, "otimes": _BIN, "leftrightarrow": 1.0 + 2 * 0.278,
     "textbackslash": 0.5, "backslash": 0.5,

@@ -152,6 +152,8 @@ def report_view(trace, fmt: str, precision: int, max_size: int, figures: list[di
         "scaled": any(s.id == "scaled" for s in trace.steps), "by_sqrt": by_sqrt,
         "has_weights": any(s.id == "weights" for s in trace.steps),
         "has_projections": any(s.id in ("Q", "K", "V") for s in trace.steps),
+        "rope_layout": next((s.details["layout"] for s in trace.steps if s.id == "Q_rope"), ""),
+        "alibi": any(s.id == "biased" for s in trace.steps),
         "has_concat": any(s.id == "concat" for s in trace.steps), "has_output": any(s.id == "output" for s in trace.steps),
         "d_k": ", ".join(d_ks), "precision": precision, "max_size": max_size,
         "elided": not shape_mode and any(max(o.shape) > max_size for o in trace.operands) or any(max(s.shape) > max_size for s in trace.steps),
@@ -181,10 +183,12 @@ def intro_formula(trace, scaled: bool, by_sqrt: bool, plain: bool) -> str:
             return "O = Concat(Z(1), ..., Z(h)) W_O" if w_o else "Z = Concat(Z(1), ..., Z(h))"
         cat = "\\operatorname{Concat}(Z^{(1)}, \\ldots, Z^{(h)})"
         return f"O = {cat}\\, W_O" if w_o else f"Z = {cat}"
+    rope = any(s.id == "Q_rope" for s in trace.steps)  # the scores read the rotated Q-tilde, K-tilde
+    bias = any(s.id == "biased" for s in trace.steps)  # ALiBi adds B to the scaled scores
     if plain:
-        inner = "Q K^T" + (" / sqrt(d_k)" if by_sqrt else " / c" if scaled else "")
+        inner = ("Q~ K~^T" if rope else "Q K^T") + (" / sqrt(d_k)" if by_sqrt else " / c" if scaled else "") + (" + B" if bias else "")
         return f"softmax({inner}) V"
-    inner = "Q K^{\\top}" + ("/\\sqrt{d_k}" if by_sqrt else "/c" if scaled else "")
+    inner = ("\\tilde{Q} \\tilde{K}^{\\top}" if rope else "Q K^{\\top}") + ("/\\sqrt{d_k}" if by_sqrt else "/c" if scaled else "") + (" + B" if bias else "")
     return f"\\operatorname{{softmax}}({inner})\\, V"
 
 
