@@ -176,6 +176,29 @@ class NumericAlgebra:
     def grad_divide(self, a, factor):
         return a / factor
 
+    # -- the online softmax (attntrace.kinds.online) -----------------------------------
+    def block(self, a, r0, r1, c0, c1):
+        return a[r0:r1, c0:c1]
+
+    def online_update(self, m_prev, l_prev, o_prev, t, v):
+        """One key block of FlashAttention-2's loop for the rows of a query block: m = max(m_prev,
+        rowmax t), alpha = e^(m_prev - m), P = e^(t - m), l = alpha l_prev + rowsum P,
+        O = diag(alpha) O_prev + P V. Before the first block m_prev = -inf, l_prev = 0, O_prev = 0
+        (pass None). A masked score (-inf) gives P = 0, also while a row has seen only masked keys
+        (m = -inf), where alpha is taken as 0: there is nothing yet to rescale."""
+        m = t.max(axis=1, keepdims=True) if m_prev is None else np.maximum(m_prev, t.max(axis=1, keepdims=True))
+        safe_m = np.where(np.isneginf(m), 0.0, m)
+        p = np.where(np.isneginf(t), 0.0, np.exp(t - safe_m))
+        if m_prev is None:
+            alpha = np.zeros_like(m)
+            return {"m": m, "alpha": alpha, "P": p, "l": p.sum(axis=1, keepdims=True), "O": p @ v}
+        alpha = np.where(np.isneginf(m_prev), 0.0, np.exp(m_prev - safe_m))
+        return {"m": m, "alpha": alpha, "P": p, "l": alpha * l_prev + p.sum(axis=1, keepdims=True), "O": alpha * o_prev + p @ v}
+
+    def online_finish(self, m, l, o):
+        """O = diag(l)^-1 O and the log-sum-exp L = m + log l."""
+        return o / l, m + np.log(l)
+
     def times(self, a, c):
         return a * float(c)
 
@@ -455,6 +478,29 @@ class SympyAlgebra:
     def grad_divide(self, a, factor):
         return self.divide(a, factor)
 
+    # -- the online softmax (exact mode; symbolic maxima cannot be compared) -------------
+    def block(self, a, r0, r1, c0, c1):
+        return a[r0:r1, c0:c1]
+
+    def online_update(self, m_prev, l_prev, o_prev, t, v):
+        """As NumericAlgebra.online_update, with exact numbers (Max of exact numbers is decided)."""
+        sp = self.sp
+        rows, cols = t.shape
+        m = sp.Matrix(rows, 1, lambda i, _: sp.Max(*([m_prev[i, 0]] if m_prev is not None else []), *[t[i, j] for j in range(cols)]))
+        fin = lambda x: x not in (-sp.oo,)  # noqa: E731
+        p = sp.Matrix(rows, cols, lambda i, j: sp.exp(t[i, j] - m[i, 0]) if fin(t[i, j]) else sp.Integer(0))
+        sums = sp.Matrix(rows, 1, lambda i, _: sp.Add(*[p[i, j] for j in range(cols)]))
+        if m_prev is None:
+            return {"m": m, "alpha": sp.zeros(rows, 1), "P": p, "l": sums, "O": p * v}
+        alpha = sp.Matrix(rows, 1, lambda i, _: sp.exp(m_prev[i, 0] - m[i, 0]) if fin(m_prev[i, 0]) else sp.Integer(0))
+        scale = sp.diag(*alpha)
+        return {"m": m, "alpha": alpha, "P": p, "l": scale * l_prev + sums, "O": scale * o_prev + p * v}
+
+    def online_finish(self, m, l, o):
+        sp = self.sp
+        return (sp.Matrix(o.shape[0], o.shape[1], lambda i, j: o[i, j] / l[i, 0]),
+                sp.Matrix(m.shape[0], 1, lambda i, _: m[i, 0] + sp.log(l[i, 0])))
+
     def times(self, a, c):
         sp = self.sp
         return a.applyfunc(lambda x: sp.Mul(c, x, evaluate=False) if self.name_steps else c * x)
@@ -635,7 +681,7 @@ class ShapeAlgebra:
     def __getattr__(self, name: str) -> Any:
         if name in {"matmul", "matmul_t", "add_row", "columns", "divide", "mask", "hstack", "vstack",
                     "rope_angles", "rotate_pairs", "pow2", "number", "distance_bias", "add", "plus", "hadamard", "activation", "sinusoid",
-                    "transpose", "grad_matmul", "grad_divide", "times", "constant", "colsum", "softmax_jacobian"}:
+                    "transpose", "grad_matmul", "grad_divide", "block", "times", "constant", "colsum", "softmax_jacobian"}:
             return lambda *args, **kw: None
         raise AttributeError(name)
 
@@ -650,6 +696,12 @@ class ShapeAlgebra:
 
     def softmax_backward(self, a, da):
         return None, {}
+
+    def online_update(self, m_prev, l_prev, o_prev, t, v):
+        return dict.fromkeys(("m", "alpha", "P", "l", "O"))
+
+    def online_finish(self, m, l, o):
+        return None, None
 
     def finish(self, result, *, symbol, head, shape):
         return None, None

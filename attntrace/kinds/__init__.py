@@ -19,17 +19,21 @@ from attntrace.kinds.rope import K_ROPE, Q_ROPE
 from attntrace.kinds.scale import SCALED
 from attntrace.kinds.scores import SCORES
 from attntrace.kinds.softmax import WEIGHTS
-from attntrace.kinds.weighted_sum import WEIGHTED_SUM
+from attntrace.kinds.online import ONLINE_KINDS, ONLINE_Z
 
-HEAD_PIPELINE: tuple[Kind, ...] = (Q, K, V, Q_ROPE, K_ROPE, K_CACHE, V_CACHE, SCORES, SCALED, BIASED, MASKED, WEIGHTS, WEIGHTED_SUM)
+HEAD_PIPELINE: tuple[Kind, ...] = (Q, K, V, Q_ROPE, K_ROPE, K_CACHE, V_CACHE, SCORES, SCALED, BIASED, MASKED, WEIGHTS, ONLINE_Z)
 COMBINE_PIPELINE: tuple[Kind, ...] = (CONCAT, OUTPUT)
 
 #: The backward pass (spec key `backward`, `run --backward`), after the forward steps: the kinds
 #: before the heads (from the output back to the concatenation), per head, then back to the inputs.
 BACKWARD_PIPELINE: tuple[tuple[Kind, ...], ...] = (BACKWARD_COMBINE, BACKWARD_HEAD, BACKWARD_INPUTS)
 
+#: The backward pass (spec key `backward`, `run --backward`), after the forward steps: the kinds
+#: before the heads (from the output back to the concatenation), per head, then back to the inputs.
+BACKWARD_PIPELINE: tuple[tuple[Kind, ...], ...] = (BACKWARD_COMBINE, BACKWARD_HEAD, BACKWARD_INPUTS)
+
 #: Every kind by step id.
-KINDS: dict[str, Kind] = {k.id: k for k in HEAD_PIPELINE + COMBINE_PIPELINE + BACKWARD_COMBINE + BACKWARD_HEAD + BACKWARD_INPUTS}
+KINDS: dict[str, Kind] = {k.id: k for k in HEAD_PIPELINE + COMBINE_PIPELINE + BACKWARD_COMBINE + BACKWARD_HEAD + BACKWARD_INPUTS + ONLINE_KINDS + BACKWARD_COMBINE + BACKWARD_HEAD + BACKWARD_INPUTS}
 
 
 def kind_of(step_id: str) -> Kind:

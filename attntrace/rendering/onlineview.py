@@ -1,0 +1,99 @@
+"""Views of the online softmax (attntrace.kinds.online): each block's running values next to
+the ordinary softmax's, and the final Z = diag(l)^-1 O next to A V.
+
+The block steps are named by their block, m^(2) or m_1^(2) with several query blocks (the
+step's head is the section the report puts it in). Numbers only: the values and the ordinary
+softmax's row maxima, sums and A V were all computed by the kind.
+"""
+
+from __future__ import annotations
+
+from attntrace.rendering.printing import _scientific
+from attntrace.rendering.stepview import register_view
+from attntrace.rendering.viewparts import block
+
+#: block step id -> the ordinary softmax's counterpart (LaTeX, plain), shown beside it
+_ORDINARY = {"online_max": ("m", "m"), "online_sum": ("\\ell", "l"), "lse": ("\\log \\sum_{j} e^{t_{ij}}", "log sum_j e^(t_ij)")}
+
+
+def _name(sv, d) -> str:
+    o, kind_letter = sv.out, (sv.ref.plain_letter if sv.out.plain else sv.ref.letter)
+    if "block" not in d:
+        return kind_letter
+    if o.plain:
+        q = f"_{d['query_block']}" if d.get("query_blocks", 1) > 1 else ""
+        return f"{kind_letter}{q}({d['block']})"
+    q = f"_{{{d['query_block']}}}" if d.get("query_blocks", 1) > 1 else ""
+    return f"{kind_letter}{q}^{{({d['block']})}}"
+
+
+def _result(sv, value, shape, budget):
+    if sv.mode == "exact":
+        sides = []
+        approx = sv.out.approx_matrix(value, shape, budget)
+        exact = sv.out.matrix(value, shape, budget)
+        if sv.out.plain or sv.out.measure(exact) <= budget:
+            sides.append(exact)
+        if approx:
+            sides.append(("\\approx" if not sv.out.plain else "~", approx))
+        return sides or [exact]
+    return [sv.out.matrix(value, shape, budget)]
+
+
+@register_view("online")
+def build_online(sv, vm) -> None:
+    s, o, d = sv.s, sv.out, sv.s.details
+    extra = vm["extra"]
+    extra.update(block=d.get("block", 0), blocks=d.get("blocks", 0), query_block=d.get("query_block", 0),
+                 query_blocks=d.get("query_blocks", 1), rows=list(d.get("rows", ())), cols=list(d.get("cols", ())),
+                 first=d.get("block") == 1, last=d.get("block") == d.get("blocks"), alpha=None, ordinary=None)
+    name = _name(sv, d)
+    vm["name"] = name
+    lhs = o.named(name, s.shape)
+    budget = sv.budget(lhs)
+    vm["main"] = [block(sv.fit(lhs, vm["formula"].split(" = ")[1:] + _result(sv, s.value, s.shape, budget)))]
+    q = f"_{{{d.get('query_block')}}}" if d.get("query_blocks", 1) > 1 and "block" in d and not o.plain else ""
+    vm["shape_line"] = _shapes(o, s, d)
+    if d.get("alpha") is not None and s.id == "online_sum":
+        j = d["block"]
+        alpha = f"e^{{m{q}^{{({j - 1})}} - m{q}^{{({j})}}}}" if not o.plain else f"e^(m({j - 1}) - m({j}))"
+        alhs = o.named(alpha, s.shape[:1] + (1,))
+        extra["alpha"] = block(sv.fit(alhs, _result(sv, d["alpha"], (s.shape[0], 1), sv.budget(alhs))))
+    ordinary = d.get("ordinary")
+    if ordinary is not None and s.id in _ORDINARY:
+        tex, plain = _ORDINARY[s.id]
+        olhs = o.named(tex if not o.plain else plain, (s.shape[0], 1))
+        extra["ordinary"] = block(sv.fit(olhs, _result(sv, ordinary, (s.shape[0], 1), sv.budget(olhs))))
+
+
+def _shapes(o, s, d) -> str:
+    """What a block step reads and makes: (rows x block keys) -> (rows x 1), and so on."""
+    arrow, times = (" -> ", " x ") if o.plain else (" \\to ", " \\times ")
+    shp = lambda r, c: f"({r}{times}{c})"  # noqa: E731
+    n = s.shape[0]
+    if "rows" not in d:  # L from m and l; Z from l and O
+        return f"{shp(n, 1)} {shp(n, 1) if s.id == 'lse' else shp(*s.shape)}{arrow}{shp(*s.shape)}"
+    r, c = d["rows"][1] - d["rows"][0] + 1, d["cols"][1] - d["cols"][0] + 1
+    reads = {"online_max": [shp(r, c)], "online_exp": [shp(r, c), shp(r, 1)], "online_sum": [shp(r, c)],
+             "online_out": [shp(r, c), shp(c, s.shape[1])]}[s.id]
+    return " ".join(reads) + arrow + shp(*s.shape)
+
+
+@register_view("online_z")
+def build_online_z(sv, vm) -> None:
+    """The ordinary Z = A V as the product view; the online Z with A V beside it and their difference."""
+    s, o, d = sv.s, sv.out, sv.s.details
+    if not d.get("online"):
+        sv.build_product(vm)
+        return
+    vm["extra"].update(online=True, blocks=d["blocks"], block_keys=d["block_keys"], block_queries=d["block_queries"],
+                       query_blocks=d["query_blocks"], ordinary=None, max_diff="")
+    lhs = sv.named(sv.ref)
+    budget = sv.budget(lhs)
+    vm["main"] = [block(sv.fit(lhs, vm["formula"].split(" = ")[1:] + _result(sv, s.value, s.shape, budget)))]
+    vm["shape_line"] = _shapes(o, s, {})
+    if d.get("ordinary") is not None:
+        alhs = o.named("A V", s.shape)
+        vm["extra"]["ordinary"] = block(sv.fit(alhs, _result(sv, d["ordinary"], s.shape, sv.budget(alhs))))
+        diff = d.get("max_diff") or 0.0
+        vm["extra"]["max_diff"] = "0" if diff == 0 else (o.num(diff) if diff >= 10 ** -o.precision else o.sci(*_scientific(diff)))
