@@ -56,7 +56,8 @@ def _softmax(t, axis=1):
 
 
 def _truncate(a, decimals):
-    return np.trunc(a * 10 ** decimals) / 10 ** decimals
+    """Digits cut off instead of rounded (0.29 stays 0.29: the float 28.999.. is not cut to 28)."""
+    return np.trunc(np.round(a * 10 ** decimals, 6)) / 10 ** decimals
 
 
 #: Where each mistake is made (the step that becomes wrong; kv_from_queries: K and V).
@@ -147,6 +148,23 @@ def target_keys(code, p, plant_head):
     return {step + suffix}
 
 
+def visible(code, answer, clean, targets, decimals) -> bool:
+    """Whether the mistake shows in the numbers written: some entry of the planted step differs
+    from the right one by more than 1.5 units of the last decimal (by any amount for rounding).
+    Scores near 0 divided by the wrong factor, at 1 decimal, may not show at all."""
+    need = 0.0 if code == "rounding" else 1.5 * 10.0 ** -decimals
+    for t in targets:
+        a, b = answer[t], clean.get(t)
+        if b is None or np.shape(a) != np.shape(b):
+            return True
+        x, y = np.array(a, dtype=float), np.array(b, dtype=float)
+        with np.errstate(invalid="ignore"):
+            diff = np.where(np.isinf(x) | np.isinf(y), np.where(x == y, 0.0, np.inf), np.abs(x - y))
+        if diff.max() > need + 1e-12:
+            return True
+    return False
+
+
 def plantable(code, p, decimals=4) -> bool:
     """Whether a student can make this mistake in this problem and still write the step."""
     n, n_kv = p["X"].shape[0], (p["X_kv"].shape[0] if p["X_kv"] is not None else p["X"].shape[0])
@@ -196,7 +214,7 @@ shapes = st.fixed_dictionaries({
     "causal": st.booleans(), "cross": st.sampled_from([0, 0, 2, 3, 4]), "seed": st.integers(0, 10 ** 6)})
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=300, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(shape=shapes, code=st.sampled_from(sorted(TARGET)), decimals=st.integers(1, 4), data=st.data())
 def test_every_planted_mistake_is_named_and_later_steps_carried(shape, code, decimals, data):
     if shape["cross"] and shape["causal"]:
@@ -208,7 +226,7 @@ def test_every_planted_mistake_is_named_and_later_steps_carried(shape, code, dec
     assume(not any(x in ("nan", "inf") for v in answer.values() for row in v for x in row))  # a row sum of 0: nothing to write
     clean = simulate(p, decimals=decimals)
     targets = target_keys(code, p, plant_head)
-    assume(all(t in answer for t in targets) and any(answer[t] != clean.get(t) for t in targets))  # the mistake shows
+    assume(all(t in answer for t in targets) and visible(code, answer, clean, targets, decimals))
     report = check(spec, answer)
     verdict, why = _verdict(report, code, targets)
     TALLY[(code, verdict)] += 1

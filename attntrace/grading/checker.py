@@ -228,7 +228,7 @@ def _written(world: World, answers: Answers) -> dict:
         if key not in answers:
             continue
         a, truth = answers[key], world.truth[key]
-        same = a.shape == tuple(truth.shape) and bool(np.all((a.values == truth) | (np.abs(a.values - truth) <= 1e-12 * np.abs(truth))))
+        same = a.shape == tuple(truth.shape) and bool(np.all((a.values == truth) | (np.abs(a.values - truth) <= 1e-12 * np.maximum(1.0, np.abs(truth)))))
         if same and all(k in exact for k in world.ancestors(key) if k in answers):
             exact.add(key)
             out[key] = intervals.point(a.values)
@@ -250,12 +250,13 @@ def _diagnose(world: World, step, a: AnswerMatrix, mutated: list, mine, policy: 
         box = values[key]
         if mutation.code not in found and box is not None and a.fits(box.lo, box.hi, policy):
             found[mutation.code] = _diagnosis(world, step, mutation.code, mutation, a.shape)
-    if found:
-        first, *others = found.values()
-        return Diagnosis(first.code, first.params, tuple(others))
     truth = world.truth[key]
     reference = mine if mine is not None and mine.shape == a.shape else intervals.point(truth)
     read = [_diagnosis(world, step, code, shape=a.shape, **numbers) for code, numbers in mistakes.read_off(step, a, reference, policy)]
+    if found:  # what the numbers show (rows not summing to 1, finite masked scores) fits too
+        first, *others = found.values()
+        others += [d for d in read if d.code in mistakes.SHOWN_ALONGSIDE and d.code not in found]
+        return Diagnosis(first.code, first.params, tuple(others))
     if read:
         return Diagnosis(read[0].code, read[0].params, tuple(read[1:]))
     return _diagnosis(world, step, WRONG_SHAPE if a.shape != tuple(truth.shape) else UNKNOWN, shape=a.shape)

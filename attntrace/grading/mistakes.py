@@ -34,6 +34,8 @@ LARGE_NEGATIVE = 40.0
 #: `rounding`: every wrong entry within this many units of its last written decimal.
 ROUNDING_UNITS = 1.5
 PROJECTIONS = ("Q", "K", "V")
+#: Read-off mistakes listed as alternatives of a planted one that reproduces the numbers too.
+SHOWN_ALONGSIDE = ("mask_not_infinite", "rows_not_normalised")
 
 
 class Impossible(Exception):

@@ -54,6 +54,12 @@ class _Params(dict):
         """`$tex$` in Markdown and LaTeX, `plain` in text."""
         return plain if self.format == "text" else f"${tex}$"
 
+    def code(self, text: str) -> str:
+        """A step's key as code: `weights@2` in Markdown, \\texttt in LaTeX, plain in text."""
+        if self.format == "md":
+            return f"`{text}`"
+        return f"\\texttt{{{tex_escape(text)}}}" if self.format == "tex" else text
+
     def num(self, x: Any) -> str:
         return format_number(x, 4)
 
