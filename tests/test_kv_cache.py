@@ -117,6 +117,13 @@ def test_cache_step_from_x_with_rope_and_gqa_matches_hugging_face(hf_step):
         np.testing.assert_allclose(t.step("K_cache", j + 1).value, r["k_cache_after"][j], atol=TOL, rtol=0)
     assert [s.head for s in t.steps if s.id == "K_cache"] == list(range(1, h_kv + 1))  # once per K/V head
     np.testing.assert_allclose(t.step("output").value[0], r["output_new"], atol=TOL, rtol=0)
+    assert [s.inputs[1] for s in t.steps if s.id == "scores"] == [f"K_cache@{i // (h // h_kv) + 1}" for i in range(h)]
+    md = attntrace.render(t, format="md")  # every query head finds its group's cache
+    assert md.count("Appending the new key to the KV cache") == h_kv
+    assert "&= \\tilde{Q}^{(4)} K_{\\text{cache}}^{(2)\\top}" in md  # scores of head 4 read K/V head 2
+    for fmt in ("tex", "text"):
+        for lang in ("en", "zh"):
+            assert attntrace.render(t, format=fmt, lang=lang)
 
 
 # --------------------------------------------------------------- the four modes agree
