@@ -10,7 +10,6 @@ position difference only: shifting every position leaves the exact scores unchan
 
 from __future__ import annotations
 
-import importlib
 import subprocess
 import sys
 import time
@@ -22,21 +21,14 @@ from hypothesis import given, settings, strategies as st
 
 import attntrace
 from attntrace.algebra.substitute import substitute
-from mathcheck import in_ci, markdown_math_spans
+from mathcheck import markdown_math_spans, require_modules
 
 TOL = 1e-10
 LAYOUTS = ("half", "interleaved")
 
 
 def _oracles():
-    for name, extra in (("torch", "torch"), ("transformers", "hf")):
-        try:
-            importlib.import_module(name)
-        except ImportError:
-            message = f"{name} is not installed (pip install 'attntrace[{extra}]')"
-            if in_ci():
-                pytest.fail(f"required under CI: {message}", pytrace=False)
-            pytest.skip(message)
+    require_modules("torch", "transformers")
     import oracles
 
     return oracles

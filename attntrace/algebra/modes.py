@@ -116,10 +116,6 @@ class NumericAlgebra:
         """b_ij = -slope * (i - j), the ALiBi bias of query i and key j."""
         return -slope * (np.arange(rows, dtype=np.float64)[:, None] - np.arange(cols, dtype=np.float64)[None, :])
 
-    def add(self, a, b):
-        """a + b entry by entry (the scores plus the ALiBi bias)."""
-        return a + b
-
     # -- the Transformer block (attntrace.kinds.position/residual/norm/ffn) --------------
     def plus(self, a, b):
         """a + b entry by entry (residual connections, X + P)."""
@@ -368,13 +364,6 @@ class SympyAlgebra:
     def distance_bias(self, slope, rows: int, cols: int):
         sp = self.sp
         return sp.Matrix(rows, cols, lambda i, j: self._plain(-slope * (int(i) - int(j))))
-
-    def add(self, a, b):
-        """a + b entry by entry; named steps keep the sum (t_21 - 1/16), a zero bias adds nothing."""
-        sp = self.sp
-        if self.name_steps:
-            return sp.Matrix(a.shape[0], a.shape[1], lambda i, j: a[i, j] if b[i, j] == 0 else sp.Add(a[i, j], b[i, j], evaluate=False))
-        return sp.Matrix(a.shape[0], a.shape[1], lambda i, j: self._plain(a[i, j] + b[i, j]))
 
     def hstack(self, parts):
         return self.sp.Matrix.hstack(*parts)
@@ -680,7 +669,7 @@ class ShapeAlgebra:
 
     def __getattr__(self, name: str) -> Any:
         if name in {"matmul", "matmul_t", "add_row", "columns", "divide", "mask", "hstack", "vstack",
-                    "rope_angles", "rotate_pairs", "pow2", "number", "distance_bias", "add", "plus", "hadamard", "activation", "sinusoid",
+                    "rope_angles", "rotate_pairs", "pow2", "number", "distance_bias", "plus", "hadamard", "activation", "sinusoid",
                     "transpose", "grad_matmul", "grad_divide", "block", "times", "constant", "colsum", "softmax_jacobian"}:
             return lambda *args, **kw: None
         raise AttributeError(name)

@@ -38,7 +38,7 @@ class Biased(Kind):
             exponent, slope = None, ctx.alg.number(given[k])
         rows, cols = t.shape
         bias = ctx.alg.distance_bias(slope, rows, cols)
-        result = ctx.alg.add(t.value, bias)
+        result = ctx.alg.plus(t.value, bias)
         details = {"slope": slope, "exponent": exponent, "bias": bias, "heads": len(ctx.p.heads), "head_index": k + 1}
         h, ph = sup(head), plain_sup(head)
         m = t.letter
