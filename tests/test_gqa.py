@@ -225,3 +225,25 @@ def test_bad_num_kv_heads_on_the_command_line(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "attntrace", "run", str(spec)], capture_output=True, text=True)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "num_kv_heads = 3" in proc.stderr
     assert issubclass(BadInput, AttntraceError)
+
+
+@pytest.mark.parametrize("lang, says", [("en", "query heads 3–4 use"), ("zh", "查询头 3–4 使用")])
+def test_reports_say_which_query_heads_share_which_kv_head(lang, says):
+    t = attntrace.run("examples/gqa-4-query-2-kv.toml")
+    for fmt in ("md", "tex", "text"):
+        text = attntrace.render(t, format=fmt, lang=lang)
+        assert says in text
+        # K^(2) is shown with head 3, the first query head that reads it, after Q^(3)
+        heads = [text.index(h) for h in (("Head 3", "Head 4") if lang == "en" else ("第 3 个头", "第 4 个头"))]
+        word = "Keys" if lang == "en" else "键矩阵"
+        keys2 = text.index(word + {"md": " $K^{(2)}$", "tex": " \\(K^{(2)}\\)", "text": " K(2)"}[fmt])  # the step's title
+        assert heads[0] < keys2 < heads[1]
+    shapes = attntrace.render(attntrace.run("examples/gqa-4-query-2-kv.toml", mode="shape"), format="text", lang=lang)
+    assert "K(j) = X W_K(j)" in shapes and "S(i) = Q(i) K(j)^T" in shapes and "Z(i) = A(i) V(j)" in shapes
+    assert "W_K(j): 2 x 2" in shapes and "floor((i - 1) / 2) + 1" in shapes
+
+
+def test_mqa_report_names_one_shared_head():
+    spec = _spec(3, 1, 2, 2, 1, 1, False, 1, ints=True)
+    text = attntrace.render(attntrace.run(spec), format="text")
+    assert "Multi-query attention: all 3 query heads share one key/value head, K(1) and V(1)" in text

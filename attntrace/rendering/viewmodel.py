@@ -13,6 +13,7 @@ from typing import Any
 
 from attntrace.rendering.layout import fit_chain
 from attntrace.inputs.usertext import clean_text, format_user_text, inline_math_for
+from attntrace.inputs.spec import KV_KEYS
 from attntrace.kinds import kind_of
 from attntrace.rendering.printing import PlainOut, TexOut
 from attntrace.rendering.stepview import StepView
@@ -101,9 +102,8 @@ def shape_rows(trace, out) -> list[dict[str, Any]]:
         formula = formula.split(", \\quad")[0].split(",  ")[0]  # the matrix form only (softmax)
         formula = formula.replace("Z^{(2)}, \\ldots", "\\ldots")
         line = shape_dims(trace, step, out, short=True)
-        if generic:  # write head 1's row for every head i
-            formula = formula.replace("^{(1)}", "^{(i)}").replace("(1)\\top", "(i)\\top").replace("(1)", "(i)")
-            line = line.replace("^{(1)}", "^{(i)}").replace("(1)\\top", "(i)\\top").replace("(1)", "(i)")
+        if generic:  # write head 1's row for every head i (every key/value head j, in GQA)
+            formula, line = (_generic(x, trace, step) for x in (formula, line))
         if not out.plain:  # a table column is narrow: 100{\times}3 sets the sign without its spaces
             line = line.replace(" \\times ", "{\\times}")
         row = {"kind": step.id, "prose": kind_of(step.id).prose, "formula": formula, "shape_line": line, "head": step.head or 0, "last": step.head or 0,
@@ -112,6 +112,17 @@ def shape_rows(trace, out) -> list[dict[str, Any]]:
         if step.head is not None:
             seen[key] = row
     return rows
+
+
+def _generic(text: str, trace, step) -> str:
+    """Head 1's formula written for every head: (1) becomes (i); in grouped-query attention
+    a key/value head's own steps get (j), and the keys and values a query head reads K^(j), V^(j)."""
+    if trace.settings.get("kv_groups"):
+        if "query_heads" in step.details:
+            return text.replace("(1)", "(j)")
+        for kv in ("K^{(1)\\top}", "V^{(1)}", "K(1)^T", "V(1)"):
+            text = text.replace(kv, kv.replace("(1)", "(j)"))
+    return text.replace("^{(1)}", "^{(i)}").replace("(1)\\top", "(i)\\top").replace("(1)", "(i)")
 
 
 def report_view(trace, fmt: str, precision: int, max_size: int, figures: list[dict] | None = None, lang: str = "en",
@@ -126,7 +137,8 @@ def report_view(trace, fmt: str, precision: int, max_size: int, figures: list[di
         by_head: dict[int, list] = {}  # one pass over the steps: rendering stays linear in the heads
         for s in trace.steps:
             if s.head is not None and not _backward(s):
-                by_head.setdefault(s.head, []).append(s)
+                # a key/value head shared by query heads (GQA) is shown with the first of them
+                by_head.setdefault(s.details.get("query_heads", (s.head,))[0], []).append(s)
         for h in trace.heads():
             steps = [StepView(trace, s, out, rows, esc).build() for s in by_head.get(h, ())]
             if steps:
@@ -162,6 +174,8 @@ def report_view(trace, fmt: str, precision: int, max_size: int, figures: list[di
         "given_shapes": given_shapes(trace, out) if shape_mode else [],
         "shape_rows": shape_rows(trace, out) if shape_mode else [],
         "sections": sections, "combined": combined, "figures": figures or [],
+        "kv_groups": kv_groups(trace),
+        "kv_group_size": trace.num_heads // max(len(kv_groups(trace)), 1),
         # the backward pass (attntrace.kinds.backward), in trace order after the forward steps
         "backward": [] if shape_mode else [StepView(trace, s, out, rows, esc).build() for s in trace.steps if _backward(s)],
     }
@@ -170,6 +184,17 @@ def report_view(trace, fmt: str, precision: int, max_size: int, figures: list[di
 def _backward(step) -> bool:
     """A step of the backward pass: reports give these a section of their own."""
     return getattr(kind_of(step.id), "backward", False)
+
+
+def kv_groups(trace) -> list[dict[str, int]]:
+    """Grouped-query attention: which query heads (first..last) read key/value head kv."""
+    groups: list[dict[str, int]] = []
+    for i, j in enumerate(trace.settings.get("kv_groups") or (), start=1):
+        if groups and groups[-1]["kv"] == j:
+            groups[-1]["last"] = i
+        else:
+            groups.append({"kv": j, "first": i, "last": i})
+    return groups
 
 
 def intro_formula(trace, scaled: bool, by_sqrt: bool, plain: bool) -> str:
@@ -204,7 +229,8 @@ def given_shapes(trace, out) -> list[dict[str, Any]]:
             seen[key]["last"] = op.head
             continue
         generic = op.head is not None and trace.num_heads > 1
-        name = out.head_name(letter, "i" if generic else op.head)
+        kv = trace.settings.get("kv_groups") and op.name in KV_KEYS  # a key/value head's matrix (GQA)
+        name = out.head_name(letter, ("j" if kv else "i") if generic else op.head)
         row = {"name": name, "shape": out.shape(op.shape), "generic": generic, "head": op.head or 0, "last": op.head or 0}
         rows.append(row)
         if op.head is not None:
