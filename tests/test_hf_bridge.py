@@ -119,6 +119,9 @@ def test_model_layer_and_decoder_layer_are_accepted(layer):
     (lambda m, x: attntrace.from_hf_llama_attention(m, x, attention_mask=[1, 2, 1, 1]), attntrace.BadInput,
      r"^attention_mask must be 4 entries of 1 \(token\) or 0 \(padding\)"),
     (lambda m, x: attntrace.from_hf_llama_attention(m, x, start="q"), attntrace.BadInput, r"^start must be \"x\""),
+    (lambda m, x: attntrace.from_hf_llama_attention(m, x, cache=(np.zeros((3, 2, 4)), np.zeros((3, 2, 4)))), attntrace.BadInput,
+     r"^cached keys must be \(2, P, 4\) \(one block per key/value head\), not \(3, 2, 4\)$"),
+    (lambda m, x: attntrace.from_hf_llama_attention(m, x, cache="past"), attntrace.BadInput, r"^cache must be a DynamicCache or"),
 ])
 def test_bad_calls_are_one_line_errors(call, error, message):
     model = _model(0)
@@ -133,3 +136,35 @@ def test_scaled_rope_is_refused():
     model.layers[0].self_attn.config.rope_parameters = {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0}
     with pytest.raises(attntrace.Unsupported, match=r"^rope_type 'llama3' rescales the rotary frequencies"):
         attntrace.from_hf_llama_attention(model, np.zeros((2, 16)))
+
+
+@pytest.mark.parametrize("start", ["x", "qkv"])
+@pytest.mark.parametrize("as_arrays", [False, True], ids=["DynamicCache", "arrays"])
+def test_one_decoding_step_with_the_models_cache(start, as_arrays):
+    """`cache=` a DynamicCache after the prefix (or its keys and values as arrays): the new
+    token's weights over every cached position and the layer's output equal Hugging Face's
+    decoding step (oracle `llama_kv_cache_step`, same seed, float64 RoPE) at 1e-10."""
+    if not (_has_option("rope") and _has_option("num_kv_heads")):
+        pytest.skip("needs the rope and num_kv_heads spec keys (issue #12, other parts)")
+    import oracles
+    import torch
+    from transformers import LlamaForCausalLM
+
+    P, seed = 3, 5
+    ref = oracles.llama_kv_cache_step(seed, prefix_len=P)
+    cfg = oracles._tiny_llama_config(16, 4, 2, 10000.0, layers=2, attn="sdpa")
+    torch.manual_seed(seed)  # the oracle's model and token ids, rebuilt
+    model = LlamaForCausalLM(cfg).double().eval()
+    oracles._use_float64_rope(model)
+    ids = torch.randint(0, cfg.vocab_size, (1, P + 1))
+    np.testing.assert_array_equal(ids[0].numpy(), ref["input_ids"])
+    with torch.no_grad():
+        cache = model(ids[:, :P], use_cache=True).cache
+    np.testing.assert_array_equal(cache.layers[0].keys[0].numpy(), ref["k_cache_before"])
+    given = (ref["k_cache_before"], ref["v_cache_before"]) if as_arrays else cache
+    t = attntrace.from_hf_llama_attention(model, ref["x_new"][None], cache=given, start=start)
+    for i in range(4):
+        np.testing.assert_allclose(t.step("weights", i + 1).value[0], ref["weights_new"][i], atol=TOL, rtol=0)
+    np.testing.assert_allclose(t.step("output").value[0], ref["output_new"], atol=TOL, rtol=0)
+    np.testing.assert_allclose(t.step("K_cache", 2).value, ref["k_cache_after"][1], atol=TOL, rtol=0)
+    assert not t.has("masked", 1)  # one new token sees every cached key: no mask

@@ -157,18 +157,54 @@ def llama_qkv(layer_or_model, hidden_states, *, position_ids=None, layer: int = 
             "num_heads": h, "num_kv_heads": h_kv, "head_dim": d}
 
 
+def _past(cache, layer: int, h_kv: int, d: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """A DynamicCache's (or a (keys, values) pair's) cached keys and values of `layer`, each
+    (P, h_kv d): key/value head j in column block j, as the spec's K_past and V_past."""
+    if cache is None:
+        return None
+    torch = _torch()
+    if hasattr(cache, "layers"):  # transformers' DynamicCache
+        if not 0 <= layer < len(cache.layers):
+            raise BadInput(f"the cache holds {len(cache.layers)} layers, not layer {layer}")
+        cache = (cache.layers[layer].keys, cache.layers[layer].values)
+    if not isinstance(cache, (tuple, list)) or len(cache) != 2:
+        raise BadInput("cache must be a DynamicCache or a (keys, values) pair of (h_kv, P, head_dim) arrays")
+    out = []
+    for a, what in zip(cache, ("keys", "values")):
+        a = a.detach().to(device="cpu", dtype=torch.float64).numpy() if isinstance(a, torch.Tensor) else np.asarray(a, dtype=np.float64)
+        if a.ndim == 4 and a.shape[0] == 1:
+            a = a[0]
+        if a.ndim != 3 or a.shape[0] != h_kv or a.shape[2] != d:
+            raise BadInput(f"cached {what} must be ({h_kv}, P, {d}) (one block per key/value head), not {a.shape}")
+        out.append(np.ascontiguousarray(a.transpose(1, 0, 2).reshape(a.shape[1], -1)))
+    return out[0], out[1]
+
+
 def llama_attention_spec(layer_or_model, hidden_states, *, position_ids=None, attention_mask=None, layer: int = 0,
-                         start: str = "x") -> dict:
-    """The attntrace spec of the layer's self-attention on `hidden_states` (see the module docstring)."""
+                         start: str = "x", cache=None) -> dict:
+    """The attntrace spec of the layer's self-attention on `hidden_states` (see the module docstring).
+
+    With `cache` (a DynamicCache after the earlier tokens, or a (keys, values) pair of
+    (h_kv, P, head_dim) arrays, keys after RoPE as HF stores them) the hidden states are the
+    new tokens': the spec holds K_past and V_past (steps K_cache, V_cache), the new tokens'
+    positions default to P, P + 1, ..., and several new tokens get the bottom-right causal mask."""
     if start not in ("x", "qkv"):
         raise BadInput(f"start must be \"x\" (from the hidden states, RoPE traced) or \"qkv\" (from q, k after RoPE), not {start!r}")
     attn = attention_module(layer_or_model, layer)
     h, h_kv, d = _layout(attn)
     x = _hidden(hidden_states, attn.q_proj.in_features)
     n = x.shape[0]
-    pos = _positions(position_ids, n)
+    past = _past(cache, layer, h_kv, d)
+    P = 0 if past is None else past[0].shape[0]
+    pos = _positions(position_ids, n) if position_ids is not None else list(range(P, P + n))
     w_o, b_o = _weights(attn.o_proj, "o")
-    spec: dict[str, Any] = {"W_O": w_o, "mask": "causal"}
+    spec: dict[str, Any] = {"W_O": w_o}
+    if past is None:
+        spec["mask"] = "causal"
+    else:
+        spec.update(K_past=past[0], V_past=past[1])
+        if n > 1:
+            spec["mask"] = "causal_bottom_right"
     if b_o is not None:
         spec["b_O"] = b_o
     if start == "x":
@@ -187,14 +223,14 @@ def llama_attention_spec(layer_or_model, hidden_states, *, position_ids=None, at
         spec["num_heads"] = h
     if h_kv != h:
         spec["num_kv_heads"] = h_kv
-    pad = _padding(attention_mask, n)
+    pad = _padding(attention_mask, P + n)
     if pad is not None:
         spec["key_padding"] = pad
     return spec
 
 
 def from_hf_llama_attention(layer_or_model, hidden_states, *, position_ids=None, attention_mask=None, layer: int = 0,
-                            start: str = "x", **run_overrides) -> Trace:
+                            start: str = "x", cache=None, **run_overrides) -> Trace:
     """Trace the self-attention of a Llama-style layer of a Hugging Face model.
 
     layer_or_model: a LlamaAttention, a decoder layer, a LlamaModel or LlamaForCausalLM
@@ -202,11 +238,13 @@ def from_hf_llama_attention(layer_or_model, hidden_states, *, position_ids=None,
     attention module's input (after the input RMSNorm). position_ids: n positions (default
     0..n-1). attention_mask: HF's 1 = token, 0 = padding (becomes key_padding, true =
     padding). start: "x" (projections and RoPE traced) or "qkv" (from q and k after RoPE).
+    cache: a DynamicCache (or (keys, values) arrays) of the earlier tokens: one decoding step,
+    hidden_states then being the new token's, traced with the KV-cache steps.
     The trace's weights and output equal the layer's (float64 model, eager or SDPA) at 1e-10.
     Extra keyword arguments go to `attntrace.run` (title, mode, ...).
     """
     from attntrace import run
 
     spec = llama_attention_spec(layer_or_model, hidden_states, position_ids=position_ids, attention_mask=attention_mask,
-                                layer=layer, start=start)
+                                layer=layer, start=start, cache=cache)
     return run(spec, **run_overrides)
