@@ -248,7 +248,7 @@ def test_the_sweep_covers_every_catalogued_code():
 
 
 # -- correct answers, written every way ------------------------------------------------------------
-@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(shape=shapes, decimals=st.integers(1, 4))
 def test_correct_answers_at_any_decimals_are_accepted(shape, decimals):
     """Each step from the student's own rounded values (chained), and the truth rounded step by
@@ -274,7 +274,7 @@ def _exact_text(x) -> str:
     return text if len(text) <= MAX_TEXT else f"{float(x):.6f}"
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=15, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(shape=st.fixed_dictionaries({"n": st.integers(2, 3), "d_model": st.integers(2, 3), "d_k": st.integers(1, 2),
                                     "h": st.integers(1, 2), "causal": st.booleans(), "cross": st.just(0),
                                     "seed": st.integers(0, 10 ** 6)}))
@@ -283,8 +283,8 @@ def test_exact_forms_and_fractions_are_accepted(shape):
     trace = attntrace.run(spec, mode="exact")
     answer = {s.key: [[_exact_text(s.value[i, j]) for j in range(s.value.shape[1])] for i in range(s.value.shape[0])]
               for s in trace.steps}
-    weights = answer[next(k for k in answer if k.startswith("weights"))]
-    assert any("exp" in x for row in weights for x in row)  # written as exact forms, not decimals
+    forms = [x for m in answer.values() for row in m for x in row]
+    assert any("/" in x or "exp" in x or "sqrt" in x for x in forms)  # fractions and exact forms, not decimals
     report = check(trace, answer)
     assert report.ok and all(s.status == "correct" for s in report.steps), report.to_dict()
 
