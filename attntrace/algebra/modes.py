@@ -521,7 +521,7 @@ class SympyAlgebra:
         sp = self.sp
         n, ev = a.shape[1], not self.name_steps
         return sp.ImmutableMatrix(n, n, lambda j, k: sp.Mul(a[i, j], sp.Add(1, -a[i, j], evaluate=ev), evaluate=ev) if j == k
-                                  else sp.Mul(-1, a[i, j], a[i, k], evaluate=ev))
+                                  else sp.Mul(-1, a[i, min(j, k)], a[i, max(j, k)], evaluate=ev))
 
     def columns(self, a, first: int, stop: int):
         """Columns first..stop-1 (plain entries: never a softmax-derived matrix with forms)."""

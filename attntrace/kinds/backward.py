@@ -390,7 +390,7 @@ class InputGrad(Grad):
             rhs = f"\\sum_{{i=1}}^{{{len(states)}}} " + (f"\\left({rhs}\\right)" if len(which) > 1 else rhs)
             prhs = f"sum_i ({prhs})"
         x = ctx.p.shared["X_kv" if self.kv else "X"]
-        return self.emit(ctx, None, inputs, rhs, prhs, total, x.shape, "sum", heads=len(states))
+        return self.emit(ctx, None, inputs, rhs, prhs, total, x.shape, "paths", heads=len(states))
 
 
 DOUTPUT = OutputGrad("doutput", "O", "g^{O}", per_head=False)

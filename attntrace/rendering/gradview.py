@@ -9,6 +9,7 @@ is multiplied by. Symbolic mode shows each entry's definition one level deep. No
 
 from __future__ import annotations
 
+from attntrace.kinds import kind_of
 from attntrace.rendering.layout import Seq
 from attntrace.rendering.printing import pick
 from attntrace.rendering.stepview import register_view
@@ -27,6 +28,10 @@ def build_grad(sv, vm) -> None:
     vm["extra"]["masked"] = bool(s.details.get("masked"))
     vm["extra"]["by_sqrt"] = bool(s.details.get("by_sqrt_dk", True))
     vm["extra"].update(softmax_rows=[], jacobian=None, jacobian_row=None)
+    kind = kind_of(s.id)
+    vm["extra"]["of"] = o.head_name(kind.plain_of if o.plain else kind.of, s.head)
+    if rule == "given":
+        vm["shape_line"] = f"({o.shape(s.shape)})"
     lhs = sv.named(sv.ref)
     budget = sv.budget(lhs)
     sides: list = _sides(vm["formula"])
