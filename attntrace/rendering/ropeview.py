@@ -101,11 +101,12 @@ class _Rotation:
         else:
             cell = lambda i: o.expr(self.angles_theta(i))  # noqa: E731
         dots = "..." if o.plain else "\\ldots"
-        names = [dots if i is None else (f"theta_{i + 1}" if o.plain else f"\\theta_{{{i + 1}}}") for i in shown]
+        theta = (lambda i: f"theta_{i}") if o.plain else (lambda i: f"\\theta_{{{i}}}")  # noqa: E731
+        names = [theta(1), dots, theta(half)] if half > 3 else [theta(i + 1) for i in range(half)]
         vals = [dots if i is None else cell(i) for i in shown]
-        chains = [sv.fit(o.row(names), [o.row(vals)])]
+        chains = [sv.fit(o.row(names), [sv.vector_tex(vals)])]  # a Seq: breaks after a comma when long
         pos = [dots if r is None else str(self.positions[r]) for r in pick(len(self.positions), o.max_size)]
-        chains.append(sv.fit("m", [o.row(pos)]))
+        chains.append(sv.fit("m", [sv.vector_tex(pos)]))
         lhs = "[m_r theta_i]" if o.plain else "\\left[m_r\\theta_i\\right]"
         if self.angles is not None:
             chains.append(sv.fit(lhs, [o.matrix(self.angles, self.angles.shape, sv.budget(lhs))]))
