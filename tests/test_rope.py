@@ -78,6 +78,26 @@ def test_weights_and_output_match_sdpa_after_the_oracle_rotation(layout):
     np.testing.assert_allclose(t.step("Z").value, O.sdpa(qr, kr, v[None], is_causal=True)[0], atol=TOL, rtol=0)
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_grouped_query_attention_turns_each_key_head_once(layout):
+    """4 query heads, 2 key/value heads: K_rope@1, K_rope@2 once each, read by their groups;
+    the weights equal SDPA's with enable_gqa after the oracle's rotation."""
+    O = _oracles()
+    rng = np.random.default_rng(11)
+    n, d = 4, 4
+    X, Wq, Wk, Wv = rng.standard_normal((n, 6)), rng.standard_normal((6, 4 * d)), rng.standard_normal((6, 2 * d)), rng.standard_normal((6, 2 * d))
+    t = attntrace.run({"X": X, "W_Q": Wq, "W_K": Wk, "W_V": Wv, "num_heads": 4, "num_kv_heads": 2, "mask": "causal",
+                       "rope": {"layout": layout, "positions": [3, 4, 5, 6]}})
+    assert [s.key for s in t.steps if s.id == "K_rope"] == ["K_rope@1", "K_rope@2"]
+    assert [t.step("scores", i).inputs[1] for i in range(1, 5)] == ["K_rope@1", "K_rope@1", "K_rope@2", "K_rope@2"]
+    q = (X @ Wq).reshape(n, 4, d).transpose(1, 0, 2)
+    k = (X @ Wk).reshape(n, 2, d).transpose(1, 0, 2)
+    qr, kr = _rotate(layout, q, [3, 4, 5, 6], 10000), _rotate(layout, k, [3, 4, 5, 6], 10000)
+    np.testing.assert_allclose(_heads(t, "K_rope", 2), kr, atol=TOL, rtol=0)
+    w = O.attention_weights(qr, kr, is_causal=True, enable_gqa=True)
+    np.testing.assert_allclose(_heads(t, "weights", 4), w, atol=TOL, rtol=0)
+
+
 def test_the_two_layouts_differ_by_a_column_permutation():
     """half pairs (i, i + d/2), interleaved (2i-1, 2i): permuting the columns maps one onto the other."""
     rng = np.random.default_rng(3)

@@ -15,6 +15,7 @@ under the roles Q and K, so the scores read them: scores' inputs name Q_rope and
 from __future__ import annotations
 
 from attntrace.kinds.base import Kind, plain_sup, sup
+from attntrace.kinds.projection import kv_head
 
 
 def rope_pairs(layout: str, d: int) -> tuple[tuple[int, int], ...]:
@@ -55,6 +56,11 @@ class Rope(Kind):
         return super().enabled(problem) and "rope" in problem.extra
 
     def compute(self, ctx, head, state):
+        # grouped-query attention: a key head shared by a group of query heads turns once
+        own = kv_head(ctx.p, head) if self.which == "K" else head
+        memo = ctx.cache.setdefault("rope", {})
+        if (self.id, own) in memo:
+            return memo[(self.id, own)]
         x = state[self.which]
         rope = ctx.p.extra["rope"]
         rows, d = x.shape
@@ -63,12 +69,19 @@ class Rope(Kind):
         angles = ctx.alg.rope_angles(positions, rope["base"], d)  # (rows, d/2): m_r theta_i
         result = ctx.alg.rotate_pairs(x.value, pairs, angles)
         details = {"layout": rope["layout"], "base": rope["base"], "positions": positions, "pairs": pairs, "angles": angles, "d": d}
-        h, ph = sup(head), plain_sup(head)
+        grouped = self.which == "K" and ctx.p.extra.get("num_kv_heads") is not None and own is not None
+        if grouped:  # the report shows it with the first query head of its group, as K
+            details["query_heads"] = tuple(i for i in range(1, len(ctx.p.heads) + 1) if kv_head(ctx.p, i) == own)
+        h, ph = sup(own), plain_sup(own)
         w = self.which
         formula = (f"\\tilde{{{w}}}{h} = \\operatorname{{RoPE}}({x.letter}{h}), \\quad "
                    f"\\theta_i = {_base_tex(rope['base'])}^{{-2(i-1)/d_k}}")
         plain = f"{w}~{ph} = RoPE({x.letter}{ph}),  theta_i = {rope['base']}^(-2(i-1)/d_k)"
-        return ctx.emit(self, head, [x.ref], formula, plain, result, x.shape, details)
+        flow = ctx.emit(self, own, [x.ref], formula, plain, result, x.shape, details)
+        if grouped:
+            flow.ref = f"{self.id}@{own}"  # read by every query head of the group, as K@j
+        memo[(self.id, own)] = flow
+        return flow
 
     def json_details(self, details):
         base = details["base"]
