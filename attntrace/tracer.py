@@ -17,6 +17,7 @@ from attntrace.budget import check_budget, work_estimate  # noqa: F401 - work_es
 from attntrace.inputs.spec import Problem
 from attntrace.kinds import BACKWARD_PIPELINE, COMBINE_PIPELINE, HEAD_PIPELINE, Flow, Kind
 from attntrace.kinds.base import label
+from attntrace.kinds.block import block_pipelines
 from attntrace.kinds.projection import kv_groups
 from attntrace.kinds.mask import mask_setting
 from attntrace.model.errors import BadInput
@@ -56,6 +57,13 @@ class Context:
         self.numeric = problem.mode == "numeric"
         #: what a kind computes once and reuses across heads (full-width projections, shared K/V heads)
         self.cache: dict = {}
+        #: inputs the block's PRE pipeline replaced (X -> E = X + P, or its pre-LN norm): see `source`
+        self.sources: dict[str, Flow] = {}
+
+    def source(self, name: str) -> Flow:
+        """What attention reads as the shared input `name` (X, X_kv): the block's value when a
+        PRE pipeline made one (position encodings, pre-LN norm), else the operand itself."""
+        return self.sources.get(name) or self.operand(self.p.shared[name])
 
     def operand(self, op: Operand) -> Flow:
         letter, entry = _OPERAND_NAMES.get(op.name, (op.name, None))
@@ -132,9 +140,24 @@ def _run_backward(ctx: Context, heads, states: list[dict], top: dict) -> None:
                         state[kind.writes] = flow
 
 
+def _run_layer(ctx: Context, kinds, state: dict) -> dict:
+    """Run per-layer kinds (the block's PRE or POST pipeline) over the layer state."""
+    for kind in kinds:
+        if kind.enabled(ctx.p):
+            flow = kind.compute(ctx, None, state)
+            if flow is not None:
+                state[kind.writes] = flow
+    return state
+
+
 def _run(ctx: Context) -> Trace:
     p = ctx.p
     multi = len(p.heads) > 1
+    block_pre, block_post = block_pipelines(p)
+    layer = _run_layer(ctx, block_pre, {"X": ctx.operand(p.shared["X"])} if block_pre and "X" in p.shared else {})
+    attn_in = layer.get("attn_in") or layer.get("X")
+    if attn_in is not None and attn_in.ref != "X":
+        ctx.sources["X"] = attn_in
     heads = list(range(1, len(p.heads) + 1)) if multi else [None]
     states = [_run_head(ctx, h, ops) for h, ops in zip(heads, p.heads)]
     zs = [s.get("Z") for s in states]
@@ -144,6 +167,8 @@ def _run(ctx: Context) -> Trace:
             flow = kind.compute(ctx, None, state)
             if flow is not None:
                 state[kind.writes] = flow
+    if block_post:
+        _run_layer(ctx, block_post, {**layer, "O": state.get("O") or state.get("Z")})
     if p.start == "Z" and not multi and "W_O" not in p.shared:
         raise BadInput("a single Z needs W_O or more heads to trace anything")
     if p.extra.get("backward") is not None:

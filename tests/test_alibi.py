@@ -90,6 +90,38 @@ def test_weights_match_hugging_face_bloom_bias_under_a_causal_mask(h):
     np.testing.assert_allclose(_heads(t, "weights", h), w, atol=TOL, rtol=0)
 
 
+def test_with_a_kv_cache_the_new_query_sits_after_the_cached_keys():
+    """The new token is at position 3 of 0..3: its bias is -m (3 - j), the last row of the full
+    causal trace's bias (oracle alibi_bias_matrix with q_offset = 3), and so are its weights."""
+    O = _oracles()
+    rng = np.random.default_rng(4)
+    X, Wq, Wk, Wv = rng.standard_normal((4, 4)), rng.standard_normal((4, 4)), rng.standard_normal((4, 4)), rng.standard_normal((4, 2))
+    full = attntrace.run({"X": X, "W_Q": Wq, "W_K": Wk, "W_V": Wv, "num_heads": 2, "alibi": True, "mask": "causal"})
+    step = attntrace.run({"X": X[3:], "W_Q": Wq, "W_K": Wk, "W_V": Wv, "num_heads": 2, "alibi": True,
+                          "K_past": X[:3] @ Wk, "V_past": X[:3] @ Wv})
+    np.testing.assert_allclose(_heads(step, "biased", 2) - _heads(step, "scaled", 2), O.alibi_bias_matrix(2, 1, 4, q_offset=3), atol=TOL, rtol=0)
+    np.testing.assert_allclose(_heads(step, "biased", 2)[:, 0], _heads(full, "biased", 2)[:, 3], atol=TOL, rtol=0)
+    np.testing.assert_allclose(_heads(step, "weights", 2)[:, 0], _heads(full, "weights", 2)[:, 3], atol=TOL, rtol=0)
+    assert "(i + 3 - j)" in step.step("biased", 1).formula
+
+
+@pytest.mark.parametrize("h", [12, 16])
+def test_hugging_face_float32_slopes_agree_to_1e6_beyond_8_heads(h):
+    """Above 8 heads HF computes the slopes in float32 (2^-0.5 is not a float32 power of 2):
+    its weights differ from the paper's float64 ones by ~1e-8, within 1e-6 but not 1e-10."""
+    O = _oracles()
+    rng = np.random.default_rng(h)
+    n, d = 6, 2
+    q, k, v = (rng.standard_normal((n, h * d)) * 3 for _ in range(3))
+    t = attntrace.run({"Q": q, "K": k, "V": v, "num_heads": h, "alibi": True, "mask": "causal"})
+    qh, kh = (x.reshape(n, h, d).transpose(1, 0, 2) for x in (q, k))
+    s = qh @ kh.transpose(0, 2, 1) / np.sqrt(d) + O.alibi_bias_hf(h, n) + np.where(np.tril(np.ones((n, n), dtype=bool)), 0.0, -np.inf)
+    w = np.exp(s - s.max(axis=-1, keepdims=True))
+    w /= w.sum(axis=-1, keepdims=True)
+    gap = np.abs(_heads(t, "weights", h) - w).max()
+    assert 1e-12 < gap < 1e-6, gap
+
+
 def test_given_slopes_and_start_from_scores():
     t = attntrace.run({"scores": [[1, 2, 3], [4, 5, 6], [7, 8, 9]], "scale": False, "alibi": {"slopes": [0.5]}})
     b = t.step("biased")

@@ -112,9 +112,9 @@ class NumericAlgebra:
     def number(self, x) -> float:
         return float(x)
 
-    def distance_bias(self, slope, rows: int, cols: int):
-        """b_ij = -slope * (i - j), the ALiBi bias of query i and key j."""
-        return -slope * (np.arange(rows, dtype=np.float64)[:, None] - np.arange(cols, dtype=np.float64)[None, :])
+    def distance_bias(self, slope, rows: int, cols: int, offset: int = 0):
+        """b_ij = -slope * (i + offset - j), the ALiBi bias of query i (at position i + offset) and key j."""
+        return -slope * (np.arange(rows, dtype=np.float64)[:, None] + offset - np.arange(cols, dtype=np.float64)[None, :])
 
     # -- the Transformer block (attntrace.kinds.position/residual/norm/ffn) --------------
     def plus(self, a, b):
@@ -361,9 +361,9 @@ class SympyAlgebra:
             return x
         return sp.Rational(str(x)) if isinstance(x, float) else sp.Integer(x)
 
-    def distance_bias(self, slope, rows: int, cols: int):
+    def distance_bias(self, slope, rows: int, cols: int, offset: int = 0):
         sp = self.sp
-        return sp.Matrix(rows, cols, lambda i, j: self._plain(-slope * (int(i) - int(j))))
+        return sp.Matrix(rows, cols, lambda i, j: self._plain(-slope * (int(i) + offset - int(j))))
 
     def hstack(self, parts):
         return self.sp.Matrix.hstack(*parts)

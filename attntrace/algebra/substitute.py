@@ -22,6 +22,8 @@ def substitute(trace, values: Mapping) -> dict[str, np.ndarray]:
     known = {sp.Symbol(str(k)) if not isinstance(k, sp.Symbol) else k: sp.Float(v, 30) for k, v in values.items()}
     out = {}
     for step in trace.steps:
+        for sym, definition in step.details.get("defs", ()):  # a step's own intermediate symbols (a norm's mu_i, sigma_i^2)
+            known[sym] = sp.Float(sp.N(definition.xreplace(known), 30), 30)
         source = step.expansion if step.expansion is not None else step.value
         rows, cols = step.shape
         result = np.empty((rows, cols))

@@ -22,6 +22,7 @@ from attntrace.model.errors import BadInput
 from attntrace.inputs.safetext import clean_text
 from attntrace.inputs.expr import parse_expr
 from attntrace.inputs.matrices import to_matrix
+from attntrace.inputs.blockspec import BLOCK_KEYS, block_options, check_block
 from attntrace.inputs.positional import check_positional, positional_options
 from attntrace.kinds.mask import MASK_NAMES, parse_mask_options
 from attntrace.model.trace import MODES, Operand
@@ -37,7 +38,7 @@ HEAD_KEYS = {
 SHARED_KEYS = {"X": "x", "X_kv": "y", "W_O": "w^{O}", "b_O": "b^{O}"}
 OPTION_KEYS = {"title", "description", "title_zh", "description_zh", "mode", "scale", "d_k", "mask", "num_heads", "heads", "Z", "expand", "tokens", "kv_tokens",
                "window", "key_padding", "backward", "online", "backward", "num_kv_heads", "rope", "alibi"}
-ALLOWED_KEYS = set(HEAD_KEYS) | set(SHARED_KEYS) | OPTION_KEYS
+ALLOWED_KEYS = set(HEAD_KEYS) | set(SHARED_KEYS) | OPTION_KEYS | BLOCK_KEYS
 #: Keys that `num_heads` splits into column blocks, one per head.
 SPLITTABLE = ("W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "Q", "K", "V", "K_past", "V_past")
 #: Keys that `num_kv_heads` (grouped-query attention) splits into one block per key/value head.
@@ -287,6 +288,8 @@ def load_spec(spec: Any, *, mode: str | None = None, **overrides: Any) -> Proble
     mode = _mode(data, mode)
 
     shared = {k: _operand(data[k], k, mode, None, d) for k, d in SHARED_KEYS.items() if k in data}
+    block_ops, block_extra = block_options(data, mode, _operand)  # position encodings, the Transformer block
+    shared.update(block_ops)
     top = {k: data[k] for k in HEAD_KEYS if k in data}
     heads_raw = data.get("heads")
     num_heads = data.get("num_heads")
@@ -364,7 +367,7 @@ def load_spec(spec: Any, *, mode: str | None = None, **overrides: Any) -> Proble
     expand = data.get("expand", "named")
     if expand not in ("named", "full"):
         raise BadInput(f"expand must be \"named\" or \"full\", not {expand!r}")
-    return Problem(
+    problem = Problem(
         mode=mode,
         start=start,
         heads=heads,
@@ -380,8 +383,11 @@ def load_spec(spec: Any, *, mode: str | None = None, **overrides: Any) -> Proble
         kv_tokens=kv_tokens,
         source=source,
         extra={**mask_opts, **positional, "full_width": full_width, **({"num_kv_heads": num_kv_heads} if num_kv_heads != (num_heads or 1) else {}),
+               **block_extra,
                **_passes(data, mode)},
     )
+    check_block(problem)
+    return problem
 
 
 def _passes(data: Mapping[str, Any], mode: str) -> dict[str, Any]:

@@ -9,6 +9,7 @@ block `templates/steps/{id}.j2` and its prose `templates/prose/{en,zh}/{prose}.j
 from __future__ import annotations
 
 from attntrace.kinds.base import Flow, Kind
+from attntrace.kinds.block import BLOCK_KINDS, BLOCK_PIPELINES, block_pipelines  # noqa: F401 - PRE/POST of the block
 from attntrace.kinds.alibi import BIASED
 from attntrace.kinds.backward import BACKWARD_COMBINE, BACKWARD_HEAD, BACKWARD_INPUTS
 from attntrace.kinds.cache import K_CACHE, V_CACHE
@@ -33,7 +34,7 @@ BACKWARD_PIPELINE: tuple[tuple[Kind, ...], ...] = (BACKWARD_COMBINE, BACKWARD_HE
 BACKWARD_PIPELINE: tuple[tuple[Kind, ...], ...] = (BACKWARD_COMBINE, BACKWARD_HEAD, BACKWARD_INPUTS)
 
 #: Every kind by step id.
-KINDS: dict[str, Kind] = {k.id: k for k in HEAD_PIPELINE + COMBINE_PIPELINE + BACKWARD_COMBINE + BACKWARD_HEAD + BACKWARD_INPUTS + ONLINE_KINDS + BACKWARD_COMBINE + BACKWARD_HEAD + BACKWARD_INPUTS}
+KINDS: dict[str, Kind] = {k.id: k for k in HEAD_PIPELINE + COMBINE_PIPELINE + BACKWARD_COMBINE + BACKWARD_HEAD + BACKWARD_INPUTS + ONLINE_KINDS + BACKWARD_COMBINE + BACKWARD_HEAD + BACKWARD_INPUTS + BLOCK_KINDS}
 
 
 def kind_of(step_id: str) -> Kind:

@@ -37,13 +37,15 @@ class Biased(Kind):
         else:
             exponent, slope = None, ctx.alg.number(given[k])
         rows, cols = t.shape
-        bias = ctx.alg.distance_bias(slope, rows, cols)
+        offset = query_offset(ctx.p, rows, cols)
+        bias = ctx.alg.distance_bias(slope, rows, cols, offset)
         result = ctx.alg.plus(t.value, bias)
-        details = {"slope": slope, "exponent": exponent, "bias": bias, "heads": len(ctx.p.heads), "head_index": k + 1}
+        details = {"slope": slope, "exponent": exponent, "bias": bias, "heads": len(ctx.p.heads), "head_index": k + 1, "offset": offset}
         h, ph = sup(head), plain_sup(head)
         m = t.letter
-        formula = f"\\hat{{T}}{h} = {m}{h} + B{h}, \\quad b{h}_{{ij}} = -m{h} \\, (i - j)"
-        plain = f"T'{ph} = {plain_math(t.letter)}{ph} + B{ph},  b{ph}_ij = -m{ph} (i - j)"
+        i = f"i + {offset}" if offset else "i"
+        formula = f"\\hat{{T}}{h} = {m}{h} + B{h}, \\quad b{h}_{{ij}} = -m{h} \\, ({i} - j)"
+        plain = f"T'{ph} = {plain_math(t.letter)}{ph} + B{ph},  b{ph}_ij = -m{ph} ({i} - j)"
         return ctx.emit(self, head, [t.ref], formula, plain, result, t.shape, details)
 
     def json_details(self, details):
@@ -56,6 +58,16 @@ class Biased(Kind):
 
     def overflow_how(self, inputs, details) -> str:
         return f"{inputs[0]} plus the ALiBi bias"
+
+
+def query_offset(problem, rows: int, cols: int) -> int:
+    """Where the queries sit among the keys: 0 (query i at position i), or S - L when the L
+    queries are the last of S positions (a KV cache, or the bottom-right causal mask). The
+    weights do not depend on it (it shifts a row by a constant); the biased scores do."""
+    from attntrace.kinds.cache import has_cache
+
+    bottom_right = isinstance(problem.mask, str) and problem.mask == "causal_bottom_right"
+    return cols - rows if cols > rows and (bottom_right or has_cache(problem)) else 0
 
 
 BIASED = Biased()

@@ -17,6 +17,7 @@ from attntrace.inputs.spec import KV_KEYS
 from attntrace.kinds import kind_of
 from attntrace.rendering.printing import PlainOut, TexOut
 from attntrace.rendering.stepview import StepView
+from attntrace.rendering.blockview import BLOCK_IDS, block_flow, split_block
 from attntrace.rendering.viewparts import block, operand_ref, pack, resolve, shape_dims
 
 
@@ -143,15 +144,24 @@ def report_view(trace, fmt: str, precision: int, max_size: int, figures: list[di
             steps = [StepView(trace, s, out, rows, esc).build() for s in by_head.get(h, ())]
             if steps:
                 sections.append({"head": h, "steps": steps})
-        combined = [StepView(trace, s, out, rows, esc).build() for s in trace.steps if s.head is None and not _backward(s)]
+        combined = [StepView(trace, s, out, rows, esc).build() for s in trace.steps
+                    if s.head is None and s.id not in BLOCK_IDS and not _backward(s)]
         if not multi:
             sections, combined = [{"head": 0, "steps": combined}], []
+    block_pre, block_post = split_block(trace) if not shape_mode else ([], [])
+    arrangement = next((s.details.get("block") for s in trace.steps if s.id == "residual1"), None) or ""
+    flow = block_flow(trace, out.plain) if arrangement else []
     d_ks = sorted({str(s.details["d_k"]) for s in trace.steps if s.id == "scaled" and s.details.get("d_k") is not None})
     operands = [operand_chain(trace, op, out) for op in trace.operands]
     by_sqrt = any(s.id == "scaled" and s.details.get("by_sqrt_dk", True) for s in trace.steps)
     scaled = any(s.id == "scaled" for s in trace.steps)
     return {
-        "formula_block": block([intro_formula(trace, scaled, by_sqrt, out.plain)]),
+        "formula_block": block(flow) if flow else block([intro_formula(trace, scaled, by_sqrt, out.plain)]),
+        # the Transformer block (attntrace.rendering.blockview): its arrangement, steps before and after attention
+        "block": arrangement, "block_pre": [StepView(trace, s, out, rows, esc).build() for s in block_pre],
+        "block_post": [StepView(trace, s, out, rows, esc).build() for s in block_post],
+        "position": next((("sinusoidal" if s.id == "pos_enc" else "learned") for s in trace.steps if s.id in ("pos_enc", "embed")), ""),
+        "norm_kind": next((s.details.get("norm") for s in trace.steps if s.id in ("norm1", "norm2")), ""),
         # user text: $...$ spans through the whitelist parser, everything else escaped
         "title": format_user_text(trace.localized("title", lang) or "", fmt, inline_math=inline_math_for(fmt, math_delimiters), escape=esc),
         "description": format_user_text(trace.localized("description", lang) or "", fmt,

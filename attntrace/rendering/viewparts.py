@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from attntrace.kinds import kind_of
+from attntrace.inputs.blockspec import BLOCK_OPERANDS
 from attntrace.rendering.printing import entry_name, pick
 
 OPERAND_BASE = {"X": "x", "X_kv": "y", "W_Q": "w^{Q}", "W_K": "w^{K}", "W_V": "w^{V}", "W_O": "w^{O}", "b_Q": "b^{Q}", "b_K": "b^{K}",
@@ -17,6 +18,10 @@ OPERAND_BASE = {"X": "x", "X_kv": "y", "W_Q": "w^{Q}", "W_K": "w^{K}", "W_V": "w
 OPERAND_LETTER = {"X": "X", "X_kv": "X_{kv}", "W_Q": "W_Q", "W_K": "W_K", "W_V": "W_V", "W_O": "W_O", "b_Q": "b_Q", "b_K": "b_K",
                   "b_V": "b_V", "b_O": "b_O", "Q": "Q", "K": "K", "V": "V", "scores": "S", "weights": "A", "Z": "Z"}
 OPERAND_PLAIN = {"X_kv": "X_kv"}
+# the Transformer block's matrices (attntrace.inputs.blockspec): P, gamma_1, W_1, W_gate, ...
+OPERAND_LETTER.update({k: v[0] for k, v in BLOCK_OPERANDS.items()})
+OPERAND_PLAIN.update({k: v[1] for k, v in BLOCK_OPERANDS.items()})
+OPERAND_BASE.update({k: v[2] for k, v in BLOCK_OPERANDS.items()})
 #: The KV cache's past keys and values (attntrace.kinds.cache).
 OPERAND_LETTER.update({"K_past": "K_{\\text{past}}", "V_past": "V_{\\text{past}}"})
 OPERAND_PLAIN.update({"K_past": "K_past", "V_past": "V_past"})

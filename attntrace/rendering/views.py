@@ -12,3 +12,4 @@ from attntrace.rendering import onlineview  # noqa: E402,F401 - the online softm
 from attntrace.rendering import gradview  # noqa: E402,F401 - the backward pass (attntrace.kinds.backward)
 from attntrace.rendering import cacheview  # noqa: E402,F401 - the KV-cache steps (K_cache, V_cache)
 from attntrace.rendering import alibiview, ropeview  # noqa: E402,F401 - each registers its view
+from attntrace.rendering import blockview  # noqa: E402,F401 - the Transformer block (sums, norms, activations, positions)
