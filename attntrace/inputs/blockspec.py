@@ -1,0 +1,129 @@
+"""The spec keys of the Transformer block around attention -> operands and options.
+
+    block = "post_ln" | "pre_ln" | "llama"      # the arrangement (attntrace.kinds.block)
+    position = "sinusoidal"                     # or a learned table: P = [[...], ...] (n, d_model)
+    norm1 = {gain = [...], bias = [...], eps = 1e-5}   # the attention sublayer's norm
+    norm2 = {gain = [...], bias = [...], eps = 1e-5}   # the feed-forward sublayer's norm
+    ffn = {W_1 = ..., b_1 = ..., W_2 = ..., b_2 = ..., activation = "relu" | "gelu" | "gelu_tanh"}
+    ffn = {W_gate = ..., W_up = ..., W_down = ...}     # llama: SwiGLU, no biases
+
+post_ln and pre_ln use LayerNorm, llama RMSNorm (no bias: a norm table's bias is refused).
+The matrices become shared operands (P, gamma_1, beta_1, gamma_2, beta_2, W_1, b_1, ...),
+listed in the report's Given section; the options go to Problem.extra.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Mapping
+
+from attntrace.model.errors import BadInput
+
+BLOCK_KEYS = {"block", "position", "P", "norm1", "norm2", "ffn"}
+ARRANGEMENTS = ("post_ln", "pre_ln", "llama")
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh")
+#: operand name -> (LaTeX letter, plain letter, entry base in symbolic mode)
+BLOCK_OPERANDS = {
+    "P": ("P", "P", "p"),
+    "gamma_1": ("\\gamma_1", "gamma_1", "g"), "beta_1": ("\\beta_1", "beta_1", "c"),
+    "gamma_2": ("\\gamma_2", "gamma_2", "g^{f}"), "beta_2": ("\\beta_2", "beta_2", "c^{f}"),
+    "W_1": ("W_1", "W_1", "w^{h}"), "b_1": ("b_1", "b_1", "b^{h}"), "W_2": ("W_2", "W_2", "w^{f}"), "b_2": ("b_2", "b_2", "b^{f}"),
+    "W_gate": ("W_{gate}", "W_gate", "w^{g}"), "W_up": ("W_{up}", "W_up", "w^{u}"), "W_down": ("W_{down}", "W_down", "w^{d}"),
+}
+_FFN_KEYS = {"W_1", "b_1", "W_2", "b_2", "activation"}
+_SWIGLU_KEYS = {"W_gate", "W_up", "W_down"}
+
+
+def _vector(raw: Any) -> Any:
+    """A gain or bias may be written as a flat list: one row."""
+    if isinstance(raw, list) and raw and not isinstance(raw[0], (list, dict)):
+        return [raw]
+    return raw
+
+
+def _eps(value: Any, key: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 <= float(value) < 1) or not math.isfinite(value):
+        raise BadInput(f"{key}.eps must be a number in [0, 1), not {value!r}"[:200])
+    return float(value)
+
+
+def block_options(data: Mapping[str, Any], mode: str, operand: Callable) -> tuple[dict, dict]:
+    """(operands, extra) of the block keys in `data`; `operand(raw, name, mode, head, symbol)` makes one."""
+    ops: dict = {}
+    extra: dict = {}
+    position = data.get("position")
+    if "P" in data:
+        if position not in (None, "learned"):
+            raise BadInput("give position = \"sinusoidal\" or a learned table P, not both")
+        position = "learned"
+    if position is not None:
+        if position not in ("sinusoidal", "learned"):
+            raise BadInput(f"position must be \"sinusoidal\" (or give a learned table P), not {position!r}"[:200])
+        if position == "learned" and "P" not in data:
+            raise BadInput("position = \"learned\" needs the table P (one row per token, d_model columns)")
+        extra["position"] = position
+    if "P" in data:
+        ops["P"] = operand(data["P"], "P", mode, None, "p")
+    block = data.get("block")
+    if block is None:
+        for key in ("norm1", "norm2", "ffn"):
+            if key in data:
+                raise BadInput(f"{key} belongs to a Transformer block: give block = \"post_ln\", \"pre_ln\" or \"llama\" as well")
+        return ops, extra
+    if block not in ARRANGEMENTS:
+        raise BadInput(f"block must be one of {', '.join(ARRANGEMENTS)}, not {block!r}"[:200])
+    if "X" not in data:
+        raise BadInput("a Transformer block starts from X (with W_Q, W_K, W_V)")
+    extra["block"] = block
+    llama = block == "llama"
+    extra["norm"] = "rms" if llama else "layer"
+    for i in (1, 2):
+        table = data.get(f"norm{i}", {})
+        if not isinstance(table, Mapping):
+            raise BadInput(f"norm{i} must be a table {{gain = [...], bias = [...], eps = 1e-5}}")
+        allowed = {"gain", "eps"} | (set() if llama else {"bias"})
+        bad = sorted(set(table) - allowed)
+        if bad:
+            raise BadInput(f"unknown key {bad[0]!r} in norm{i}; allowed: {', '.join(sorted(allowed))}"
+                           + (" (RMSNorm has no bias)" if llama and bad[0] == "bias" else ""))
+        extra[f"eps{i}"] = _eps(table.get("eps", 1e-5), f"norm{i}")
+        for key, name in (("gain", f"gamma_{i}"), ("bias", f"beta_{i}")):
+            if key in table:
+                ops[name] = operand(_vector(table[key]), name, mode, None, BLOCK_OPERANDS[name][2])
+    ffn = data.get("ffn")
+    if not isinstance(ffn, Mapping):
+        raise BadInput("a block needs its feed-forward network: ffn = {W_1 = ..., W_2 = ...}" if not llama
+                       else "a llama block needs its feed-forward network: ffn = {W_gate = ..., W_up = ..., W_down = ...}")
+    need, allowed = (_SWIGLU_KEYS, _SWIGLU_KEYS) if llama else ({"W_1", "W_2"}, _FFN_KEYS)
+    bad = sorted(set(ffn) - allowed)
+    if bad:
+        raise BadInput(f"unknown key {bad[0]!r} in ffn; allowed: {', '.join(sorted(allowed))}"
+                       + (" (a llama block's FFN is SwiGLU)" if llama else ""))
+    missing = sorted(need - set(ffn))
+    if missing:
+        raise BadInput(f"ffn needs {', '.join(missing)}")
+    activation = "swiglu" if llama else ffn.get("activation", "relu")
+    if activation not in ACTIVATIONS + ("swiglu",):
+        raise BadInput(f"ffn.activation must be one of {', '.join(ACTIVATIONS)}, not {activation!r}"[:200])
+    extra["activation"] = activation
+    for key in sorted(set(ffn) - {"activation"}):
+        raw = _vector(ffn[key]) if key.startswith("b_") else ffn[key]
+        ops[key] = operand(raw, key, mode, None, BLOCK_OPERANDS[key][2])
+    return ops, extra
+
+
+def check_block(problem) -> None:
+    """Shapes that must agree before anything is computed (one line each)."""
+    from attntrace.kinds.ffn import check_ffn_shapes
+
+    if problem.extra.get("block") is None:
+        return
+    d_model = problem.shared["X"].shape[1]
+    check_ffn_shapes(problem, d_model)
+    for name in ("gamma_1", "beta_1", "gamma_2", "beta_2", "b_1", "b_2"):
+        op = problem.shared.get(name)
+        if op is None:
+            continue
+        width = problem.shared["W_1"].shape[1] if name == "b_1" else d_model
+        if op.shape != (1, width):
+            raise BadInput(f"{name} has shape {op.shape}, expected (1, {width})")

@@ -1,0 +1,105 @@
+"""The position-wise feed-forward network, applied to each row (token) alone.
+
+ReLU/GELU (Vaswani et al. 2017, 3.3; GPT-2 and BERT use GELU): H = N W_1 + b_1, G = act(H),
+F = G W_2 + b_2. SwiGLU (Shazeer 2020, Llama): H = N W_gate, U = N W_up, G = SiLU(H) * U
+entry by entry, F = G W_down (no biases). Weights are (in, out), rows as vectors, like W_Q;
+`nn.Linear.weight` is (out, in) and is transposed on import.
+"""
+
+from __future__ import annotations
+
+from attntrace.kinds.base import Kind
+from attntrace.kinds.exactsize import check_exact_size
+from attntrace.model.errors import BadInput
+
+#: The activation's name in formulas (LaTeX operator, plain).
+ACTIVATIONS = {"relu": "ReLU", "gelu": "GELU", "gelu_tanh": "GELU_tanh", "swiglu": "SiLU"}
+
+
+def _swiglu(problem) -> bool:
+    return problem.extra.get("activation") == "swiglu"
+
+
+class Linear(Kind):
+    """One of the FFN's matrix products, with its bias when given: laid out like Q = X W_Q + b_Q."""
+
+    per_head = False
+    view = "product"
+
+    def __init__(self, id, reads, writes, letter, entry, weights: tuple[str, str], bias: str | None, prose: str, swiglu_only=False):
+        self.id, self.reads, self.writes = id, (reads,), writes
+        self.letter, self.entry, self.symbol = letter, entry, entry
+        self.weights, self.bias, self.prose, self.swiglu_only = weights, bias, prose, swiglu_only
+        self.mistakes = ()
+
+    def enabled(self, problem) -> bool:
+        return not self.swiglu_only or _swiglu(problem)
+
+    def compute(self, ctx, head, state):
+        a = state[self.reads[0]]
+        w_name = self.weights[1] if _swiglu(ctx.p) else self.weights[0]
+        w = ctx.operand(ctx.p.shared[w_name])
+        if a.shape[1] != w.shape[0]:
+            raise BadInput(f"step {self.id}: cannot multiply {a.ref} {a.shape} by {w_name} {w.shape}: {a.shape[1]} != {w.shape[0]}")
+        shape = (a.shape[0], w.shape[1])
+        bias = None if _swiglu(ctx.p) or self.bias is None else ctx.p.shared.get(self.bias)
+        if bias is not None and bias.shape != (1, shape[1]):
+            raise BadInput(f"step {self.id}: bias {bias.name} has shape {bias.shape}, expected (1, {shape[1]})")
+        result = ctx.alg.linear(a.value, w.value, None if bias is None else bias.value)
+        check_exact_size(ctx, self.id, result)
+        tail = f" + {bias.name}" if bias is not None else ""
+        formula = f"{self.letter} = {a.letter} {w_name}{tail}"
+        plain = f"{_plain(self.letter)} = {_plain(a.letter)} {w_name}{tail}"
+        return ctx.emit(self, None, [a.ref, w_name] + ([bias.name] if bias is not None else []), formula, plain, result, shape)
+
+
+class Activation(Kind):
+    id = "ffn_act"
+    per_head = False
+    reads, writes = ("H",), "G"
+    letter, entry, symbol = "G", "g", "g"
+    view, prose = "activation", "ffn_act"
+    mistakes = ("gelu_relu_confused",)
+
+    def compute(self, ctx, head, state):
+        h = state["H"]
+        act = ctx.p.extra.get("activation", "relu")
+        if act == "swiglu":
+            u = state["U"]
+            result = ctx.alg.hadamard(ctx.alg.activation(h.value, "silu"), u.value)
+            check_exact_size(ctx, self.id, result)
+            formula = (f"G = \\operatorname{{SiLU}}(H) \\odot U, \\quad g_{{ij}} = \\frac{{h_{{ij}}}}{{1 + e^{{-h_{{ij}}}}}}\\, u_{{ij}}")
+            plain = "G = SiLU(H) * U (entry by entry),  g_ij = h_ij / (1 + e^(-h_ij)) u_ij"
+            return ctx.emit(self, None, [h.ref, u.ref], formula, plain, result, h.shape, {"activation": act})
+        result = ctx.alg.activation(h.value, act)
+        check_exact_size(ctx, self.id, result)
+        entry = {
+            "relu": ("\\max(0, h_{ij})", "max(0, h_ij)"),
+            "gelu": ("\\tfrac{1}{2} h_{ij} \\left(1 + \\operatorname{erf}\\frac{h_{ij}}{\\sqrt{2}}\\right)", "h_ij/2 (1 + erf(h_ij / sqrt(2)))"),
+            "gelu_tanh": ("\\tfrac{1}{2} h_{ij} \\left(1 + \\tanh\\left(\\sqrt{2/\\pi}\\, (h_{ij} + 0.044715\\, h_{ij}^3)\\right)\\right)",
+                          "h_ij/2 (1 + tanh(sqrt(2/pi) (h_ij + 0.044715 h_ij^3)))"),
+        }[act]
+        op = "GELU" if act.startswith("gelu") else "ReLU"
+        formula = f"G = \\operatorname{{{op}}}(H), \\quad g_{{ij}} = {entry[0]}"
+        plain = f"G = {op}(H),  g_ij = {entry[1]}"
+        return ctx.emit(self, None, [h.ref], formula, plain, result, h.shape, {"activation": act})
+
+    def json_details(self, details):
+        return {"activation": details["activation"]}
+
+
+def _plain(letter: str) -> str:
+    return letter.replace("{", "").replace("}", "")
+
+
+def check_ffn_shapes(problem, d_model: int) -> None:
+    """Refuse FFN weights that cannot chain: (d_model, d_ff) then (d_ff, d_model)."""
+    names = ("W_gate", "W_up", "W_down") if _swiglu(problem) else ("W_1", "W_2")
+    shapes = {n: problem.shared[n].shape for n in names}
+    first, last = shapes[names[0]], shapes[names[-1]]
+    if first[0] != d_model or last[1] != d_model or last[0] != first[1] or (len(names) == 3 and shapes["W_up"] != first):
+        shown = ", ".join(f"{n} {s}" for n, s in shapes.items())
+        raise BadInput(f"ffn weights do not chain for d_model = {d_model}: {shown}; need (d_model, d_ff) then (d_ff, d_model)")
+
+
+FFN_ACT = Activation()

@@ -1,0 +1,99 @@
+"""Layer normalisation of each row (token) over its d_model features.
+
+LayerNorm (Ba et al. 2016, as torch.nn.LayerNorm): n_ij = gamma_j (r_ij - mu_i) / sqrt(sigma_i^2 + eps)
++ beta_j with the row mean mu_i and the *biased* variance sigma_i^2 = (1/d) sum_k (r_ik - mu_i)^2.
+RMSNorm (Zhang & Sennrich 2019, as torch.nn.RMSNorm and Llama): n_ij = gamma_j r_ij / sqrt(nu_i + eps)
+with the mean square nu_i = (1/d) sum_k r_ik^2, no centring and no bias. The gain and bias are
+the spec's norm1/norm2 tables (operands gamma_1, beta_1, gamma_2, beta_2); without them the gain
+is 1 and the bias 0, and the formula leaves them out.
+"""
+
+from __future__ import annotations
+
+from attntrace.kinds.base import Kind
+from attntrace.kinds.exactsize import check_exact_size
+from attntrace.model.errors import BadInput
+
+
+class Norm(Kind):
+    per_head = False
+    view, prose = "norm", "norm"
+    mistakes = ("norm_unbiased_variance", "norm_wrong_axis")
+
+    def __init__(self, id: str, reads: str, writes: str, letter: str, entry: str, which: int):
+        self.id, self.reads, self.writes = id, (reads,), writes
+        self.letter, self.entry, self.symbol = letter, entry, entry
+        self.which = which  # 1 or 2: gamma_1/beta_1 or gamma_2/beta_2, eps of norm1 or norm2
+        self.plain_letter = _plain(letter)
+
+    def compute(self, ctx, head, state):
+        r = state[self.reads[0]]
+        p = ctx.p
+        rms = p.extra.get("norm") == "rms"
+        eps = p.extra.get(f"eps{self.which}", 1e-5)
+        gain = p.shared.get(f"gamma_{self.which}")
+        bias = p.shared.get(f"beta_{self.which}")
+        for op in (gain, bias):
+            if op is not None and op.shape != (1, r.shape[1]):
+                raise BadInput(f"step {self.id}: {op.name} has shape {op.shape}, expected (1, {r.shape[1]}), one entry per feature of {r.ref}")
+        value = ctx.alg.norm(r.value, None if gain is None else gain.value, None if bias is None else bias.value,
+                             _eps(ctx, eps), rms)
+        result, details = value
+        _check_spread(self.id, r, details, eps, rms)
+        check_exact_size(ctx, self.id, result)
+        g = "\\gamma_j " if gain is not None else ""
+        b = " + \\beta_j" if bias is not None else ""
+        e, m = r.entry or "x", r.letter
+        name = "RMSNorm" if rms else "LayerNorm"
+        if rms:
+            entry = f"{g}\\frac{{{e}_{{ij}}}}{{\\sqrt{{\\nu_i + \\varepsilon}}}}{b}"
+            pentry = f"{'gamma_j ' if gain is not None else ''}{e}_ij / sqrt(nu_i + eps)"
+        else:
+            entry = f"{g}\\frac{{{e}_{{ij}} - \\mu_i}}{{\\sqrt{{\\sigma_i^2 + \\varepsilon}}}}{b}"
+            pentry = f"{'gamma_j ' if gain is not None else ''}({e}_ij - mu_i) / sqrt(sigma_i^2 + eps)"
+        pentry += " + beta_j" if bias is not None else ""
+        params = [f"\\{n}_{self.which}" for n, op in (("gamma", gain), ("beta", bias)) if op is not None]
+        args = m + "".join(f";\\ {x}" if k == 0 else f", {x}" for k, x in enumerate(params))
+        pargs = _plain(m) + "".join(f"; {x[1:]}" if k == 0 else f", {x[1:]}" for k, x in enumerate(params))
+        formula = f"{self.letter} = \\operatorname{{{name}}}({args}), \\quad {self.entry}_{{ij}} = {entry}"
+        plain = f"{_plain(self.letter)} = {name}({pargs}),  {_plain(self.entry)}_ij = {pentry}"
+        inputs = [r.ref] + [op.name for op in (gain, bias) if op is not None]
+        details = {**details, "norm": "rms" if rms else "layer", "eps": eps, "which": self.which}
+        return ctx.emit(self, None, inputs, formula, plain, result, r.shape, details)
+
+    def json_details(self, details):
+        out = {"norm": details["norm"], "eps": details["eps"]}
+        for key in ("mean", "var", "mean_square"):
+            if key in details:
+                out[key] = [_json_number(x) for x in details[key]]
+        return out
+
+
+def _check_spread(step: str, r, details, eps: float, rms: bool) -> None:
+    """With eps = 0 a constant row (LayerNorm) or a zero row (RMSNorm) divides 0 by 0."""
+    if eps:
+        return
+    spread = details.get("mean_square" if rms else "var")
+    for i, v in enumerate(spread if spread is not None else ()):
+        if v is not None and not getattr(v, "free_symbols", None) and v == 0:
+            what = "is zero" if rms else "is constant (variance 0)"
+            raise BadInput(f"step {step}: row {i + 1} of {r.ref} {what} and eps = 0, so the norm divides 0 by 0; give norm eps > 0")
+
+
+def _eps(ctx, eps: float):
+    """eps in the algebra's numbers: float64, or the exact rational of its decimal text."""
+    if ctx.numeric or ctx.p.mode == "shape":
+        return float(eps)
+    import sympy
+
+    return sympy.Rational(repr(float(eps)))
+
+
+def _json_number(x):
+    from attntrace.inputs.expr import to_plain
+
+    return float(x) if not hasattr(x, "free_symbols") else to_plain(x)
+
+
+def _plain(letter: str) -> str:
+    return letter.replace("{", "").replace("}", "")

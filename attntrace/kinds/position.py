@@ -1,0 +1,60 @@
+"""Position encodings before attention: the sinusoidal table P (Vaswani et al. 2017, 3.5) and
+the embedded input E = X + P (P sinusoidal, or a learned table given as the spec's `P`).
+
+Row i of X is the token at position i - 1 (positions count from 0, as in the paper's
+formula), so the first row of the sinusoidal table is sin 0 = 0, cos 0 = 1.
+"""
+
+from __future__ import annotations
+
+from attntrace.kinds.base import Kind
+from attntrace.model.errors import BadInput
+
+
+class PosEnc(Kind):
+    id = "pos_enc"
+    per_head = False
+    reads, writes = ("X",), "P"
+    letter, entry, symbol = "P", "p", None  # constants: symbolic mode keeps sin(...) and cos(...)
+    view, prose = "posenc", "pos_enc"
+    mistakes = ("posenc_sin_cos_swapped",)
+
+    def enabled(self, problem) -> bool:
+        return super().enabled(problem) and problem.extra.get("position") == "sinusoidal"
+
+    def compute(self, ctx, head, state):
+        x = state["X"]
+        n, d = x.shape
+        base = ctx.p.extra.get("position_base", 10000)
+        result = ctx.alg.sinusoid(n, d, base)
+        b = f"{base:g}" if isinstance(base, float) else str(base)
+        formula = (f"P = \\operatorname{{PE}}, \\quad p_{{i,2k}} = \\sin\\frac{{i - 1}}{{{b}^{{2k/d}}}},\\ "
+                   f"p_{{i,2k+1}} = \\cos\\frac{{i - 1}}{{{b}^{{2k/d}}}}")
+        plain = f"P = PE,  p_(i,2k) = sin((i-1) / {b}^(2k/d)),  p_(i,2k+1) = cos((i-1) / {b}^(2k/d))"
+        return ctx.emit(self, None, [x.ref], formula, plain, result, (n, d), {"base": base, "d": d})
+
+    def json_details(self, details):
+        return {"base": details["base"]}
+
+
+class Embed(Kind):
+    id = "embed"
+    per_head = False
+    reads, writes = ("X", "P"), "X"
+    letter, entry, symbol = "E", "e", "e"
+    view, prose = "sum", "embed"
+    mistakes = ("posenc_not_added",)
+
+    def enabled(self, problem) -> bool:
+        return super().enabled(problem) and problem.extra.get("position") in ("sinusoidal", "learned")
+
+    def compute(self, ctx, head, state):
+        x = state["X"]
+        p = state.get("P") or ctx.operand(ctx.p.shared["P"])
+        if p.shape != x.shape:
+            raise BadInput(f"step embed: the position table P is {p.shape} but X is {x.shape}; give one row per token, d_model columns")
+        result = ctx.alg.plus(x.value, p.value)
+        return ctx.emit(self, None, [x.ref, p.ref], "E = X + P", "E = X + P", result, x.shape)
+
+
+POS_ENC, EMBED = PosEnc(), Embed()

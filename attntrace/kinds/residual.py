@@ -1,0 +1,39 @@
+"""Residual connections: the sublayer's input added to its output, R = E + O around attention
+and R^f = (its input) + F around the feed-forward network. Which input is the block's
+arrangement (`attntrace.kinds.block`): the normalised one in post-LN, the stream in pre-LN."""
+
+from __future__ import annotations
+
+from attntrace.kinds.base import Kind
+from attntrace.kinds.exactsize import check_exact_size
+from attntrace.model.errors import BadInput
+
+
+class Residual(Kind):
+    per_head = False
+    view, prose = "sum", "residual"
+    mistakes = ("forgot_residual",)
+
+    def __init__(self, id: str, a: str, b: str, writes: str, letter: str, entry: str):
+        self.id, self.reads, self.writes = id, (a, b), writes
+        self.letter, self.entry, self.symbol = letter, entry, entry
+        self.plain_letter = _plain(letter)
+
+    def json_details(self, details):
+        return {"block": details["block"]} if details.get("block") else {}
+
+    def compute(self, ctx, head, state):
+        a, b = state[self.reads[0]], state[self.reads[1]]
+        if a.shape != b.shape:
+            raise BadInput(f"step {self.id}: cannot add {a.ref} {a.shape} and {b.ref} {b.shape}; the sublayer must give back "
+                           f"d_model = {a.shape[1]} columns (give W_O of {b.shape[1]} x {a.shape[1]})"[:300])
+        result = ctx.alg.plus(a.value, b.value)
+        check_exact_size(ctx, self.id, result)
+        formula = f"{self.letter} = {a.letter} + {b.letter}"
+        plain = f"{_plain(self.letter)} = {_plain(a.letter)} + {_plain(b.letter)}"
+        return ctx.emit(self, None, [a.ref, b.ref], formula, plain, result, a.shape, {"block": ctx.p.extra.get("block")})
+
+
+def _plain(letter: str) -> str:
+    """R^{f} -> R^f (plain-text names of the block's matrices)."""
+    return letter.replace("{", "").replace("}", "")

@@ -1,0 +1,361 @@
+"""Views of the Transformer block's kinds: sums (E = X + P, residuals), norms, activations and
+the sinusoidal position table. The FFN's products use StepView's product view.
+
+Each view writes the step like the attention steps: the general formula, the matrices
+substituted and the result (fitted to the page), then the entries of the chosen rows one by
+one: the formula in entry names, the numbers substituted, the value. A norm first gives each
+chosen row's statistics (mu_i and sigma_i^2, or nu_i for RMSNorm) the same way. Symbolic
+mode writes each entry in terms of the previous step's names (and the row statistics as
+symbols, defined above the entries).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from attntrace.rendering.layout import Seq, join_sum
+from attntrace.rendering.printing import pick
+from attntrace.rendering.stepview import register_view
+from attntrace.rendering.viewparts import block, resolve, rows_to_expand
+
+
+def _fn(o, tex: str, plain: str, arg: str) -> str:
+    """f(arg) in the output's notation: \\max(0, x) / max(0, x)."""
+    return f"{plain}({arg})" if o.plain else f"{tex}\\left({arg}\\right)"
+
+
+def _rhs(sv, vm) -> str:
+    """The matrix form of the step's formula (before ', \\quad' and the entry formula)."""
+    f = vm["formula"].split(", \\quad")[0].split(",  ")[0]
+    return f.partition(" = ")[2]
+
+
+def _entry_formula(sv, vm) -> list[str]:
+    """The formula block: the matrix form, and under it the entry formula, aligned at =."""
+    o, f = sv.out, vm["formula"]
+    if o.plain:
+        return [f]
+    head, _, entry = f.partition(", \\quad ")
+    lhs, _, rhs = head.partition(" = ")
+    lines = sv.fit(lhs, [rhs], align=True)
+    if entry:
+        elhs, _, erhs = entry.partition(" = ")
+        lines += sv.fit(elhs, [erhs], align=True)
+    return lines
+
+
+def _number(o, x, exact: bool) -> list:
+    """A statistic's value: a float, or an exact SymPy number with its approximation."""
+    if isinstance(x, (float, np.floating)):
+        return [o.num(float(x))]
+    sides: list = [o.expr(x)]
+    if exact and getattr(x, "is_number", False):
+        approx = o.num(float(x.evalf(17)))
+        if approx != sides[0]:
+            sides.append(("\\approx" if not o.plain else "~", approx))
+    return sides
+
+
+def _eps_text(o, eps: float) -> str:
+    """epsilon as written in papers: 10^{-5}, 2 \\cdot 10^{-6} (never rounded to 0 by the precision)."""
+    if eps == 0:
+        return "0"
+    m, e = f"{eps:.3g}".split("e") if "e" in f"{eps:.3g}" else (f"{eps:.3g}", None)
+    if e is None:
+        return m
+    e = int(e)
+    if o.plain:
+        return f"{m}e{e}"
+    return f"10^{{{e}}}" if m == "1" else f"{m} \\cdot 10^{{{e}}}"
+
+
+def _num(o, x) -> str:
+    """A value inside a substituted formula: floats at the report's precision, SymPy printed."""
+    return o.num(float(x)) if isinstance(x, (float, np.floating)) else o.expr(x)
+
+
+def _lay_out(sv, vm, sides: list, entry, default_rows: int = 1, before=None, first_row: int = 0) -> None:
+    """main: name = sides... = result; entries: for each chosen row, before(i) (chains that
+    come first, such as a norm's statistics), then entry(i, j) -> the sides of entry (i, j)
+    before its value (names, numbers substituted)."""
+    s, o = sv.s, sv.out
+    lhs = sv.named(sv.ref)
+    budget = sv.budget(lhs)
+    expand_all = False
+    if sv.mode == "symbolic":
+        full = o.matrix(sv.expressions(), s.shape)
+        if o.plain or o.measure(full) <= budget:
+            vm["main"] = [block(sv.fit(lhs, sides + [full]))]
+            if before is not None:
+                chains = [c for i in rows_to_expand(sv.rows_opt, s.shape[0], s.shape[0]) for c in before(i)]
+                vm["entries"] = sv.blocks_of(chains)
+                vm["entry_rows"] = rows_to_expand(sv.rows_opt, s.shape[0], s.shape[0])
+            return
+        sides = sides + [o.matrix_of(s.shape[0], s.shape[1], sv.entry_label, budget)]
+        expand_all = True
+    else:
+        sides = sides + sv.result_side(s.value, budget)
+    vm["main"] = [block(sv.fit(lhs, sides))]
+    n = s.shape[0]
+    rows = rows_to_expand(sv.rows_opt, n, n if expand_all and s.shape[0] * s.shape[1] <= 12 else min(default_rows, n))
+    if not sv.rows_opt and first_row and n > first_row:  # the position table's row 1 is sin 0, cos 0: row 2 tells more
+        rows = [first_row]
+    vm["entry_rows"] = rows
+    chains = []
+    for i in rows:
+        if before is not None:
+            chains += before(i)
+        for j in pick(s.shape[1], o.max_size):
+            if j is None:
+                continue
+            label = sv.entry_label(i, j)
+            if sv.mode == "symbolic":
+                chains.append(sv.fit(label, [sv.symbolic_sum(i, j)], align=True, lhs_width=sv.lw))
+            else:
+                chains.append(sv.fit(label, entry(i, j) + sv.entry_result(s.value, i, j), align=True, lhs_width=sv.lw))
+    vm["entries"] = sv.blocks_of(chains)
+
+
+# -- sums: E = X + P, R = E + O, R^f = N + F ------------------------------------------------
+@register_view("sum")
+def build_sum(sv, vm) -> None:
+    s, o = sv.s, sv.out
+    a, b = (resolve(sv.t, n, None) for n in s.inputs[:2])
+    lhs = sv.named(sv.ref)
+    budget = sv.budget(lhs)
+    sides: list = [_rhs(sv, vm)]
+    if a.value is not None and b.value is not None and not o.plain and max(a.shape) <= o.max_size:
+        seq = Seq((sv.shown(a, budget - 2), "+ " + sv.shown(b, budget - 2)), joiner=" ")
+        if all(o.measure(x) <= budget for x in seq.items):
+            sides.append(seq)
+
+    def entry(i, j):
+        names = Seq((sv.ename(a, i, j), "+ " + sv.ename(b, i, j)), " ")
+        nums = Seq((o.entry(a.value, i, j), "+ " + o.factor(b.value, i, j)), " ")
+        return [names, nums]
+
+    # E = X + P: row 1 adds sin 0 = 0 and cos 0 = 1; row 2 shows a position at work
+    _lay_out(sv, vm, sides, entry, first_row=1 if s.id == "embed" and s.inputs[1] == "pos_enc" else 0)
+
+
+# -- activations: ReLU, GELU (erf and tanh), SiLU(H) * U ---------------------------------
+def _act_entry(o, act: str, h: str, u: str | None) -> str:
+    """The activation of one entry h (and u for SwiGLU), in names or in numbers."""
+    if act == "relu":
+        return _fn(o, "\\max", "max", f"0, {h}")
+    if o.plain:
+        if act == "gelu":
+            return f"{h}/2 (1 + erf({h} / sqrt(2)))"
+        if act == "gelu_tanh":
+            return f"{h}/2 (1 + tanh(sqrt(2/pi) ({h} + 0.044715 {h}^3)))"
+        return f"{h} / (1 + e^(-{h})) {u}"
+    if act == "gelu":
+        return f"\\tfrac{{1}}{{2}} {h} \\left(1 + \\operatorname{{erf}}\\frac{{{h}}}{{\\sqrt{{2}}}}\\right)"
+    if act == "gelu_tanh":
+        return (f"\\tfrac{{1}}{{2}} {h} \\left(1 + \\tanh\\left(\\sqrt{{2/\\pi}}\\, \\left({h} + 0.044715\\, {h}^{{3}}\\right)\\right)\\right)")
+    return f"\\frac{{{h}}}{{1 + e^{{-{h}}}}}\\, {u}"
+
+
+@register_view("activation")
+def build_activation(sv, vm) -> None:
+    s, o = sv.s, sv.out
+    act = s.details.get("activation", "relu")
+    h = resolve(sv.t, s.inputs[0], None)
+    u = resolve(sv.t, s.inputs[1], None) if len(s.inputs) > 1 else None
+    vm["extra"]["activation"] = act
+    vm["formula_block"] = _entry_formula(sv, vm)
+
+    def entry(i, j):
+        names = _act_entry(o, act, sv.ename(h, i, j), u and sv.ename(u, i, j))
+        hv = o.entry(h.value, i, j) if act == "relu" else o.factor(h.value, i, j)  # max(0, -1.2): no parentheses
+        nums = _act_entry(o, act, hv, u and o.factor(u.value, i, j))
+        return [names, nums]
+
+    _lay_out(sv, vm, [_rhs(sv, vm)], entry)
+
+
+# -- norms: LayerNorm, RMSNorm --------------------------------------------------------------
+@register_view("norm")
+def build_norm(sv, vm) -> None:
+    s, o = sv.s, sv.out
+    d = s.details
+    rms = d.get("norm") == "rms"
+    r = resolve(sv.t, s.inputs[0], None)
+    gain = resolve(sv.t, f"gamma_{d['which']}", None) if f"gamma_{d['which']}" in s.inputs else None
+    bias = resolve(sv.t, f"beta_{d['which']}", None) if f"beta_{d['which']}" in s.inputs else None
+    vm["extra"].update(norm="rms" if rms else "layer", eps=_eps_text(o, d["eps"]), dim=str(s.shape[1]), gain=gain is not None,
+                       bias=bias is not None)
+    vm["formula_block"] = _entry_formula(sv, vm)
+    exact = sv.mode == "exact"
+    width = s.shape[1]
+    eps = _eps_text(o, d["eps"])
+    third = "1/" + str(width) if o.plain else f"\\tfrac{{1}}{{{width}}}"
+
+    def mean_of(term) -> Seq:
+        seq = sv.sum_seq(width, term)
+        items = list(seq.items)
+        if o.plain:
+            items[0], items[-1] = f"{third} ({items[0]}", f"{items[-1]})"
+        else:
+            items[0], items[-1] = f"{third} \\bigl({items[0]}", f"{items[-1]}\\bigr)"
+        return Seq(tuple(items), seq.joiner)
+
+    mu = lambda i: ("mu" if o.plain else "\\mu") + f"_{i + 1}"  # noqa: E731
+    sig = lambda i: (f"sigma_{i + 1}^2" if o.plain else f"\\sigma_{{{i + 1}}}^{{2}}")  # noqa: E731
+    nu = lambda i: ("nu" if o.plain else "\\nu") + f"_{i + 1}"  # noqa: E731
+
+    def stats(i) -> list[list[str]]:
+        if sv.mode == "symbolic":
+            import sympy as sp
+
+            defs = dict(d.get("defs", ()))
+            wanted = ((nu(i), sp.Symbol(f"\\nu_{{{i + 1}}}")),) if rms else (
+                (mu(i), sp.Symbol(f"\\mu_{{{i + 1}}}")), (sig(i), sp.Symbol(f"\\sigma_{{{i + 1}}}") ** 2))
+            out = []
+            for name, key in wanted:
+                expr = defs.get(key)
+                if expr is None:
+                    continue
+                total = next((x for x in expr.args if getattr(x, "is_Add", False)), None)
+                if total is not None and len(total.args) == width:
+                    side = mean_of(lambda k: o.expr(total.args[k]))
+                else:
+                    side = o.expr(expr)
+                out.append(sv.fit(name, [side], align=True, lhs_width=sv.lw))
+            return out
+        if s.value is None:
+            return []
+        if rms:
+            ms = d["mean_square"][i]
+            names = mean_of(lambda k: f"{sv.ename(r, i, k)}^{{2}}" if not o.plain else f"{sv.ename(r, i, k)}^2")
+            nums = mean_of(lambda k: f"{o.factor(r.value, i, k)}^{{2}}" if not o.plain else f"{o.factor(r.value, i, k)}^2")
+            return [sv.fit(nu(i), [names, nums] + _number(o, ms, exact), align=True, lhs_width=sv.lw)]
+        m, v = d["mean"][i], d["var"][i]
+        mean_line = sv.fit(mu(i), [mean_of(lambda k: sv.ename(r, i, k)), mean_of(lambda k: o.entry(r.value, i, k))] + _number(o, m, exact),
+                           align=True, lhs_width=sv.lw)
+        sq = (lambda x: f"({x})^2") if o.plain else (lambda x: f"\\left({x}\\right)^{{2}}")
+        mt = _num(o, m)
+        var_line = sv.fit(sig(i), [mean_of(lambda k: sq(f"{sv.ename(r, i, k)} - {mu(i)}")),
+                                   mean_of(lambda k: sq(f"{o.entry(r.value, i, k)} - {o.paren(mt) if mt.startswith('-') else mt}"))]
+                          + _number(o, v, exact), align=True, lhs_width=sv.lw)
+        return [mean_line, var_line]
+
+    def entry(i, j):
+        centred_n = sv.ename(r, i, j) if rms else f"{sv.ename(r, i, j)} - {mu(i)}"
+        spread_n = f"{nu(i) if rms else sig(i)} + " + ("eps" if o.plain else "\\varepsilon")
+        names = o.frac(centred_n if not o.plain else o.paren(centred_n), o.sqrt(spread_n))
+        if rms:
+            centred = o.entry(r.value, i, j)
+            spread = f"{_num(o, d['mean_square'][i])} + {eps}"
+        else:
+            mt = _num(o, d["mean"][i])
+            centred = f"{o.entry(r.value, i, j)} - {o.paren(mt) if mt.startswith('-') else mt}"
+            spread = f"{_num(o, d['var'][i])} + {eps}"
+        nums = o.frac(centred if not o.plain else o.paren(centred), o.sqrt(spread))
+        if gain is not None:
+            names = f"{sv.ename(gain, 0, j)} \\cdot {names}" if not o.plain else f"{sv.ename(gain, 0, j)} * {names}"
+            nums = f"{o.factor(gain.value, 0, j)} \\cdot {nums}" if not o.plain else f"{o.factor(gain.value, 0, j)} * {nums}"
+        if bias is not None:
+            names = f"{names} + {sv.ename(bias, 0, j)}"
+            nums = f"{nums} + {o.factor(bias.value, 0, j)}"
+        return [names, nums]
+
+    _lay_out(sv, vm, [_rhs(sv, vm)], entry, before=stats)
+
+
+# -- the sinusoidal position table ----------------------------------------------------------
+@register_view("posenc")
+def build_posenc(sv, vm) -> None:
+    s, o = sv.s, sv.out
+    d = s.details
+    base, dim = d.get("base", 10000), s.shape[1]
+    b = f"{base:g}" if isinstance(base, float) else str(base)
+    if o.plain:
+        vm["formula_block"] = [vm["formula"]]
+    else:
+        ang = lambda k: f"\\frac{{i - 1}}{{{b}^{{{k}/{dim}}}}}"  # noqa: E731
+        vm["formula_block"] = (sv.fit("p_{i,2k}", [f"\\sin {ang('2k')}"], align=True)
+                               + sv.fit("p_{i,2k+1}", [f"\\cos {ang('2k')}"], align=True))
+    vm["extra"].update(base=b, dim=str(dim))
+
+    def entry(i, j):
+        k2 = 2 * (j // 2)
+        fn = "sin" if j % 2 == 0 else "cos"
+        if o.plain:
+            return [f"{fn}({i} / {b}^({k2}/{dim}))"]
+        return [f"\\{fn} \\frac{{{i}}}{{{b}^{{{k2}/{dim}}}}}"]
+
+    lhs = sv.named(sv.ref)
+    sides: list = []
+    if sv.mode == "symbolic":  # constants: shown as exact values, like exact mode
+        sides = sv.result_side(s.value, sv.budget(lhs))
+        vm["main"] = [block(sv.fit(lhs, sides))]
+        return
+    _lay_out(sv, vm, [], entry, first_row=1)
+
+
+# -- the report: block sections and the data flow ----------------------------------------------
+def _block_ids() -> frozenset:
+    from attntrace.kinds.block import BLOCK_KINDS
+
+    return frozenset(k.id for k in BLOCK_KINDS)
+
+
+BLOCK_IDS = _block_ids()
+
+
+def split_block(trace) -> tuple[list, list]:
+    """The block's steps before attention (positions, pre-LN norm) and after it (residuals,
+    norms, feed-forward network), in trace order."""
+    pre, post, seen_attention = [], [], False
+    for s in trace.steps:
+        if s.id not in BLOCK_IDS:
+            seen_attention = True
+        elif seen_attention:
+            post.append(s)
+        else:
+            pre.append(s)
+    return pre, post
+
+
+def _ffn_line(trace, plain: bool) -> str | None:
+    """F = act(N W_1 + b_1) W_2 + b_2 (or SwiGLU's), from the FFN steps' own formulas."""
+    steps = {s.id: s for s in trace.steps if s.id.startswith("ffn_")}
+    if "ffn_out" not in steps:
+        return None
+    hidden = (steps["ffn_hidden"].plain if plain else steps["ffn_hidden"].formula).partition(" = ")[2]
+    out = (steps["ffn_out"].plain if plain else steps["ffn_out"].formula).partition(" = ")[2]
+    act = steps["ffn_act"].details.get("activation")
+    tail = out.partition(" ")[2]  # "W_2 + b_2" after the activation's letter
+    if act == "swiglu":
+        up = (steps["ffn_up"].plain if plain else steps["ffn_up"].formula).partition(" = ")[2]
+        if plain:
+            return f"F = (SiLU({hidden}) * {up}) {tail}"
+        return f"F = \\left(\\operatorname{{SiLU}}({hidden}) \\odot {up}\\right) {tail}"
+    name = {"relu": "ReLU", "gelu": "GELU", "gelu_tanh": "GELU"}[act]
+    return f"F = {name}({hidden}) {tail}" if plain else f"F = \\operatorname{{{name}}}({hidden})\\, {tail}"
+
+
+def block_flow(trace, plain: bool) -> list[str]:
+    """The block's data flow, one equation per line (aligned at =): what the report derives."""
+    lines: list[str] = []
+    attention_done = False
+    for s in trace.steps:
+        if s.id in BLOCK_IDS:
+            if s.id in ("pos_enc", "ffn_hidden", "ffn_up", "ffn_act"):
+                continue
+            text = (s.plain if plain else s.formula).split(", \\quad")[0].split(",  ")[0]
+            if s.id == "ffn_out":
+                text = _ffn_line(trace, plain) or text
+            lines.append(text)
+        elif not attention_done and s.id in ("Q", "Z", "output"):
+            if s.id == "Q":
+                src = s.plain if plain else s.formula
+                x = src.partition(" = ")[2].split(" ")[0]
+                out_letter = "O" if any(t.id == "output" for t in trace.steps) else "Z"
+                name = "MultiHead" if trace.num_heads > 1 else "Attention"
+                lines.append(f"{out_letter} = {name}({x})" if plain else f"{out_letter} = \\operatorname{{{name}}}({x})")
+                attention_done = True
+    if plain:
+        return lines
+    return [line.replace(" = ", " &= ", 1) for line in lines]
