@@ -101,3 +101,23 @@ def test_masked_rows_still_refuse_a_shift_that_overflows():
         attntrace.run({"scores": [[1e308, -1e308]], "scale": False})
     t = attntrace.run({"scores": [[1.0, 2.0], [3.0, 0.0]], "scale": False, "mask": "causal"})
     assert t.step("weights").value[0, 1] == 0.0 and np.isneginf(t.step("weights").details["shifted"][0, 1])
+
+
+def test_frozen_arrays_are_checked_once_and_never_trusted_when_not_finite():
+    import gc
+
+    from attntrace.inputs import matrices
+
+    w = np.eye(3)
+    w.setflags(write=False)
+    for _ in range(2):
+        assert attntrace.run({"Q": w, "K": w, "V": w}).operand("K").value is w
+    assert matrices._FINITE[id(w)]() is w
+    del w
+    gc.collect()
+    assert all(ref() is not None for ref in matrices._FINITE.values())  # the entry went with its array
+    bad = np.array([[1.0, np.nan]])
+    bad.setflags(write=False)
+    for _ in range(2):
+        with pytest.raises(BadInput, match="inputs must be finite"):
+            attntrace.run({"Q": bad, "K": bad, "V": bad})

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import sys
+import weakref
 from collections.abc import Mapping
 from fractions import Fraction
 from numbers import Integral, Rational as _PyRational, Real
@@ -240,11 +241,26 @@ def _from_array(raw: np.ndarray, mode: str, label: _Label):
         # A writable array is copied so that the trace cannot change behind its back; an array
         # that is already read-only float64 (frozen model weights, another trace's values) is
         # kept as it is: copying 19 MB of BERT weights costs more than the whole attention.
+        # Being trusted not to change, it is also checked for non-finite entries only once.
         trusted = raw.dtype == np.float64 and not raw.flags.writeable
-        return _finish_numeric(raw if trusted else np.array(raw, dtype=np.float64), label), shape, None
+        if trusted and _FINITE.get(id(raw), _dead)() is raw:
+            return raw, shape, None
+        value = _finish_numeric(raw if trusted else np.array(raw, dtype=np.float64), label)
+        if trusted:
+            _FINITE[id(raw)] = weakref.ref(raw, lambda _, key=id(raw): _FINITE.pop(key, None))
+        return value, shape, None
     if kind not in "iufOUS":
         raise BadInput(f"{label} has unsupported array type {raw.dtype}")
     return _convert_rows(raw.tolist(), shape, mode, label)
+
+
+#: Read-only float64 arrays already found finite, by id (a weak reference each: an entry goes
+#: when its array does, so a new array at the same address is checked again).
+_FINITE: dict[int, "weakref.ref"] = {}
+
+
+def _dead():
+    return None
 
 
 def _convert_rows(rows: list, shape: tuple[int, int], mode: str, label: _Label):
