@@ -124,6 +124,10 @@ class NumericAlgebra:
     def hadamard(self, a, b):
         return a * b
 
+    def linear(self, a, w, bias):
+        """a w (+ bias row): the feed-forward network's products."""
+        return a @ w if bias is None else a @ w + bias
+
     def activation(self, a, name: str):
         """relu, gelu (exact, with erf), gelu_tanh (the tanh approximation), silu: as torch defines them."""
         if name == "relu":
@@ -373,13 +377,21 @@ class SympyAlgebra:
 
     # -- the Transformer block --------------------------------------------------------
     def plus(self, a, b):
-        """a + b entry by entry; named steps keep the sum unevaluated (e_11 + o_11), exact mode
-        writes each entry in exact_form's canonical form."""
+        """a + b entry by entry; named steps keep the sum unevaluated (e_11 + o_11). Exact mode
+        adds as SymPy does, without exact_form's canonical form: after a softmax and a norm an
+        entry is a tree of exponentials under square roots, and expanding it (radsimp,
+        expand) takes minutes for a 2 x 2 block; SymPy's own form stays linear in size."""
         sp = self.sp
         if self.name_steps:
             return self._each(a, b, lambda x, y: sp.Add(x, y, evaluate=False))
-        canonical = self.xf.canonical if hasattr(self, "xf") else (lambda e: e)
-        return self._each(a, b, lambda x, y: canonical(x + y))
+        return self._each(a, b, lambda x, y: x + y)
+
+    def linear(self, a, w, bias):
+        """a w (+ bias row), the feed-forward network's products: SymPy's own sums (see plus)."""
+        result = self.matmul(a, w) if self.name_steps else self.sp.Matrix(a) * self.sp.Matrix(w)
+        if bias is None:
+            return result
+        return self.add_row(result, bias) if self.name_steps else self._each(result, self.sp.Matrix(result.shape[0], result.shape[1], lambda i, j: bias[0, j]), lambda x, y: x + y)
 
     def _each(self, a, b, op):
         return self.sp.Matrix(a.shape[0], a.shape[1], lambda i, j: op(a[i, j], b[i, j]))
@@ -392,12 +404,23 @@ class SympyAlgebra:
         """The activations as SymPy functions: max(0, x), x/2 (1 + erf(x/sqrt 2)), the tanh form, x/(1 + e^-x)."""
         sp = self.sp
         fns = {
-            "relu": lambda x: sp.Max(0, x),
+            "relu": self._relu,
             "gelu": lambda x: x * (1 + sp.erf(x / sp.sqrt(2))) / 2,
             "gelu_tanh": lambda x: x * (1 + sp.tanh(sp.sqrt(2 / sp.pi) * (x + sp.Rational(44715, 1000000) * x ** 3))) / 2,
             "silu": lambda x: x / (1 + sp.exp(-x)),
         }
         return a.applyfunc(fns[name])
+
+    def _relu(self, x):
+        """max(0, x). An exact number's sign is read from 30 significant digits (SymPy's own
+        Max proves it symbolically, which takes seconds on a LayerNorm'd entry); a value
+        within 1e-25 of 0, or a symbol, is left to Max."""
+        sp = self.sp
+        if not self.name_steps and getattr(x, "is_number", False):
+            v = x.evalf(30)
+            if v.is_real and abs(v) > sp.Float("1e-25"):
+                return x if v > 0 else sp.Integer(0)
+        return sp.Max(0, x)
 
     def norm(self, a, gain, bias, eps, rms: bool):
         """LayerNorm / RMSNorm row by row. With named steps (symbolic) an entry is written with
@@ -669,7 +692,7 @@ class ShapeAlgebra:
 
     def __getattr__(self, name: str) -> Any:
         if name in {"matmul", "matmul_t", "add_row", "columns", "divide", "mask", "hstack", "vstack",
-                    "rope_angles", "rotate_pairs", "pow2", "number", "distance_bias", "plus", "hadamard", "activation", "sinusoid",
+                    "rope_angles", "rotate_pairs", "pow2", "number", "distance_bias", "plus", "linear", "hadamard", "activation", "sinusoid",
                     "transpose", "grad_matmul", "grad_divide", "block", "times", "constant", "colsum", "softmax_jacobian"}:
             return lambda *args, **kw: None
         raise AttributeError(name)
