@@ -275,3 +275,18 @@ def test_chinese_check_reports_have_no_english_sentences(fmt, monkeypatch):
         own = STEP_KEY.sub(" ", CODE_OR_MATH.sub(" ", own))  # step keys are what the answer file says
         words = set(re.findall(r"[A-Za-z]{3,}", own))
         assert not words, (code, words)
+
+
+def test_json_contract_is_the_old_one_plus_student_and_alternatives(tmp_path):
+    """The keys of `attntrace check --format json`: the old ones, plus `student` (top level) and
+    `alternatives` (in every diagnosis; empty when the mistake is told apart)."""
+    spec, answer = files(tmp_path, TWO_BY_TWO, 'student = "A"\nscaled = [[1.42, -0.01], [-0.01, 1.42]]\n'
+                                                'weights = [[0.81, 0.19], [0.19, 0.81]]\nZ = [[0.81, 0.19, 0]]\n')
+    assert main(["check", str(spec), str(answer), "--format", "json"]) == 1
+    d = json.loads(render_report(check(spec, answer), "json"))
+    assert set(d) == {"ok", "first_wrong", "steps", "student"}
+    base = {"id", "head", "key", "status", "wrong_entries", "diagnosis"}
+    assert [set(s) for s in d["steps"]] == [base, base, base | {"expected_shape", "given_shape"}]
+    assert set(d["steps"][0]["diagnosis"]) == {"code", "message", "alternatives"}
+    assert d["steps"][1]["diagnosis"] is None and d["steps"][2]["diagnosis"]["code"] == "wrong_shape"
+    assert set(d["steps"][0]["wrong_entries"][0]) == {"row", "col", "expected", "given"}

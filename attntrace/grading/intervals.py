@@ -14,7 +14,6 @@ computation, used only to name it) is bounded to first order.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -131,15 +130,3 @@ def divide_by_row_sum(a: Box) -> Box:
 def stack(boxes: list[Box], axis: int) -> Box:
     join = np.hstack if axis == 1 else np.vstack
     return Box(join([b.lo for b in boxes]), join([b.hi for b in boxes]))
-
-
-def contains(box: Box, values: np.ndarray) -> bool:
-    """Every entry of `values` inside the box (-inf matching -inf)."""
-    if box.shape != tuple(values.shape):
-        return False
-    with np.errstate(invalid="ignore"):
-        return bool(np.all((values >= box.lo) & (values <= box.hi) | (values == box.lo)))
-
-
-def is_finite_number(x: float) -> bool:
-    return not (math.isnan(x) or math.isinf(x))
