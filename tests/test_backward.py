@@ -264,3 +264,20 @@ def test_bad_backward_is_one_line(bad, message):
     with pytest.raises(BadInput) as e:
         attntrace.run({"Q": [[1, 2]], "K": [[1, 0], [0, 1]], "V": [[1, 2], [3, 4]], "backward": bad})
     assert message in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("mode", ["numeric", "exact", "symbolic", "shape"])
+def test_backward_reports_render_in_every_format_and_language(mode):
+    """Multi-head with W_O, b_O, biases, cross-attention and a mask: every backward step has its
+    block, prose and shape line in md, tex and text, English and Chinese."""
+    spec = {"X": [[1, 0], [0, 1]], "X_kv": [[1, 1], [0, 1], [1, 0]], "W_Q": [[1, 0], [0, 1]], "W_K": [[1, 1], [0, 1]],
+            "W_V": [[1, 0], [1, 1]], "b_Q": [[1, 0]], "num_heads": 2, "W_O": [[1, 0], [0, 1]], "b_O": [[0, 1]],
+            "mask": [[1, 0, 1], [1, 1, 0]], "backward": True}
+    t = attntrace.run(spec, mode=mode)
+    ids = {s.id for s in t.steps}
+    assert {"doutput", "dW_O", "db_O", "dconcat", "dZ", "dV", "dweights", "dscaled", "dscores", "dQ", "dK", "dW_Q", "dW_K",
+            "dW_V", "db_Q", "dX", "dX_kv"} <= ids
+    for fmt in ("md", "tex", "text"):
+        for lang in ("en", "zh"):
+            out = attntrace.render(t, format=fmt, lang=lang)
+            assert ("Backward pass" if lang == "en" else "反向传播") in out or mode == "shape"

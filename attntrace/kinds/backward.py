@@ -110,7 +110,7 @@ class Grad(Kind):
         bv = alg.transpose(b.value) if tb else b.value
         result = alg.grad_matmul(av, bv)
         return self.emit(ctx, head, [a.ref, b.ref], f"{names[0]} {names[1]}", f"{plains[0]} {plains[1]}", result, (sa[0], sb[1]),
-                         "product", transposed=(ta, tb))
+                         "product", transposed=(ta, tb), factor_shapes=(sa, sb))
 
     def seed(self, ctx, head, out: Flow) -> Flow:
         """The first gradient: dO given, or the loss's derivative at the last forward output."""
@@ -161,7 +161,7 @@ class OutputWeightGrad(Grad):
             return None
         if self.bias:
             return self.emit(ctx, None, ["doutput"], "\\mathbf{1}^{\\top} \\mathrm{d}O", "1^T dO", ctx.alg.colsum(do.value),
-                             (1, do.shape[1]), "colsum")
+                             (1, do.shape[1]), "colsum", factor_shapes=(do.shape,))
         return self.product(ctx, None, top["Z"], do, True, False, ("Z^{\\top}", "\\mathrm{d}O"), ("Z^T", "dO"))
 
 
@@ -336,17 +336,18 @@ class ProjectionGrad(Grad):
             shape = (flows[0].shape[0], sum(f.shape[1] for f in flows))
             if self.bias:
                 return self.emit(ctx, None, inputs[1:], f"\\mathbf{{1}}^{{\\top}} \\left[{parts}\\right]", f"1^T [{pparts}]",
-                                 ctx.alg.colsum(stacked), (1, shape[1]), "colsum")
+                                 ctx.alg.colsum(stacked), (1, shape[1]), "colsum", factor_shapes=(shape,))
             x = ctx.operand(ctx.p.shared[src])
             return self.emit(ctx, None, inputs, f"{src_tex}^{{\\top}} \\left[{parts}\\right]", f"{src}^T [{pparts}]",
-                             ctx.alg.grad_matmul(ctx.alg.transpose(x.value), stacked), (x.shape[1], shape[1]), "stack")
+                             ctx.alg.grad_matmul(ctx.alg.transpose(x.value), stacked), (x.shape[1], shape[1]), "stack",
+                             factor_shapes=(x.shape[::-1], shape))
         d = state.get(g)
         if d is None:
             return None
         h, ph = sup(head), plain_sup(head)
         if self.bias:
             return self.emit(ctx, head, [d.ref], f"\\mathbf{{1}}^{{\\top}} \\mathrm{{d}}{self.which}{h}", f"1^T d{self.which}{ph}",
-                             ctx.alg.colsum(d.value), (1, d.shape[1]), "colsum")
+                             ctx.alg.colsum(d.value), (1, d.shape[1]), "colsum", factor_shapes=(d.shape,))
         x = ctx.operand(ctx.p.shared[src])
         return self.product(ctx, head, x, d, True, False, (f"{src_tex}^{{\\top}}", f"\\mathrm{{d}}{self.which}{h}"),
                             (f"{src}^T", f"d{self.which}{ph}"))
@@ -386,11 +387,14 @@ class InputGrad(Grad):
             terms.append(f"\\mathrm{{d}}{w}{'^{(i)}' if multi else ''} W_{w}^{{{'(i)' if multi else ''}\\top}}")
             pterms.append(f"d{w}{'(i)' if multi else ''} W_{w}{'(i)' if multi else ''}^T")
         rhs, prhs = " + ".join(terms), " + ".join(pterms)
-        if multi:
-            rhs = f"\\sum_{{i=1}}^{{{len(states)}}} " + (f"\\left({rhs}\\right)" if len(which) > 1 else rhs)
-            prhs = f"sum_i ({prhs})"
+        if multi:  # every head i and every projection M the input feeds
+            ms = ", ".join(which)
+            rhs = "\\sum_{i,\\,M} \\mathrm{d}M^{(i)} W_M^{(i)\\top}"
+            prhs = f"sum_i sum_(M in {{{ms}}}) dM(i) W_M(i)^T"
         x = ctx.p.shared["X_kv" if self.kv else "X"]
-        return self.emit(ctx, None, inputs, rhs, prhs, total, x.shape, "paths", heads=len(states))
+        d_first = states[0][f"d{which[0]}"].shape  # the shapes of one term of the sum
+        return self.emit(ctx, None, inputs, rhs, prhs, total, x.shape, "paths", heads=len(states), projections=which,
+                         factor_shapes=(d_first, (d_first[1], x.shape[1])))
 
 
 DOUTPUT = OutputGrad("doutput", "O", "g^{O}", per_head=False)

@@ -13,7 +13,22 @@ from attntrace.kinds import kind_of
 from attntrace.rendering.layout import Seq
 from attntrace.rendering.printing import pick
 from attntrace.rendering.stepview import register_view
-from attntrace.rendering.viewparts import Ref, block, resolve, rows_to_expand
+from attntrace.rendering.viewparts import SHAPE_LINES, Ref, block, resolve, rows_to_expand
+
+
+def _shape_line(step, out):
+    """op(A) op(B) -> C with the transposes applied (dV: (2 x 3) (3 x 2) for A^T, dZ); the seed: its shape."""
+    d = step.details
+    shp = lambda shape: f"({out.shape(shape)})"  # noqa: E731
+    if d.get("rule") == "given":
+        return shp(step.shape)
+    if "factor_shapes" not in d:
+        return None
+    arrow = " -> " if out.plain else " \\to "
+    return (" " if out.plain else "\\,").join(shp(x) for x in d["factor_shapes"]) + arrow + shp(step.shape)
+
+
+SHAPE_LINES["grad"] = _shape_line
 
 
 def _sides(formula: str) -> list[str]:
@@ -30,8 +45,9 @@ def build_grad(sv, vm) -> None:
     vm["extra"].update(softmax_rows=[], jacobian=None, jacobian_row=None)
     kind = kind_of(s.id)
     vm["extra"]["of"] = o.head_name(kind.plain_of if o.plain else kind.of, s.head)
-    if rule == "given":
-        vm["shape_line"] = f"({o.shape(s.shape)})"
+    vm["extra"]["projections"] = ", ".join(s.details.get("projections", ()))
+    vm["extra"]["heads"] = s.details.get("heads", 1)
+
     lhs = sv.named(sv.ref)
     budget = sv.budget(lhs)
     sides: list = _sides(vm["formula"])
@@ -44,7 +60,9 @@ def build_grad(sv, vm) -> None:
         factor = o.sqrt(str(s.details["d_k"])) if s.details.get("by_sqrt_dk", True) and s.details.get("d_k") else o.num(float(s.details["factor"]))
         vm["extra"]["factor_tex"] = factor
         if max(src.shape) <= o.max_size and not o.plain:
-            sides.append(o.frac(o.matrix(src.value, src.shape, budget - 2), factor))
+            frac = o.frac(o.matrix(src.value, src.shape, budget - 2), factor)
+            if o.measure(frac) <= budget:
+                sides.append(frac)
     if sv.mode == "symbolic":
         if rule == "given":
             sides.append(o.matrix(s.expansion if s.expansion is not None else s.value, s.shape, budget))
@@ -97,7 +115,7 @@ def _product_entry(sv, i: int, j: int) -> list[str]:
     inner = a.shape[0] if ta else a.shape[1]
     names = sv.sum_seq(inner, lambda k: o.juxt(sv.ename(a, *ai(k)), sv.ename(b, *bj(k))))
     nums = sv.sum_seq(inner, lambda k: o.mul(o.factor(a.value, *ai(k)), o.factor(b.value, *bj(k))))
-    return sv.fit(sv.entry_label(i, j), [names, nums] + sv.entry_result(sv.s.value, i, j), align=True, lhs_width=sv.lw)
+    return sv.fit(sv.entry_label(i, j), _shown_sides(sv, [names, nums]) + sv.entry_result(sv.s.value, i, j), align=True, lhs_width=sv.lw)
 
 
 def _softmax_rows(sv, vm) -> None:
@@ -120,7 +138,9 @@ def _softmax_rows(sv, vm) -> None:
         if not symbolic:
             chain.append(sv.sum_seq(len(js), lambda k: o.mul(o.factor(a.value, i, js[k]), o.factor(da.value, i, js[k]))))
             chain.append(_value(sv, rowdot[i]))
-        lines = [sv.fit(rname(i), _joined(chain), align=True)]
+            if sv.mode == "exact":
+                chain.append(("\\approx" if not o.plain else "~", o.num(float(rowdot[i].evalf(17)))))
+        lines = [sv.fit(rname(i), _shown_sides(sv, chain), align=True)]
         for j in pick(cols, o.max_size):
             if j is None:
                 continue
@@ -128,7 +148,7 @@ def _softmax_rows(sv, vm) -> None:
             entry = [o.juxt(sv.ename(a, i, j), o.paren(f"{gname} - {rname(i)}"))]
             if not symbolic:
                 entry.append(o.mul(o.factor(a.value, i, j), o.paren(f"{o.entry(da.value, i, j)} - {_value(sv, rowdot[i])}")))
-                entry += sv.entry_result(s.value, i, j)
+                entry = _shown_sides(sv, entry) + sv.entry_result(s.value, i, j)
             elif s.expansion is not None:
                 entry.append(o.expr(s.expansion[i, j]))
             lines.append(sv.fit(sv.entry_label(i, j), entry, align=True, lhs_width=sv.lw))
@@ -140,11 +160,36 @@ def _softmax_rows(sv, vm) -> None:
         jname = f"J{'^{' + h + '}' if h and not o.plain else h}_{{1}}" if not o.plain else f"J{h}_1"
         general = "\\operatorname{diag}(a_{1}) - a_{1}^{\\top} a_{1}" if not o.plain else "diag(a_1) - a_1^T a_1"
         jlhs = o.named(jname, (cols, cols))
-        vm["extra"]["jacobian"] = block(sv.fit(jlhs, [general, o.matrix(jac, (cols, cols), sv.budget(jlhs))]))
-        row = o.matrix_of(1, cols, lambda _, j: o.entry(s.value, 0, j)) if s.value is not None else ""
+        vm["extra"]["jacobian"] = block(sv.fit(jlhs, [general] + _matrix(sv, jac, (cols, cols), sv.budget(jlhs))))
+        row = _matrix(sv, s.value[0:1, :], (1, cols), sv.budget(jlhs)) if s.value is not None else []
         glhs = f"{o.head_name(sv.mname(sv.ref).split('^')[0], s.head)}_{{1,:}}" if not o.plain else f"{sv.mname(sv.ref)}_1"
         dlhs = f"\\mathrm{{d}}A{'^{' + h + '}' if h else ''}_{{1,:}}" if not o.plain else f"dA{h}_1"
-        vm["extra"]["jacobian_row"] = block(sv.fit(glhs, [f"{dlhs}\\, {jname}" if not o.plain else f"{dlhs} {jname}", row]))
+        vm["extra"]["jacobian_row"] = block(sv.fit(glhs, [f"{dlhs}\\, {jname}" if not o.plain else f"{dlhs} {jname}"] + row))
+
+
+def _narrow(sv, side) -> bool:
+    """Whether each piece of a side (each term of a sum) fits a line of entry blocks: an exact
+    gradient through the softmax can be a fraction of fractions far wider than the page."""
+    o = sv.out
+    if o.plain:
+        return True
+    items = side.items if isinstance(side, Seq) else (side,)
+    return all(o.measure(t if isinstance(t, str) else t.tex()) <= o.limit - sv.lw - 3.5 for t in items)
+
+
+def _shown_sides(sv, sides: list) -> list:
+    """The sides that fit; in exact mode a value too wide for the page gives way to its approximation."""
+    return [x for x in sides if x and (isinstance(x, tuple) or _narrow(sv, x))]
+
+
+def _matrix(sv, value, shape, budget) -> list:
+    """A small matrix of a detail (the Jacobian, a row): exact when it fits, else approximated."""
+    o = sv.out
+    exact = o.matrix(value, shape, budget)
+    if sv.mode != "exact" or o.plain or o.measure(exact) <= budget:
+        return [exact]
+    approx = o.approx_matrix(value, shape, budget)
+    return [("\\approx", approx)] if approx else [exact]
 
 
 def _value(sv, x) -> str:

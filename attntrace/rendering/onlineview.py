@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from attntrace.rendering.printing import _scientific
 from attntrace.rendering.stepview import register_view
-from attntrace.rendering.viewparts import block
+from attntrace.rendering.viewparts import SHAPE_LINES, block
 
 #: block step id -> the ordinary softmax's counterpart (LaTeX, plain), shown beside it
 _ORDINARY = {"online_max": ("m", "m"), "online_sum": ("\\ell", "l"), "lse": ("\\log \\sum_{j} e^{t_{ij}}", "log sum_j e^(t_ij)")}
@@ -53,7 +53,6 @@ def build_online(sv, vm) -> None:
     budget = sv.budget(lhs)
     vm["main"] = [block(sv.fit(lhs, vm["formula"].split(" = ")[1:] + _result(sv, s.value, s.shape, budget)))]
     q = f"_{{{d.get('query_block')}}}" if d.get("query_blocks", 1) > 1 and "block" in d and not o.plain else ""
-    vm["shape_line"] = _shapes(o, s, d)
     if d.get("alpha") is not None and s.id == "online_sum":
         j = d["block"]
         alpha = f"e^{{m{q}^{{({j - 1})}} - m{q}^{{({j})}}}}" if not o.plain else f"e^(m({j - 1}) - m({j}))"
@@ -91,9 +90,12 @@ def build_online_z(sv, vm) -> None:
     lhs = sv.named(sv.ref)
     budget = sv.budget(lhs)
     vm["main"] = [block(sv.fit(lhs, vm["formula"].split(" = ")[1:] + _result(sv, s.value, s.shape, budget)))]
-    vm["shape_line"] = _shapes(o, s, {})
     if d.get("ordinary") is not None:
         alhs = o.named("A V", s.shape)
         vm["extra"]["ordinary"] = block(sv.fit(alhs, _result(sv, d["ordinary"], s.shape, sv.budget(alhs))))
         diff = d.get("max_diff") or 0.0
         vm["extra"]["max_diff"] = "0" if diff == 0 else (o.num(diff) if diff >= 10 ** -o.precision else o.sci(*_scientific(diff)))
+
+
+SHAPE_LINES["online"] = lambda step, out: _shapes(out, step, step.details)
+SHAPE_LINES["online_z"] = lambda step, out: _shapes(out, step, {}) if step.details.get("online") else None

@@ -92,10 +92,19 @@ def rows_to_expand(option, n: int, default: int) -> list[int]:
     return list(range(min(n, default)))
 
 
+#: Shape lines of newer kinds whose inputs do not tell their shapes (a transposed factor, blocks of
+#: a matrix): view name -> function(step, out) giving the line, or None for the usual one.
+SHAPE_LINES: dict = {}
+
+
 def shape_dims(trace, step, out, short: bool = False) -> str:
     """(100 x 3) (3 x 3) -> (100 x 3): the shapes a step reads and the shape it makes."""
     arrow = " -> " if out.plain else " \\to "
     paren = lambda shape: f"({out.shape(shape)})"  # noqa: E731
+    custom = SHAPE_LINES.get(kind_of(step.id).view)
+    line = custom(step, out) if custom else None
+    if line is not None:
+        return line
     if step.id == "concat":
         refs = [resolve(trace, n, None) for n in step.inputs]
         if len({r.shape for r in refs}) == 1 and not short:  # the article's (n, d_v h): h heads of (n, d_v)
