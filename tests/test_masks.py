@@ -124,11 +124,12 @@ def test_key_padding_alone_matches_sdpa_boolean_mask_and_mha_key_padding_mask():
         out, w = mha(x, x, x, key_padding_mask=pad, need_weights=True)
     from attntrace.bridges.pytorch import multihead_spec
 
-    spec = multihead_spec(mha, x)
-    spec["key_padding"] = padding  # the same booleans, the same meaning
-    traced = attntrace.run(spec)
+    spec = multihead_spec(mha, x, key_padding_mask=pad)
+    assert spec["key_padding"] == padding and "mask" not in spec  # the same booleans, the same meaning
+    traced = attntrace.from_torch(mha, x, key_padding_mask=pad)
     np.testing.assert_allclose(traced.step("weights").value, w[0].numpy(), atol=TOL, rtol=0)
     np.testing.assert_allclose(traced.step("output").value, out[0].numpy(), atol=TOL, rtol=0)
+    assert "Keys 2, 4 are padding" in attntrace.render(traced, format="md")
 
 
 def test_top_left_causal_is_unchanged_when_queries_are_fewer():

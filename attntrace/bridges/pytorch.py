@@ -217,11 +217,11 @@ def multihead_spec(module, query, key=None, value=None, *, attn_mask=None, is_ca
             pad = pad[0]
         if pad.shape != (S,):
             raise BadInput(f"key_padding_mask has shape {tuple(pad.shape)}; expected ({S},) or (1, {S})")
-        keep = (np.ones((L, S), dtype=bool) if keep is None else keep) & pad[None, :]
+        if not pad.all():  # the spec's key_padding has MHA's polarity: true = padding (ignored)
+            spec["key_padding"] = [not bool(x) for x in pad]
     # torch's MHA insists on attn_mask with is_causal (a hint); here is_causal alone is enough.
     mask = _mask_spec(_combine_causal(keep, is_causal and key_padding_mask is None, L, S, what="attn_mask"))
-    if mask is not None:
-        spec["mask"] = mask
+    spec.update(_named_mask(mask, L, S))
     return spec
 
 
