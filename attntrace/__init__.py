@@ -89,3 +89,21 @@ def from_hf_llama_attention(layer_or_model, hidden_states, **kwargs) -> Trace:
 
 
 __all__ += ["from_hf_llama_attention"]
+
+
+def from_torch_layer(layer, x, **kwargs) -> Trace:
+    """Trace a whole `torch.nn.TransformerEncoderLayer` (eval mode) on x: attention, residuals,
+    LayerNorms and the feed-forward network (needs attntrace[torch])."""
+    from attntrace.bridges.blocks import from_torch_layer as _from_layer
+
+    return _from_layer(layer, x, **kwargs)
+
+
+def from_hf_llama_layer(model_or_layer, hidden_states, **kwargs) -> Trace:
+    """Trace a whole Hugging Face Llama-style decoder layer on its input (needs attntrace[hf])."""
+    from attntrace.bridges.blocks import from_hf_llama_layer as _from_hf_layer
+
+    return _from_hf_layer(model_or_layer, hidden_states, **kwargs)
+
+
+__all__ += ["from_torch_layer", "from_hf_llama_layer"]

@@ -143,3 +143,53 @@ def hf_llama_parts(hidden=8, intermediate=12, eps=1e-6, seed=0):
 def hf_module(module, x) -> np.ndarray:
     with torch.no_grad():
         return _np(module(_t(x)[None])[0])
+
+
+def _float64_rms_forward(norm):
+    """HF LlamaRMSNorm.forward with its float32 cast made a float64 one (HF's own code, exec'd)."""
+    import inspect
+    import textwrap
+    import types
+
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    ns = {"torch": types.SimpleNamespace(float32=torch.float64, rsqrt=torch.rsqrt, Tensor=torch.Tensor)}
+    exec(textwrap.dedent(inspect.getsource(LlamaRMSNorm.forward)), ns)
+    return types.MethodType(ns["forward"], norm)
+
+
+def hf_llama_decoder_layer(seed=0, hidden=8, heads=2, kv_heads=1, n=4, *, float64_norms=True):
+    """Layer 0 of a tiny random HF LlamaModel (float64, SDPA, float64 rotary angles as
+    tests/oracles.py does): (model, x, y) with x the decoder layer's input hidden states
+    and y its output, captured with forward hooks on a run with position_ids 0..n-1.
+    With float64_norms every LlamaRMSNorm runs its own forward in float64 (see the module
+    docstring); without, HF's float32 cast is kept."""
+    from oracles import _tiny_llama_config, _use_float64_rope
+    from transformers import LlamaModel
+
+    torch.manual_seed(seed)
+    cfg = _tiny_llama_config(hidden_size=hidden, num_heads=heads, num_kv_heads=kv_heads, layers=1, attn="sdpa")
+    model = LlamaModel(cfg).double().eval()
+    _use_float64_rope(model)
+    with torch.no_grad():
+        for m in model.modules():
+            if type(m).__name__ == "LlamaRMSNorm":
+                m.weight.normal_(1.0, 0.3)
+                if float64_norms:
+                    m.forward = _float64_rms_forward(m)
+    seen = {}
+    layer = model.layers[0]
+    def pre(mod, args, kwargs):
+        seen["x"] = (args[0] if args else kwargs["hidden_states"]).clone()
+
+    def post(mod, args, out):
+        seen["y"] = (out[0] if isinstance(out, tuple) else out).clone()
+
+    h1 = layer.register_forward_pre_hook(pre, with_kwargs=True)
+    h2 = layer.register_forward_hook(post)
+    x0 = torch.randn(1, n, hidden, dtype=torch.float64)
+    with torch.no_grad():
+        model(inputs_embeds=x0, position_ids=torch.arange(n)[None])
+    h1.remove()
+    h2.remove()
+    return model, _np(seen["x"][0]), _np(seen["y"][0])

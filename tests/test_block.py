@@ -338,3 +338,39 @@ def test_example_block_in_other_modes_renders(mode):
     t = attntrace.run("encoder-block-post-ln", mode=mode)
     for fmt in ("md", "tex", "text"):
         assert attntrace.render(t, format=fmt)
+
+
+# -- a whole Hugging Face Llama decoder layer --------------------------------------------------------
+@pytest.mark.parametrize("heads, kv_heads", [(2, 1), (4, 2), (2, 2)])
+def test_hf_llama_decoder_layer_equals_its_forward(heads, kv_heads):
+    """RMSNorm, RoPE, grouped-query attention, SwiGLU and both residuals of LlamaDecoderLayer
+    (float64, SDPA, its RMSNorm forward run in float64) at 1e-10."""
+    from attntrace.bridges.blocks import from_hf_llama_layer
+
+    model, x, y = ob.hf_llama_decoder_layer(seed=heads + kv_heads, hidden=8, heads=heads, kv_heads=kv_heads, n=4)
+    t = from_hf_llama_layer(model, x, layer=0)
+    assert {s.id for s in t.steps} >= {"norm1", "Q_rope", "K_rope", "norm2", "ffn_up", "residual2"}
+    np.testing.assert_allclose(t.steps[-1].value, y, rtol=0, atol=TOL)
+
+
+def test_hf_llama_decoder_layer_with_its_float32_norm():
+    """HF's LlamaRMSNorm computes in float32 even in a float64 model: the layer agrees to
+    float32 precision only, and really differs beyond it."""
+    from attntrace.bridges.blocks import from_hf_llama_layer
+
+    model, x, y = ob.hf_llama_decoder_layer(seed=1, float64_norms=False)
+    got = from_hf_llama_layer(model, x).steps[-1].value
+    assert 1e-12 < np.abs(got - y).max() < 1e-5
+
+
+def test_hf_llama_layer_refuses_other_modules():
+    import torch
+
+    from attntrace.bridges.blocks import from_hf_llama_layer
+    from attntrace.model.errors import Unsupported
+
+    with pytest.raises(Unsupported, match="not a Llama-style decoder layer"):
+        from_hf_llama_layer(torch.nn.Linear(4, 4), np.zeros((2, 4)))
+    model, x, _ = ob.hf_llama_decoder_layer(seed=0)
+    with pytest.raises(BadInput, match="layer = 3, but the model has 1 layers"):
+        from_hf_llama_layer(model, x, layer=3)
