@@ -281,3 +281,8 @@ def test_backward_reports_render_in_every_format_and_language(mode):
         for lang in ("en", "zh"):
             out = attntrace.render(t, format=fmt, lang=lang)
             assert ("Backward pass" if lang == "en" else "反向传播") in out or mode == "shape"
+
+
+def test_backward_without_values_is_one_line():
+    with pytest.raises(BadInput, match="backward needs the output: give V"):
+        attntrace.run({"scores": [[1, 2], [3, 4]], "d_k": 2, "backward": True})

@@ -190,7 +190,7 @@ class HeadOutputGrad(Grad):
             if key in ctx.p.extra:
                 raise BadInput(f"backward with {what} is not supported yet")
         if state.get("Z") is None:
-            return None
+            raise BadInput("backward needs the output: give V (the trace stops at the weights)")
         if top.get("dconcat") is not None:
             dc = top["dconcat"]
             blocks = _find(ctx, "concat", None).details["blocks"]

@@ -73,6 +73,9 @@ def build_grad(sv, vm) -> None:
             vm["main"] = [block(sv.fit(lhs, sides + [full]))]
         else:
             vm["main"] = [block(sv.fit(lhs, sides + [o.matrix_of(s.shape[0], s.shape[1], sv.entry_label, budget)]))]
+            if rule == "softmax":  # its rows below define every entry, with r_i
+                _softmax_rows(sv, vm)
+                return
             default = s.shape[0] if s.shape[0] * s.shape[1] <= 12 else 1
             rows = rows_to_expand(sv.rows_opt, s.shape[0], default)
             vm["entry_rows"] = rows
@@ -127,8 +130,8 @@ def _softmax_rows(sv, vm) -> None:
     if rowdot is None:
         return
     n_rows, cols = s.shape
-    rows = rows_to_expand(sv.rows_opt, n_rows, 1)
     symbolic = sv.mode == "symbolic"
+    rows = rows_to_expand(sv.rows_opt, n_rows, n_rows if symbolic and n_rows * cols <= 12 else 1)
     rname = lambda i: f"r{'' if s.head is None else f'^{{({s.head})}}'}_{{{i + 1}}}" if not o.plain else f"r_{i + 1}"  # noqa: E731
     kept = lambda i: [j for j in range(cols) if a.value[i, j] != 0]  # noqa: E731 - masked weights are exactly 0
     out_rows = []
