@@ -106,4 +106,12 @@ def from_hf_llama_layer(model_or_layer, hidden_states, **kwargs) -> Trace:
     return _from_hf_layer(model_or_layer, hidden_states, **kwargs)
 
 
-__all__ += ["from_torch_layer", "from_hf_llama_layer"]
+def from_hf_layer(model_or_layer, hidden_states, *, layer: int = 0, **kwargs) -> Trace:
+    """Trace layer `layer` of a Hugging Face BERT, GPT-2 or Llama-style model on its input hidden
+    states: the whole block (needs attntrace[hf])."""
+    from attntrace.bridges.blocks import from_hf_layer as _from_hf_layer
+
+    return _from_hf_layer(model_or_layer, hidden_states, layer=layer, **kwargs)
+
+
+__all__ += ["from_torch_layer", "from_hf_llama_layer", "from_hf_layer"]

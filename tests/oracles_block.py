@@ -193,3 +193,43 @@ def hf_llama_decoder_layer(seed=0, hidden=8, heads=2, kv_heads=1, n=4, *, float6
     h1.remove()
     h2.remove()
     return model, _np(seen["x"][0]), _np(seen["y"][0])
+
+
+def hf_layer_io(layer, run):
+    """(x, y): what a Hugging Face layer module received as hidden_states and what it returned
+    while `run()` ran the whole model (forward hooks)."""
+    seen = {}
+
+    def pre(mod, args, kwargs):
+        seen["x"] = (args[0] if args else kwargs["hidden_states"]).clone()
+
+    def post(mod, args, out):
+        seen["y"] = (out[0] if isinstance(out, tuple) else out).clone()
+
+    h1, h2 = layer.register_forward_pre_hook(pre, with_kwargs=True), layer.register_forward_hook(post)
+    with torch.no_grad():
+        run()
+    h1.remove()
+    h2.remove()
+    return _np(seen["x"][0]), _np(seen["y"][0])
+
+
+def tiny_bert(seed=0, impl="eager", layers=2):
+    """A random BertModel (hidden 8, 2 heads, intermediate 12, exact GELU), float64, eval; weights
+    N(0, 0.5) so that attention is far from uniform and the GELU's negative side is used."""
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(seed)
+    cfg = BertConfig(hidden_size=8, num_attention_heads=2, intermediate_size=12, num_hidden_layers=layers, vocab_size=20,
+                     max_position_embeddings=16, initializer_range=0.5, attn_implementation=impl)
+    return BertModel(cfg).double().eval()
+
+
+def tiny_gpt2(seed=0, impl="eager", layers=2):
+    """A random GPT2Model (n_embd 8, 2 heads, gelu_new), float64, eval, weights N(0, 0.5)."""
+    from transformers import GPT2Config, GPT2Model
+
+    torch.manual_seed(seed)
+    cfg = GPT2Config(n_embd=8, n_head=2, n_layer=layers, vocab_size=20, n_positions=16, initializer_range=0.5,
+                     attn_implementation=impl, bos_token_id=None, eos_token_id=None)
+    return GPT2Model(cfg).double().eval()

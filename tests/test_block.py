@@ -374,3 +374,29 @@ def test_hf_llama_layer_refuses_other_modules():
     model, x, _ = ob.hf_llama_decoder_layer(seed=0)
     with pytest.raises(BadInput, match="layer = 3, but the model has 1 layers"):
         from_hf_llama_layer(model, x, layer=3)
+
+
+@pytest.mark.parametrize("impl", ["eager", "sdpa"])
+@pytest.mark.parametrize("which", ["bert", "gpt2"])
+def test_hf_bert_and_gpt2_layers_equal_their_forward(which, impl):
+    """BertLayer (post-LN, exact GELU, eps 1e-12) and GPT2Block (pre-LN, causal, gelu_new) of
+    tiny random float64 models, layer 1, traced from the hidden states the layer received."""
+    import torch
+
+    from attntrace import from_hf_layer
+
+    model = (ob.tiny_bert if which == "bert" else ob.tiny_gpt2)(seed=4, impl=impl)
+    module = model.encoder.layer[1] if which == "bert" else model.h[1]
+    x, y = ob.hf_layer_io(module, lambda: model(input_ids=torch.tensor([[1, 5, 7, 3, 2]])))
+    t = from_hf_layer(model, x, layer=1)
+    assert t.steps[-1].id == ("norm2" if which == "bert" else "residual2")
+    assert t.step("ffn_act").details["activation"] == ("gelu" if which == "bert" else "gelu_tanh")
+    assert np.abs(y).max() > 0.5  # not a near-zero layer
+    np.testing.assert_allclose(t.steps[-1].value, y, rtol=0, atol=TOL)
+
+
+def test_from_hf_layer_picks_llama_too():
+    from attntrace import from_hf_layer
+
+    model, x, y = ob.hf_llama_decoder_layer(seed=7)
+    np.testing.assert_allclose(from_hf_layer(model, x).steps[-1].value, y, rtol=0, atol=TOL)

@@ -1,6 +1,6 @@
-"""Whole Transformer layers from PyTorch: `torch.nn.TransformerEncoderLayer` (and the
-self-attention block of a `TransformerDecoderLayer` is not imported: it has a second,
-cross-attention sublayer that attntrace does not chain).
+"""Whole Transformer layers as block specs: `torch.nn.TransformerEncoderLayer`, and a layer of
+a Hugging Face BERT, GPT-2 or Llama-style model (`from_hf_layer`). A `TransformerDecoderLayer`
+is not imported: its second, cross-attention sublayer is not a kind of the block.
 
 `encoder_layer_spec(layer, x)` reads the layer's weights (float64, transposed from torch's
 (out, in) to attntrace's row-vector (in, out)) into a block spec: its self_attn through
@@ -134,3 +134,113 @@ def from_hf_llama_layer(model_or_layer, hidden_states, *, layer: int = 0, positi
 
     return run(llama_layer_spec(model_or_layer, hidden_states, layer=layer, position_ids=position_ids,
                                 attention_mask=attention_mask), **run_overrides)
+
+
+# -- Hugging Face: BERT and GPT-2 layers ------------------------------------------------------------
+def _hf_seq(hidden_states, d_model: int) -> np.ndarray:
+    x = _np(hidden_states, "hidden_states")
+    if x.ndim == 3 and x.shape[0] == 1:
+        x = x[0]
+    if x.ndim != 2 or x.shape[1] != d_model:
+        from attntrace.model.errors import BadInput
+
+        raise BadInput(f"hidden_states must be (n, {d_model}) or (1, n, {d_model}), not {tuple(x.shape)}")
+    return x
+
+
+def _act_name(fn) -> str:
+    """Hugging Face's activation modules: GELUActivation (exact), NewGELUActivation / gelu_new
+    and GELUTanh (tanh form), ReLU."""
+    name = type(fn).__name__
+    if name == "GELUActivation" or fn is _torch().nn.functional.gelu:
+        return "gelu"
+    if name in ("NewGELUActivation", "GELUTanh", "PytorchGELUTanh") or getattr(fn, "approximate", None) == "tanh":
+        return "gelu_tanh"
+    if name == "ReLU" or fn is _torch().relu:
+        return "relu"
+    raise Unsupported(f"activation {name} is not relu, gelu or a tanh GELU")
+
+
+def bert_layer_spec(model_or_layer, hidden_states, *, layer: int = 0) -> dict:
+    """A BertLayer (or `layer` of a BertModel / its `encoder`) on its input hidden states, as a
+    post_ln block spec: self-attention with biases, output dense + LayerNorm(+ input), the
+    intermediate dense + activation, the output dense + LayerNorm(+ attention output).
+    No attention mask (every token attends to every token)."""
+    obj = getattr(model_or_layer, "encoder", model_or_layer)
+    if hasattr(obj, "layer"):
+        from attntrace.model.errors import BadInput
+
+        if not 0 <= layer < len(obj.layer):
+            raise BadInput(f"layer = {layer}, but the model has {len(obj.layer)} layers (0 to {len(obj.layer) - 1})")
+        obj = obj.layer[layer]
+    if not all(hasattr(obj, p) for p in ("attention", "intermediate", "output")):
+        raise Unsupported(f"{type(obj).__name__} is not a BERT layer (attention, intermediate, output)")
+    sa, so = obj.attention.self, obj.attention.output
+    d = sa.query.in_features
+    w = lambda lin, what: np.ascontiguousarray(_np(lin.weight, what).T)  # noqa: E731 - (in, out)
+    b = lambda lin, what: _np(lin.bias, what)[None, :]  # noqa: E731
+    spec: dict[str, Any] = {"X": _hf_seq(hidden_states, d), "block": "post_ln"}
+    for name, lin in (("Q", sa.query), ("K", sa.key), ("V", sa.value)):
+        spec[f"W_{name}"], spec[f"b_{name}"] = w(lin, name), b(lin, name)
+    spec["W_O"], spec["b_O"] = w(so.dense, "attention.output.dense"), b(so.dense, "attention.output.dense")
+    if sa.num_attention_heads > 1:
+        spec["num_heads"] = sa.num_attention_heads
+    spec["norm1"], spec["norm2"] = _norm(so.LayerNorm), _norm(obj.output.LayerNorm)
+    spec["ffn"] = {"W_1": w(obj.intermediate.dense, "intermediate.dense"), "b_1": b(obj.intermediate.dense, "intermediate.dense"),
+                   "W_2": w(obj.output.dense, "output.dense"), "b_2": b(obj.output.dense, "output.dense"),
+                   "activation": _act_name(obj.intermediate.intermediate_act_fn)}
+    return spec
+
+
+def gpt2_block_spec(model_or_block, hidden_states, *, layer: int = 0) -> dict:
+    """A GPT2Block (or block `layer` of a GPT2Model) on its input hidden states, as a pre_ln
+    block spec: ln_1, causal self-attention (c_attn split into Q, K, V; Conv1D weights are
+    already (in, out)), c_proj, the residual, ln_2, the MLP (c_fc, gelu_new = tanh GELU,
+    c_proj), the residual. The model's final ln_f is not part of a block."""
+    obj = model_or_block
+    base = getattr(obj, "transformer", obj)
+    if hasattr(base, "h"):
+        from attntrace.model.errors import BadInput
+
+        if not 0 <= layer < len(base.h):
+            raise BadInput(f"layer = {layer}, but the model has {len(base.h)} blocks (0 to {len(base.h) - 1})")
+        obj = base.h[layer]
+    if not all(hasattr(obj, p) for p in ("ln_1", "attn", "ln_2", "mlp")):
+        raise Unsupported(f"{type(obj).__name__} is not a GPT-2 block (ln_1, attn, ln_2, mlp)")
+    attn = obj.attn
+    if getattr(attn, "scale_attn_by_inverse_layer_idx", False) or getattr(attn, "reorder_and_upcast_attn", False) or not getattr(attn, "scale_attn_weights", True):
+        raise Unsupported("GPT-2 attention with scale_attn_by_inverse_layer_idx, reorder_and_upcast_attn or without scale_attn_weights is not supported")
+    d = attn.c_attn.weight.shape[0]
+    wa, ba = _np(attn.c_attn.weight, "c_attn.weight"), _np(attn.c_attn.bias, "c_attn.bias")
+    spec: dict[str, Any] = {"X": _hf_seq(hidden_states, d), "block": "pre_ln", "mask": "causal"}
+    for k, name in enumerate("QKV"):
+        spec[f"W_{name}"] = np.ascontiguousarray(wa[:, k * d:(k + 1) * d])
+        spec[f"b_{name}"] = ba[None, k * d:(k + 1) * d].copy()
+    spec["W_O"], spec["b_O"] = _np(attn.c_proj.weight, "c_proj.weight"), _np(attn.c_proj.bias, "c_proj.bias")[None, :]
+    if attn.num_heads > 1:
+        spec["num_heads"] = attn.num_heads
+    spec["norm1"], spec["norm2"] = _norm(obj.ln_1), _norm(obj.ln_2)
+    mlp = obj.mlp
+    spec["ffn"] = {"W_1": _np(mlp.c_fc.weight, "c_fc.weight"), "b_1": _np(mlp.c_fc.bias, "c_fc.bias")[None, :],
+                   "W_2": _np(mlp.c_proj.weight, "mlp.c_proj.weight"), "b_2": _np(mlp.c_proj.bias, "mlp.c_proj.bias")[None, :],
+                   "activation": _act_name(mlp.act)}
+    return spec
+
+
+def from_hf_layer(model_or_layer, hidden_states, *, layer: int = 0, **run_overrides):
+    """Trace one layer of a Hugging Face BERT, GPT-2 or Llama-style model on its input hidden
+    states (eval mode; float64 for 1e-10 agreement): the model picks the spec (bert_layer_spec,
+    gpt2_block_spec, llama_layer_spec). Extra keyword arguments go to `attntrace.run`."""
+    from attntrace import run
+
+    obj = model_or_layer
+    base = next((getattr(obj, a) for a in ("encoder", "transformer", "model") if hasattr(obj, a)), obj)
+    stack = next((getattr(base, a) for a in ("layer", "h", "layers") if hasattr(base, a)), None)
+    probe = stack[0] if stack is not None and len(stack) else obj
+    if hasattr(probe, "intermediate"):
+        spec = bert_layer_spec(base, hidden_states, layer=layer)
+    elif hasattr(probe, "ln_1"):
+        spec = gpt2_block_spec(base, hidden_states, layer=layer)
+    else:
+        spec = llama_layer_spec(obj, hidden_states, layer=layer)
+    return run(spec, **run_overrides)
