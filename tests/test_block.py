@@ -102,12 +102,7 @@ def test_llama_block_rms_norm_and_swiglu_equal_torch():
 def test_llama_parts_equal_hugging_face():
     """LlamaMLP computes in float64 (1e-10); LlamaRMSNorm casts to float32 inside, so it is
     compared at float32 precision, and at 1e-10 when its own forward runs in float64."""
-    import inspect
-    import textwrap
-    import types
-
     import torch
-    from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
     norm, mlp = ob.hf_llama_parts(hidden=8, intermediate=12, eps=1e-6, seed=2)
     rng = np.random.default_rng(2)
@@ -121,11 +116,8 @@ def test_llama_parts_equal_hugging_face():
     hf32 = ob.hf_module(norm, x)
     assert np.abs(ours - hf32).max() > 1e-12  # HF really computed in float32 ...
     np.testing.assert_allclose(ours, hf32, rtol=1e-6, atol=1e-6)  # ... to float32 precision
-    src = textwrap.dedent(inspect.getsource(LlamaRMSNorm.forward))
-    ns = {"torch": types.SimpleNamespace(float32=torch.float64, rsqrt=torch.rsqrt, Tensor=torch.Tensor)}
-    exec(src, ns)  # HF's own forward, with its float32 cast made a float64 one
-    with torch.no_grad():
-        hf64 = ns["forward"](norm, torch.as_tensor(x)).numpy()
+    with torch.no_grad():  # HF's own forward, with its float32 cast made a float64 one
+        hf64 = ob._float64_rms_forward(norm)(torch.tensor(x)).numpy()
     np.testing.assert_allclose(ours, hf64, rtol=0, atol=TOL)
     n2 = t.step("norm2").value
     np.testing.assert_allclose(t.step("ffn_out").value, ob.hf_module(mlp, n2), rtol=0, atol=TOL)

@@ -106,7 +106,7 @@ def block_options(data: Mapping[str, Any], mode: str, operand: Callable) -> tupl
     if activation not in ACTIVATIONS + ("swiglu",):
         raise BadInput(f"ffn.activation must be one of {', '.join(ACTIVATIONS)}, not {activation!r}"[:200])
     extra["activation"] = activation
-    for key in sorted(set(ffn) - {"activation"}):
+    for key in [k for k in ("W_1", "b_1", "W_2", "b_2", "W_gate", "W_up", "W_down") if k in ffn]:  # the order they act in
         raw = _vector(ffn[key]) if key.startswith("b_") else ffn[key]
         ops[key] = operand(raw, key, mode, None, BLOCK_OPERANDS[key][2])
     return ops, extra

@@ -9,6 +9,7 @@ entry by entry, F = G W_down (no biases). Weights are (in, out), rows as vectors
 from __future__ import annotations
 
 from attntrace.kinds.base import Kind
+from attntrace.inputs.blockspec import BLOCK_OPERANDS
 from attntrace.kinds.exactsize import check_exact_size
 from attntrace.model.errors import BadInput
 
@@ -48,7 +49,7 @@ class Linear(Kind):
         result = ctx.alg.linear(a.value, w.value, None if bias is None else bias.value)
         check_exact_size(ctx, self.id, result)
         tail = f" + {bias.name}" if bias is not None else ""
-        formula = f"{self.letter} = {a.letter} {w_name}{tail}"
+        formula = f"{self.letter} = {a.letter} {BLOCK_OPERANDS[w_name][0]}{tail}"
         plain = f"{_plain(self.letter)} = {_plain(a.letter)} {w_name}{tail}"
         return ctx.emit(self, None, [a.ref, w_name] + ([bias.name] if bias is not None else []), formula, plain, result, shape)
 

@@ -216,11 +216,9 @@ def build_norm(sv, vm) -> None:
                 expr = defs.get(key)
                 if expr is None:
                     continue
-                total = next((x for x in expr.args if getattr(x, "is_Add", False)), None)
-                if total is not None and len(total.args) == width:
-                    side = mean_of(lambda k: o.expr(total.args[k]))
-                else:
-                    side = o.expr(expr)
+                # (1/d)(t_1 + ... + t_d): SymPy distributes the 1/d over the sum, so take it back out
+                terms = [x * width for x in expr.args] if expr.is_Add and len(expr.args) == width else None
+                side = mean_of(lambda k: o.expr(terms[k])) if terms else o.expr(expr)
                 out.append(sv.fit(name, [side], align=True, lhs_width=sv.lw))
             return out
         if s.value is None:
