@@ -27,4 +27,4 @@ def check_exact_size(ctx, step_id: str, result) -> None:
             ops = sympy.count_ops(result[i, j])
             if ops > EXACT_OPS:
                 raise BadInput(f"step {step_id}: exact entry ({i + 1}, {j + 1}) has {ops} operations (more than {EXACT_OPS}): "
-                               f"the softmax's exponentials nest under the norms' square roots; use mode numeric or symbolic")
+                               f"after a softmax, exact entries grow at every step of the block; use mode numeric or symbolic")

@@ -74,7 +74,7 @@ def _num(o, x) -> str:
     return o.num(float(x)) if isinstance(x, (float, np.floating)) else o.expr(x)
 
 
-def _lay_out(sv, vm, sides: list, entry, default_rows: int = 1, before=None, first_row: int = 0) -> None:
+def _lay_out(sv, vm, sides: list, entry, default_rows: int = 1, before=None, first_row: int = 0, full_matrix: bool = True) -> None:
     """main: name = sides... = result; entries: for each chosen row, before(i) (chains that
     come first, such as a norm's statistics), then entry(i, j) -> the sides of entry (i, j)
     before its value (names, numbers substituted)."""
@@ -84,7 +84,7 @@ def _lay_out(sv, vm, sides: list, entry, default_rows: int = 1, before=None, fir
     expand_all = False
     if sv.mode == "symbolic":
         full = o.matrix(sv.expressions(), s.shape)
-        if o.plain or o.measure(full) <= budget:
+        if full_matrix and (o.plain or o.measure(full) <= budget):
             vm["main"] = [block(sv.fit(lhs, sides + [full]))]
             if before is not None:
                 chains = [c for i in rows_to_expand(sv.rows_opt, s.shape[0], s.shape[0]) for c in before(i)]
@@ -258,7 +258,8 @@ def build_norm(sv, vm) -> None:
             nums = f"{nums} + {o.factor(bias.value, 0, j)}"
         return [names, nums]
 
-    _lay_out(sv, vm, [_rhs(sv, vm)], entry, before=stats)
+    # symbolic: a matrix of fractions over square roots is set too small to read; names, then entries
+    _lay_out(sv, vm, [_rhs(sv, vm)], entry, before=stats, full_matrix=False)
 
 
 # -- the sinusoidal position table ----------------------------------------------------------
