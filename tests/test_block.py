@@ -233,6 +233,22 @@ def test_exact_keeps_sqrt_sin_and_erf():
     assert t.step("ffn_act").value.has(sp.erf)
 
 
+def test_exact_block_renders():
+    """An exact block report (cheap inputs: uniform attention, ReLU; an exact report evaluates
+    every shown entry's approximation, 0.2 s each for the nested square roots of a GELU block)."""
+    spec = {"X": [[2, 0], [0, 1]], "W_Q": [[0, 0], [0, 0]], "W_K": [[1, 0], [0, 1]], "W_V": [[1, 0], [0, 1]], "block": "post_ln",
+            "ffn": {"W_1": [[1, -1], [0, 1]], "W_2": [[1, 0], [0, 1]]}}
+    t = attntrace.run(spec, mode="exact")
+    # uniform weights: Z = the mean of V = X's rows = (1, 1/2); row 1 of R = X + Z is (3, 1/2):
+    # mean 7/4, deviations +-5/4, variance 25/16, so n_11 = (5/4) / sqrt(25/16 + 1/100000)
+    want = sp.Rational(5, 4) / sp.sqrt(sp.Rational(25, 16) + sp.Rational(1, 100000))
+    assert sp.simplify(t.step("norm1").value[0, 0] - want) == 0
+    for fmt in ("md", "tex", "text"):
+        for lang in ("en", "zh"):
+            out = attntrace.render(t, format=fmt, lang=lang)
+            assert "1562510" in out  # the exact square root, not only its approximation
+
+
 def test_exact_size_bound_is_one_line():
     spec = _rng_spec("post_ln", "gelu", n=2, d=2, d_ff=2, seed=1, gains=False)
     spec = {k: (np.round(v * 2) / 2 if isinstance(v, np.ndarray) else v) for k, v in spec.items()}
@@ -266,6 +282,7 @@ FFN = {"W_1": [[1, 0, 1], [0, 1, 1]], "W_2": [[1, 0], [0, 1], [1, 1]]}
     ({"block": "llama", "ffn": {"W_gate": FFN["W_1"], "W_up": FFN["W_1"], "W_down": FFN["W_2"]}, "norm1": {"bias": [0, 0]}},
      "RMSNorm has no bias"),
     ({"ffn": FFN}, "ffn belongs to a Transformer block"),
+    ({"block": "post_ln", "ffn": FFN, "backward": {"loss": "sum_squares"}}, "backward differentiates attention alone"),
     ({"position": "rotary"}, "position must be \"sinusoidal\""),
     ({"P": [[0, 0]]}, "step embed: the position table P is (1, 2) but X is (2, 2)"),
     ({"position": "sinusoidal", "P": [[0, 0], [0, 0]]}, "not both"),

@@ -74,6 +74,8 @@ def block_options(data: Mapping[str, Any], mode: str, operand: Callable) -> tupl
         raise BadInput(f"block must be one of {', '.join(ARRANGEMENTS)}, not {block!r}"[:200])
     if "X" not in data:
         raise BadInput("a Transformer block starts from X (with W_Q, W_K, W_V)")
+    if data.get("backward") is not None:
+        raise BadInput("backward differentiates attention alone; it does not go through the block's norms and feed-forward network (drop block or backward)")
     extra["block"] = block
     llama = block == "llama"
     extra["norm"] = "rms" if llama else "layer"
