@@ -290,3 +290,38 @@ def test_json_contract_is_the_old_one_plus_student_and_alternatives(tmp_path):
     assert set(d["steps"][0]["diagnosis"]) == {"code", "message", "alternatives"}
     assert d["steps"][1]["diagnosis"] is None and d["steps"][2]["diagnosis"]["code"] == "wrong_shape"
     assert set(d["steps"][0]["wrong_entries"][0]) == {"row", "col", "expected", "given"}
+
+
+def _every_code_reports(lang, fmt, **options):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from test_grading_sweep import TARGET, problem, simulate
+
+    spec, p = problem(n=3, d_model=6, d_k=3, h=2, causal=True, cross=3, seed=1)
+    for code in sorted(TARGET):
+        yield render_report(check(spec, simulate(p, plant=code, plant_head=2), lang=lang, **options), fmt, lang=lang)
+
+
+def test_markdown_math_of_every_mistake_parses(katex):
+    """Every sentence's math (each mistake, its alternatives, remarks, the three tolerance
+    rules), in both languages, through KaTeX in one run."""
+    from mathcheck import markdown_math_spans
+
+    spans = []
+    for lang in ("en", "zh"):
+        for options in ({}, {"decimals": 3}, {"atol": 0.01, "rtol": 0.001}):
+            for text in _every_code_reports(lang, "md", **options):
+                spans += markdown_math_spans(text)
+    assert len(spans) > 100 and katex(spans) == []
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_tex_report_with_every_mistake_compiles(xelatex, lang):
+    """One document holding the LaTeX report of every mistake (as a class report would)."""
+    bodies = [text for text in _every_code_reports(lang, "tex", decimals=2)]
+    head = "\\documentclass{ctexart}" if lang == "zh" else "\\documentclass{article}"
+    doc = head + "\n\\usepackage{amsmath,amssymb}\n\\begin{document}\n" + "\n\\clearpage\n".join(bodies) + "\n\\end{document}\n"
+    ok, log, _ = xelatex(doc)
+    assert ok, log[-3000:]

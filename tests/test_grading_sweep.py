@@ -78,7 +78,7 @@ def simulate(p, plant=None, plant_head=1, decimals=4):
     weights with -inf in them, head outputs stacked as rows).
     """
     r = lambda a: np.round(a, decimals)  # noqa: E731 - what the student writes down
-    h, multi = p["h"], p["h"] > 1
+    multi = p["h"] > 1
     X, Xkv = p["X"], (p["X_kv"] if p["X_kv"] is not None else p["X"])
     out, zs = {}, []
     for i, (WQ, WK, WV) in enumerate(p["W"], start=1):
@@ -245,6 +245,21 @@ def test_every_planted_mistake_is_named_and_later_steps_carried(shape, code, dec
 
 def test_the_sweep_covers_every_catalogued_code():
     assert set(TARGET) == set(CATALOGUE)
+
+
+@pytest.mark.parametrize("decimals", [1, 2, 3, 4])
+@pytest.mark.parametrize("code", sorted(TARGET))
+def test_each_code_in_a_problem_that_admits_every_one(code, decimals):
+    """Two heads, causal mask, cross-attention, h*d_k = d_model, d_k = n: every code can be
+    made here (the random sweep rarely draws, e.g., forgot_output_projection); planted in head 2."""
+    spec, p = problem(n=3, d_model=6, d_k=3, h=2, causal=True, cross=3, seed=1)
+    assert plantable(code, p, max(decimals, 2))
+    answer, clean = simulate(p, plant=code, plant_head=2, decimals=decimals), simulate(p, decimals=decimals)
+    targets = target_keys(code, p, 2)
+    if not visible(code, answer, clean, targets, decimals) or not plantable(code, p, decimals):
+        pytest.skip("the mistake does not show at this many decimals")
+    verdict, why = _verdict(check(spec, answer), code, targets)
+    assert verdict != "missed", why
 
 
 # -- correct answers, written every way ------------------------------------------------------------

@@ -16,7 +16,12 @@ Entries are integers, decimals (as numbers or strings), exact forms as strings (
 "sqrt(6)/3", "exp(2)/(1+exp(2))", parsed by the whitelist parser `attntrace.inputs.expr.parse_expr`, never
 evaluated), or "-inf" for a masked score (TOML's bare -inf works too).
 
-Each entry keeps how it was written, because the tolerance follows it (see `Entry.tolerance`):
+`student` names the student in every report and in the JSON (`Answers.meta`). Q, K, V and Z
+of a multi-head problem may be given full width; the checker splits them into heads.
+
+Each entry keeps how it was written, because the tolerance follows it (see `Policy`: the true
+value correctly rounded to the decimals written) and so does the interval a later step is
+recomputed over (`Entry.radius`, half a unit of the last decimal):
 TOML and JSON numbers are read with their raw text (so 0.650 counts as 3 decimals); Python
 floats given in a dict count the decimals of `repr(x)` (0.65 -> 2 decimals).
 """

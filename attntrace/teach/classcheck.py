@@ -21,7 +21,8 @@ Scoring (error carried forward, as STACK's and Numbas's "adaptive marking" do):
   one head and wins over the id; weight 0 leaves a step out of the score);
 - a step earns its full weight when it is ``correct`` **or** ``carried`` (wrong against the
   truth only because the student used an earlier wrong value correctly: full credit, so each
-  mistake is paid for once, where it was made), and nothing when ``wrong`` or not given
+  mistake is paid for once, where it was made; or moved only by the student's own correct
+  earlier rounding, which is no mistake), and nothing when ``wrong`` or not given
   (``missing``);
 - ``points`` = the weights earned, ``max_points`` = the sum of the weights, ``score`` =
   points / max_points, from 0 to 1 (an unreadable answer has no score: None).
