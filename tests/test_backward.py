@@ -286,3 +286,15 @@ def test_backward_reports_render_in_every_format_and_language(mode):
 def test_backward_without_values_is_one_line():
     with pytest.raises(BadInput, match="backward needs the output: give V"):
         attntrace.run({"scores": [[1, 2], [3, 4]], "d_k": 2, "backward": True})
+
+
+def test_json_names_the_rule_and_the_row_sums():
+    spec = {"Q": [[1, 2]], "K": [[1, 0], [0, 1]], "V": [[1, 2], [3, 4]], "backward": {"dO": [[1, -1]]}}
+    steps = {s["id"]: s for s in attntrace.run(spec).to_dict()["steps"]}
+    assert steps["dZ"]["rule"] == "given" and steps["dV"]["rule"] == "product" and steps["dscores"]["rule"] == "scale"
+    a, da = np.array(steps["weights"]["value"]), np.array(steps["dweights"]["value"])
+    assert steps["dscaled"]["rowdot"] == pytest.approx((a * da).sum(axis=1).tolist(), abs=1e-15)
+    exact = {s["id"]: s for s in attntrace.run(spec, mode="exact").to_dict()["steps"]}
+    from attntrace.inputs.expr import parse_expr
+
+    assert float(parse_expr(exact["dscaled"]["rowdot"][0], allow_symbols=False)) == pytest.approx(steps["dscaled"]["rowdot"][0], abs=1e-12)

@@ -25,6 +25,7 @@ forward names and the previous gradient's names.
 
 from __future__ import annotations
 
+from attntrace.inputs.expr import to_plain
 from attntrace.kinds.base import Flow, Kind, plain_sup, sup
 from attntrace.model.errors import BadInput
 
@@ -246,8 +247,8 @@ class SoftmaxGrad(Grad):
     def json_details(self, details):
         out = super().json_details(details)
         if details.get("rule") == "softmax":
-            r = details.get("rowdot")
-            out["rowdot"] = None if r is None else [float(x) if hasattr(x, "__float__") and not hasattr(x, "free_symbols") else str(x) for x in r]
+            r = details.get("rowdot")  # numbers in numeric mode, SymPy's plain syntax (as step values) otherwise
+            out["rowdot"] = None if r is None else [to_plain(x) if hasattr(x, "free_symbols") else float(x) for x in r]
         return out
 
 
