@@ -13,10 +13,6 @@ from attntrace.inputs.blockspec import BLOCK_OPERANDS
 from attntrace.kinds.exactsize import check_exact_size
 from attntrace.model.errors import BadInput
 
-#: The activation's name in formulas (LaTeX operator, plain).
-ACTIVATIONS = {"relu": "ReLU", "gelu": "GELU", "gelu_tanh": "GELU_tanh", "swiglu": "SiLU"}
-
-
 def _swiglu(problem) -> bool:
     return problem.extra.get("activation") == "swiglu"
 
@@ -69,7 +65,7 @@ class Activation(Kind):
             u = state["U"]
             result = ctx.alg.hadamard(ctx.alg.activation(h.value, "silu"), u.value)
             check_exact_size(ctx, self.id, result)
-            formula = (f"G = \\operatorname{{SiLU}}(H) \\odot U, \\quad g_{{ij}} = \\frac{{h_{{ij}}}}{{1 + e^{{-h_{{ij}}}}}}\\, u_{{ij}}")
+            formula = "G = \\operatorname{SiLU}(H) \\odot U, \\quad g_{ij} = \\frac{h_{ij}}{1 + e^{-h_{ij}}}\\, u_{ij}"
             plain = "G = SiLU(H) * U (entry by entry),  g_ij = h_ij / (1 + e^(-h_ij)) u_ij"
             return ctx.emit(self, None, [h.ref, u.ref], formula, plain, result, h.shape, {"activation": act})
         result = ctx.alg.activation(h.value, act)
