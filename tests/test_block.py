@@ -409,3 +409,33 @@ def test_from_hf_layer_picks_llama_too():
 
     model, x, y = ob.hf_llama_decoder_layer(seed=7)
     np.testing.assert_allclose(from_hf_layer(model, x).steps[-1].value, y, rtol=0, atol=TOL)
+
+
+def test_encoder_example_equals_torch_encoder_layer():
+    """The built-in encoder-block-post-ln example, loaded into nn.TransformerEncoderLayer
+    (weights transposed to torch's (out, in), norms at gain 1, bias 0) and run on X + P."""
+    import tomllib
+
+    import torch
+
+    from attntrace.teach.examples import example_path
+
+    spec = tomllib.loads(example_path("encoder-block-post-ln").read_text(encoding="utf-8"))
+    x = np.array(spec["X"], dtype=float)
+    n, d = x.shape
+    f = spec["ffn"]
+    layer = torch.nn.TransformerEncoderLayer(d, 1, dim_feedforward=len(f["b_1"]), dropout=0.0, activation="relu",
+                                             batch_first=True, dtype=torch.float64).eval()
+    tt = lambda a: torch.tensor(np.array(a, dtype=float))  # noqa: E731
+    with torch.no_grad():
+        layer.self_attn.in_proj_weight.copy_(torch.cat([tt(spec[k]).T for k in ("W_Q", "W_K", "W_V")]))
+        layer.self_attn.in_proj_bias.zero_()
+        layer.self_attn.out_proj.weight.copy_(tt(spec["W_O"]).T)
+        layer.self_attn.out_proj.bias.zero_()
+        layer.linear1.weight.copy_(tt(f["W_1"]).T)
+        layer.linear1.bias.copy_(tt(f["b_1"]))
+        layer.linear2.weight.copy_(tt(f["W_2"]).T)
+        layer.linear2.bias.zero_()
+        want = layer(tt(x + ob.sinusoidal(n, d))[None])[0].numpy()
+    t = attntrace.run("encoder-block-post-ln")
+    np.testing.assert_allclose(t.step("norm2").value, want, rtol=0, atol=TOL)
