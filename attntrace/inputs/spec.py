@@ -37,7 +37,7 @@ HEAD_KEYS = {
 #: Matrices shared by all heads.
 SHARED_KEYS = {"X": "x", "X_kv": "y", "W_O": "w^{O}", "b_O": "b^{O}"}
 OPTION_KEYS = {"title", "description", "title_zh", "description_zh", "mode", "scale", "d_k", "mask", "num_heads", "heads", "Z", "expand", "tokens", "kv_tokens",
-               "window", "key_padding", "backward", "online", "backward", "num_kv_heads", "rope", "alibi"}
+               "num_kv_heads", "window", "key_padding", "backward", "online", "rope", "alibi"}
 ALLOWED_KEYS = set(HEAD_KEYS) | set(SHARED_KEYS) | OPTION_KEYS | BLOCK_KEYS
 #: Keys that `num_heads` splits into column blocks, one per head.
 SPLITTABLE = ("W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "Q", "K", "V", "K_past", "V_past")
@@ -391,17 +391,10 @@ def load_spec(spec: Any, *, mode: str | None = None, **overrides: Any) -> Proble
 
 
 def _passes(data: Mapping[str, Any], mode: str) -> dict[str, Any]:
-    """The backward pass (`backward`, attntrace.kinds.backward), when the spec asks for it."""
-    from attntrace.kinds.backward import parse_backward
-
-    backward = parse_backward(data.get("backward"), mode)
-    return {"backward": backward} if backward is not None else {}
-
-
-def _passes(data: Mapping[str, Any], mode: str) -> dict[str, Any]:
     """The backward pass (`backward`, attntrace.kinds.backward) and the online softmax (`online`,
     attntrace.kinds.online), when the spec asks for them."""
     from attntrace.kinds.backward import parse_backward
+
     from attntrace.kinds.online import parse_online
 
     backward = parse_backward(data.get("backward"), mode)

@@ -9,10 +9,10 @@ block `templates/steps/{id}.j2` and its prose `templates/prose/{en,zh}/{prose}.j
 from __future__ import annotations
 
 from attntrace.kinds.base import Flow, Kind
+from attntrace.kinds.cache import K_CACHE, V_CACHE
 from attntrace.kinds.block import BLOCK_KINDS, BLOCK_PIPELINES, block_pipelines  # noqa: F401 - PRE/POST of the block
 from attntrace.kinds.alibi import BIASED
 from attntrace.kinds.backward import BACKWARD_COMBINE, BACKWARD_HEAD, BACKWARD_INPUTS
-from attntrace.kinds.cache import K_CACHE, V_CACHE
 from attntrace.kinds.heads import CONCAT, OUTPUT
 from attntrace.kinds.mask import MASKED
 from attntrace.kinds.projection import K, Q, V
@@ -29,12 +29,8 @@ COMBINE_PIPELINE: tuple[Kind, ...] = (CONCAT, OUTPUT)
 #: before the heads (from the output back to the concatenation), per head, then back to the inputs.
 BACKWARD_PIPELINE: tuple[tuple[Kind, ...], ...] = (BACKWARD_COMBINE, BACKWARD_HEAD, BACKWARD_INPUTS)
 
-#: The backward pass (spec key `backward`, `run --backward`), after the forward steps: the kinds
-#: before the heads (from the output back to the concatenation), per head, then back to the inputs.
-BACKWARD_PIPELINE: tuple[tuple[Kind, ...], ...] = (BACKWARD_COMBINE, BACKWARD_HEAD, BACKWARD_INPUTS)
-
 #: Every kind by step id.
-KINDS: dict[str, Kind] = {k.id: k for k in HEAD_PIPELINE + COMBINE_PIPELINE + BACKWARD_COMBINE + BACKWARD_HEAD + BACKWARD_INPUTS + ONLINE_KINDS + BACKWARD_COMBINE + BACKWARD_HEAD + BACKWARD_INPUTS + BLOCK_KINDS}
+KINDS: dict[str, Kind] = {k.id: k for k in HEAD_PIPELINE + COMBINE_PIPELINE + BACKWARD_COMBINE + BACKWARD_HEAD + BACKWARD_INPUTS + BLOCK_KINDS + ONLINE_KINDS}
 
 
 def kind_of(step_id: str) -> Kind:

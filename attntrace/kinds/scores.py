@@ -26,9 +26,7 @@ class Scores(Kind):
         j = kv_head(ctx.p, head)  # grouped-query attention: the key head this query head shares
         inner = "" if j is None else f"({j})"
         ph = plain_sup(head)
-        ql, kl = q.letter, k.letter  # Q and K, or the rotated Q-tilde and K-tilde (RoPE)
-        return ctx.emit(self, head, [q.ref, k.ref], f"S{h} = {ql}{h} {kl}^{{{inner}\\top}}",
-                        f"S{ph} = {plain_math(ql)}{ph} {plain_math(kl)}{plain_sup(j)}^T", result, shape)
+        return ctx.emit(self, head, [q.ref, k.ref], f"S{h} = {q.letter}{h} {k.letter}^{{{inner}\\top}}", f"S{ph} = {plain_math(q.letter)}{ph} {plain_math(k.letter)}{plain_sup(j)}^T", result, shape)
 
 
 SCORES = Scores()

@@ -18,14 +18,14 @@ OPERAND_BASE = {"X": "x", "X_kv": "y", "W_Q": "w^{Q}", "W_K": "w^{K}", "W_V": "w
 OPERAND_LETTER = {"X": "X", "X_kv": "X_{kv}", "W_Q": "W_Q", "W_K": "W_K", "W_V": "W_V", "W_O": "W_O", "b_Q": "b_Q", "b_K": "b_K",
                   "b_V": "b_V", "b_O": "b_O", "Q": "Q", "K": "K", "V": "V", "scores": "S", "weights": "A", "Z": "Z"}
 OPERAND_PLAIN = {"X_kv": "X_kv"}
-# the Transformer block's matrices (attntrace.inputs.blockspec): P, gamma_1, W_1, W_gate, ...
-OPERAND_LETTER.update({k: v[0] for k, v in BLOCK_OPERANDS.items()})
-OPERAND_PLAIN.update({k: v[1] for k, v in BLOCK_OPERANDS.items()})
-OPERAND_BASE.update({k: v[2] for k, v in BLOCK_OPERANDS.items()})
 #: The KV cache's past keys and values (attntrace.kinds.cache).
 OPERAND_LETTER.update({"K_past": "K_{\\text{past}}", "V_past": "V_{\\text{past}}"})
 OPERAND_PLAIN.update({"K_past": "K_past", "V_past": "V_past"})
 OPERAND_BASE.update({"K_past": "k^{p}", "V_past": "v^{p}"})
+# the Transformer block's matrices (attntrace.inputs.blockspec): P, gamma_1, W_1, W_gate, ...
+OPERAND_LETTER.update({k: v[0] for k, v in BLOCK_OPERANDS.items()})
+OPERAND_PLAIN.update({k: v[1] for k, v in BLOCK_OPERANDS.items()})
+OPERAND_BASE.update({k: v[2] for k, v in BLOCK_OPERANDS.items()})
 #: A softmax row whose largest weight is at least this is called saturated in the report.
 SATURATED = 0.999
 #: Lines per aligned block at most: a long block cannot break across pages.
