@@ -417,9 +417,15 @@ class SympyAlgebra:
         within 1e-25 of 0, or a symbol, is left to Max."""
         sp = self.sp
         if not self.name_steps and getattr(x, "is_number", False):
-            v = x.evalf(30)
-            if v.is_real and abs(v) > sp.Float("1e-25"):
-                return x if v > 0 else sp.Integer(0)
+            for digits, tiny in ((30, "1e-25"), (120, "1e-110")):
+                v = x.evalf(digits)
+                if v.is_real and abs(v) > sp.Float(tiny):
+                    return x if v > 0 else sp.Integer(0)
+            if x.equals(0):  # a zero SymPy does not see (sums of surds that cancel): max(0, 0) = 0
+                return sp.Integer(0)
+            from attntrace.model.errors import BadInput
+
+            raise BadInput("exact mode cannot decide the sign of a ReLU input within 1e-110 of 0; use --mode numeric or symbolic")
         return sp.Max(0, x)
 
     def norm(self, a, gain, bias, eps, rms: bool):
