@@ -327,7 +327,7 @@ def bench_symbolic(n=4, d=6, big=16, repeats=3, naive_repeats=1, render=None) ->
 
 
 #: attntrace modules a report never needs (optional extras) or that must not be imported (__main__).
-_NOT_PREIMPORTED = ("__main__", "torch_bridge", "figures")
+_NOT_PREIMPORTED = ("__main__", "pytorch", "huggingface", "blocks", "figures")
 
 
 def _preimport_attntrace() -> None:
@@ -337,10 +337,10 @@ def _preimport_attntrace() -> None:
     import pkgutil
 
     at = _attntrace()
-    for m in pkgutil.iter_modules(at.__path__):
-        if m.name not in _NOT_PREIMPORTED:
+    for m in pkgutil.walk_packages(at.__path__, prefix="attntrace."):  # subpackages too (model, rendering, ...)
+        if m.name.rpartition(".")[2] not in _NOT_PREIMPORTED:
             try:
-                importlib.import_module(f"attntrace.{m.name}")
+                importlib.import_module(m.name)
             except ImportError:  # pragma: no cover - an optional extra
                 pass
 
