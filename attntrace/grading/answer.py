@@ -224,8 +224,14 @@ def read_answer_file(path: str | Path) -> dict:
     return read_table_file(path, "answer", parse_float=_Raw)
 
 
-def load_answer(answer: Any) -> Answers:
-    """Path or dict -> Answers {(step id, head): AnswerMatrix}. Every problem is one-line BadInput."""
+def load_answer(answer: Any, steps: tuple[str, ...] | None = None) -> Answers:
+    """Path or dict -> Answers {(step id, head): AnswerMatrix}. Every problem is one-line BadInput.
+
+    Any step kind's id is accepted (`attntrace.kinds.KINDS`: Q_rope, K_cache, dZ, norm1, ...);
+    whether the trace has it is checked against the trace. steps: the trace's step ids, named
+    in the message for an unknown id (default: the ten classic ones)."""
+    known = _known_ids()
+    listed = ", ".join(steps or STEP_IDS)
     if isinstance(answer, (str, Path)):
         data = read_answer_file(answer)
     elif isinstance(answer, Mapping):
@@ -257,24 +263,31 @@ def load_answer(answer: Any) -> Answers:
                 if not isinstance(table, Mapping):
                     raise BadInput(f"answer: [{HEAD_TABLE}.{h}] must be a table of step names")
                 for step_id, value in table.items():
-                    if step_id not in PER_HEAD_STEPS:
+                    if step_id not in known or step_id in STEP_IDS and step_id not in PER_HEAD_STEPS:
                         raise BadInput(f"answer: unknown per-head step {step_id!r} in [{HEAD_TABLE}.{h}]; "
-                                       f"per-head steps are {', '.join(PER_HEAD_STEPS)}")
+                                       f"per-head steps are {', '.join(PER_HEAD_STEPS)} (and per-head steps of the trace)")
                     put(step_id, head, value)
             continue
         step_id, sep, h = key.partition("@")
-        if step_id not in STEP_IDS:
-            raise BadInput(f"answer: unknown step {key!r}; steps are {', '.join(STEP_IDS)} "
+        if step_id not in known:
+            raise BadInput(f"answer: unknown step {key!r}; steps are {listed} "
                            f"(per head: weights@2 or a [{HEAD_TABLE}.2] table)")
         head = None
         if sep:
-            if step_id not in PER_HEAD_STEPS:
+            if step_id in STEP_IDS and step_id not in PER_HEAD_STEPS:
                 raise BadInput(f"answer: {step_id} is not a per-head step, so {key!r} has no meaning")
             head = _head_number(h, repr(key))
         put(step_id, head, raw)
     if not out:
-        raise BadInput("the answer gives no steps; give any of " + ", ".join(STEP_IDS))
+        raise BadInput("the answer gives no steps; give any of " + listed)
     return out
+
+
+def _known_ids() -> frozenset:
+    """Every step id a trace may have: the classic ten and every step kind's."""
+    from attntrace.kinds import KINDS
+
+    return frozenset(STEP_IDS) | frozenset(KINDS)
 
 
 def _head_number(text: str, where: str) -> int:

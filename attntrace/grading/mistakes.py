@@ -87,7 +87,8 @@ def mutations(world) -> list[Mutation]:
 def apply(world, step, args: list[Box], mutation: Mutation | None) -> Box:
     """This step's value (an interval) from its inputs, computed right or with `mutation`."""
     m = mutation.code if mutation is not None and mutation.changes(step.id) else None
-    result = _STEP[step.id](world, step, args, m, mutation)
+    rule = _STEP.get(step.id, _at_truth)
+    result = rule(world, step, args, m, mutation)
     return result.T if m == "transposed" else result
 
 
@@ -161,6 +162,14 @@ def _concat(world, step, args, m, mutation):
     if len({z.shape[0] for z in zs}) != 1:
         raise Impossible
     return intervals.stack(zs, axis=1)
+
+
+def _at_truth(world, step, args, m, mutation):
+    """A step kind with no interval rule (online softmax, backward, block steps): its true
+    value, a point interval, whatever the student wrote before it. The checker still judges
+    it (correct, or wrong with a read-off diagnosis), but a mistake made before it is not
+    carried through it: a later step computed from a wrong earlier one shows as wrong."""
+    return intervals.point(world.truth[(step.id, step.head)])
 
 
 _STEP = {"Q": _projection, "K": _projection, "V": _projection, "output": _projection, "scores": _scores,
