@@ -53,3 +53,28 @@ def test_a_pipeline_kind_runs_in_every_mode_and_renders():
         for fmt in ("md", "tex", "text"):
             for lang in ("en", "zh"):
                 assert attntrace.render(t, format=fmt, lang=lang)
+
+
+@pytest.mark.parametrize("kind", list(KINDS.values()), ids=list(KINDS))
+def test_kind_view_exists(kind: Kind):
+    """A kind's view is a StepView build_* method or a registered view whose module views.MODULES names."""
+    from attntrace.rendering import views
+    from attntrace.rendering.stepview import VIEWS, StepView
+
+    if hasattr(StepView, f"build_{kind.view}"):
+        return
+    assert kind.view in views.MODULES, f"{kind.id}: view {kind.view!r} is in no module of views.MODULES"
+    views.load(kind.view)
+    assert kind.view in VIEWS, f"{kind.id}: loading {views.MODULES[kind.view]} did not register view {kind.view!r}"
+
+
+def test_a_classic_report_imports_no_view_of_newer_kinds():
+    """Start-up stays small: the sentence example's report loads only the views it shows."""
+    import subprocess
+    import sys
+
+    code = ("import sys, attntrace\n"
+            "attntrace.render(attntrace.run('sentence-4x6'), format='md')\n"
+            "print(sorted(m.rsplit('.', 1)[1] for m in sys.modules if m.startswith('attntrace.rendering.') and m.endswith('view')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "['onlineview', 'softmaxview', 'stepview']", out

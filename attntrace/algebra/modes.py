@@ -9,21 +9,26 @@ one level deep and its cost linear in the number of entries.
 
 from __future__ import annotations
 
-from attntrace.algebra.exact import ExactAlgebra
 from attntrace.algebra.numeric import NumericAlgebra, SoftmaxDetails
-from attntrace.algebra.shape import ShapeAlgebra
-from attntrace.algebra.symbolic import SympyAlgebra
 
-__all__ = ["NumericAlgebra", "SoftmaxDetails", "SympyAlgebra", "ExactAlgebra", "ShapeAlgebra", "algebra_for"]
+__all__ = ["NumericAlgebra", "SoftmaxDetails", "algebra_for"]
 
 
 def algebra_for(mode: str, *, full_expansion: bool = False):
+    """The algebra of a mode; the SymPy modes' modules are imported only when used, so a
+    numeric run does not pay for them."""
     if mode == "numeric":
         return NumericAlgebra()
     if mode == "exact":
+        from attntrace.algebra.exact import ExactAlgebra
+
         return ExactAlgebra()
     if mode == "symbolic":
+        from attntrace.algebra.symbolic import SympyAlgebra
+
         return SympyAlgebra("symbolic", name_steps=not full_expansion)
     if mode == "shape":
+        from attntrace.algebra.shape import ShapeAlgebra
+
         return ShapeAlgebra()
     raise ValueError(mode)

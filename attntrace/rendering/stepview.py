@@ -17,6 +17,7 @@ from attntrace.rendering.layout import Seq, fit_chain, join_sum
 from attntrace.rendering.printing import STATS, decimals_needed, pick, plain_name
 from attntrace.rendering.softmaxview import SoftmaxView
 from attntrace.kinds import kind_of
+from attntrace.rendering import views
 from attntrace.rendering.viewparts import BLOCK_LINES, Ref, block, pack, resolve, rows_to_expand, shape_dims, step_ref
 
 
@@ -143,8 +144,11 @@ class StepView(SoftmaxView):
             vm["formula_block"] = self.fit_formula(vm["formula"])
         elif builder is not None:
             builder(vm)
-        elif view in VIEWS:
-            VIEWS[view](self, vm)
+        else:
+            if view not in VIEWS:
+                views.load(view)
+            if view in VIEWS:
+                VIEWS[view](self, vm)
         if isinstance(vm["formula_block"], list):
             vm["formula_block"] = block(vm["formula_block"]) if vm["formula_block"] else None
         vm["entry_rows"] = [i + 1 for i in vm["entry_rows"]]
@@ -394,5 +398,3 @@ class StepView(SoftmaxView):
             head_limit -= 1
         return None
 
-
-from attntrace.rendering import views  # noqa: E402,F401 - registers the views of newer kinds

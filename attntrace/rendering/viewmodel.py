@@ -17,9 +17,11 @@ from attntrace.inputs.spec import KV_KEYS
 from attntrace.kinds import kind_of
 from attntrace.rendering.printing import PlainOut, TexOut
 from attntrace.rendering.stepview import StepView
-from attntrace.rendering.blockview import BLOCK_IDS, block_flow, split_block
+from attntrace.kinds.block import BLOCK_KINDS
 from attntrace.rendering.viewparts import block, operand_ref, pack, resolve, shape_dims
 
+#: Step ids of the Transformer block's kinds (their own report sections).
+BLOCK_IDS = frozenset(k.id for k in BLOCK_KINDS)
 
 
 # ----------------------------------------------------------------------------- escaping
@@ -148,9 +150,13 @@ def report_view(trace, fmt: str, precision: int, max_size: int, figures: list[di
                     if s.head is None and s.id not in BLOCK_IDS and not _backward(s)]
         if not multi:
             sections, combined = [{"head": 0, "steps": combined}], []
-    block_pre, block_post = split_block(trace) if not shape_mode else ([], [])
+    block_pre, block_post, flow = [], [], []
     arrangement = next((s.details.get("block") for s in trace.steps if s.id == "residual1"), None) or ""
-    flow = block_flow(trace, out.plain) if arrangement else []
+    if any(s.id in BLOCK_IDS for s in trace.steps):  # the block's view module, only for a block
+        from attntrace.rendering.blockview import block_flow, split_block
+
+        block_pre, block_post = split_block(trace) if not shape_mode else ([], [])
+        flow = block_flow(trace, out.plain) if arrangement else []
     d_ks = sorted({str(s.details["d_k"]) for s in trace.steps if s.id == "scaled" and s.details.get("d_k") is not None})
     operands = [operand_chain(trace, op, out) for op in trace.operands]
     by_sqrt = any(s.id == "scaled" and s.details.get("by_sqrt_dk", True) for s in trace.steps)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from attntrace.kinds import kind_of
+from attntrace.rendering import views
 from attntrace.inputs.blockspec import BLOCK_OPERANDS
 from attntrace.rendering.printing import entry_name, pick
 
@@ -101,7 +102,10 @@ def shape_dims(trace, step, out, short: bool = False) -> str:
     """(100 x 3) (3 x 3) -> (100 x 3): the shapes a step reads and the shape it makes."""
     arrow = " -> " if out.plain else " \\to "
     paren = lambda shape: f"({out.shape(shape)})"  # noqa: E731
-    custom = SHAPE_LINES.get(kind_of(step.id).view)
+    view = kind_of(step.id).view
+    if view not in SHAPE_LINES:
+        views.load(view)
+    custom = SHAPE_LINES.get(view)
     line = custom(step, out) if custom else None
     if line is not None:
         return line

@@ -1,14 +1,29 @@
-"""The views of newer step kinds, each in a module of its own, imported here so they register.
+"""The views of newer step kinds, each in a module of its own, imported when first needed.
 
 A kind whose `view` is not one of StepView's build_* methods is laid out by a function
-registered with `attntrace.rendering.stepview.register_view`; add its module's import below.
+registered with `attntrace.rendering.stepview.register_view` (and may give its shape line
+through `viewparts.SHAPE_LINES`). `MODULES` says which module registers which view, so a
+report imports only the views of the kinds it shows: start-up stays small as kinds are added.
 """
 
 from __future__ import annotations
 
-from attntrace.rendering import maskview  # noqa: E402,F401 - the masked step (causal alignments, window, padding)
-from attntrace.rendering import alibiview, ropeview  # noqa: E402,F401 - each registers its view
-from attntrace.rendering import blockview  # noqa: E402,F401 - the Transformer block (sums, norms, activations, positions)
-from attntrace.rendering import gradview  # noqa: E402,F401 - the backward pass (attntrace.kinds.backward)
-from attntrace.rendering import onlineview  # noqa: E402,F401 - the online softmax (attntrace.kinds.online)
-from attntrace.rendering import cacheview  # noqa: E402,F401 - the KV-cache steps (K_cache, V_cache)
+import importlib
+
+#: view name -> the module (in attntrace.rendering) that registers it.
+MODULES = {
+    "masks": "maskview",            # the masked step (causal alignments, window, padding)
+    "alibi": "alibiview",           # ALiBi's bias
+    "rotation": "ropeview",         # RoPE
+    "sum": "blockview", "activation": "blockview", "norm": "blockview", "posenc": "blockview",  # the Transformer block
+    "grad": "gradview",             # the backward pass
+    "online": "onlineview", "online_z": "onlineview",  # the online softmax, and Z with or without it
+    "cache": "cacheview",           # the KV-cache steps
+}
+
+
+def load(view: str) -> None:
+    """Import the module that registers `view` (nothing for a StepView build_* view)."""
+    module = MODULES.get(view)
+    if module is not None:
+        importlib.import_module(f"attntrace.rendering.{module}")
