@@ -87,3 +87,154 @@ def test_a_per_head_new_step_is_given_in_a_head_table():
     per_head = {"head": {"1": {"biased": answer.pop("biased@1")}}}
     answer.update(per_head)
     assert attntrace.check(trace, answer).ok
+
+
+# -- carried forward through the linear new kinds, and their planted mistakes -------------------------
+def _rand_spec(rng, n=3, d_model=4, d_k=2, h=1, n_kv=0, **extra) -> dict:
+    w = lambda cols: np.round(rng.uniform(-1, 1, size=(d_model, cols)), 1).tolist()  # noqa: E731
+    spec = {"X": rng.integers(-3, 4, size=(n, d_model)).astype(float).tolist()}
+    if n_kv:
+        spec["X_kv"] = rng.integers(-3, 4, size=(n_kv, d_model)).astype(float).tolist()
+    h_kv = extra.get("num_kv_heads") or h
+    spec.update({"W_Q": w(h * d_k), "W_K": w(h_kv * d_k), "W_V": w(h_kv * d_k)})
+    if h > 1:
+        spec["num_heads"] = h
+        spec["W_O"] = np.round(rng.uniform(-1, 1, size=(h * d_k, d_model)), 1).tolist()
+    spec.update(extra)
+    return spec
+
+
+def _values(trace) -> dict:
+    return {s.key: to_float(s.value) for s in trace.steps}
+
+
+def _named(step, code) -> bool:
+    d = step.diagnosis
+    return d is not None and (d.code == code or code in {a.code for a in d.alternatives})
+
+
+def _answer(values: dict, keys) -> dict:
+    return {k: [[_entry(x) for x in row] for row in values[k]] for k in keys}
+
+
+def test_a_wrong_projection_is_carried_through_rope_alibi_and_the_cache():
+    """The student's W_Q (or W_K) entry is off, so their Q (or K) is wrong; every later step is
+    computed right from it (by the tracer on the student's weights): those steps are carried."""
+    rng = np.random.default_rng(1)
+    cases = [("W_Q", _rand_spec(rng, d_k=4, rope={"layout": "half"})),
+             ("W_K", _rand_spec(rng, d_k=4, rope={"layout": "interleaved"})),
+             ("W_Q", _rand_spec(rng, h=2, alibi=True, mask="causal")),
+             ("W_K", {**_rand_spec(rng, n=1), "K_past": rng.integers(-2, 3, size=(2, 2)).tolist(),
+                      "V_past": rng.integers(-2, 3, size=(2, 2)).tolist()})]
+    for weight, spec in cases:
+        spec["X"][0][0] = 2.0
+        trace = attntrace.run(spec, mode="numeric")
+        wrong = {**spec, weight: [[x + (1.0 if (i, j) == (0, 0) else 0.0) for j, x in enumerate(row)]
+                                  for i, row in enumerate(spec[weight])]}
+        mine = _values(attntrace.run(wrong, mode="numeric"))
+        report = attntrace.check(trace, _answer(mine, [s.key for s in trace.steps]))
+        first = weight[-1] + ("@1" if trace.num_heads > 1 else "")
+        assert report.first_wrong == first, (spec, report.first_wrong)
+        statuses = {s.key: s.status for s in report.steps}
+        new = [k for k in statuses if k.split("@")[0] in ("Q_rope", "K_rope", "K_cache", "biased")]
+        assert any(statuses[k] == "carried" for k in new), statuses
+        assert all(statuses[k] in ("carried", "correct") for k in new), statuses
+        assert [k for k, v in statuses.items() if v == "wrong"] == [first], statuses
+
+
+def _spec_variant(code, rng):
+    """(true spec, the student's spec that makes `code`) for a random problem with the feature."""
+    if code == "rope_wrong_layout":
+        layout = rng.choice(["half", "interleaved"])
+        spec = _rand_spec(rng, n=int(rng.integers(2, 5)), d_k=4, h=int(rng.integers(1, 3)), rope={"layout": str(layout)})
+        return spec, {**spec, "rope": {"layout": "half" if layout == "interleaved" else "interleaved"}}
+    if code == "rope_positions_from_1":
+        n = int(rng.integers(2, 5))
+        spec = _rand_spec(rng, n=n, d_k=int(rng.choice([2, 4])), rope={"layout": "half"})
+        return spec, {**spec, "rope": {"layout": "half", "positions": list(range(1, n + 1))}}
+    if code == "window_off_by_one":
+        n = int(rng.integers(3, 6))
+        spec = _rand_spec(rng, n=n, window=int(rng.integers(1, n - 1)))
+        return spec, {**spec, "window": spec["window"] + 1}
+    if code == "causal_top_left_decoding":
+        spec = _rand_spec(rng, n=2, n_kv=int(rng.integers(3, 5)), mask="causal_bottom_right")
+        return spec, {**spec, "mask": "causal"}
+    raise AssertionError(code)
+
+
+def _numpy_student(code, rng):
+    """(true trace, the student's answer) for the mistakes a spec cannot express, computed in NumPy."""
+    if code == "alibi_slope_sign":
+        h = int(rng.choice([1, 2, 4]))
+        trace = attntrace.run(_rand_spec(rng, n=int(rng.integers(2, 5)), h=h, alibi=True), mode="numeric")
+        v = _values(trace)
+        head = f"@{h}" if h > 1 else ""
+        answer = _answer(v, [s.key for s in trace.steps if s.id in ("Q", "K", "V", "scores", "scaled")])
+        wrong = 2 * v["scaled" + head] - v["biased" + head]  # T - B instead of T + B
+        answer["biased" + head] = [[_entry(x) for x in row] for row in wrong]
+        return trace, answer, "biased" + head
+    if code == "cache_not_appended":
+        past = int(rng.integers(1, 4))
+        spec = {**_rand_spec(rng, n=1), "K_past": rng.integers(-2, 3, size=(past, 2)).tolist(),
+                "V_past": rng.integers(-2, 3, size=(past, 2)).tolist()}
+        trace = attntrace.run(spec, mode="numeric")
+        v = _values(trace)
+        answer = _answer(v, ["Q", "K", "V"])
+        k_past, v_past = np.asarray(spec["K_past"], float), np.asarray(spec["V_past"], float)
+        scores = v["Q"] @ k_past.T
+        for key, value in (("K_cache", k_past), ("V_cache", v_past), ("scores", scores)):
+            answer[key] = [[_entry(x) for x in row] for row in value]
+        return trace, answer, "K_cache"
+    if code == "kv_head_mapping":
+        h, h_kv = [(4, 2), (6, 2), (6, 3)][int(rng.integers(0, 3))]
+        trace = attntrace.run(_rand_spec(rng, n=int(rng.integers(2, 4)), h=h, num_kv_heads=h_kv), mode="numeric")
+        v = _values(trace)
+        answer = _answer(v, [s.key for s in trace.steps if s.id in ("Q", "K", "V")])
+        for i in range(1, h + 1):
+            j = (i - 1) % h_kv + 1
+            answer[f"scores@{i}"] = [[_entry(x) for x in row] for row in v[f"Q@{i}"] @ v[f"K@{j}"].T]
+        first = next(f"scores@{i}" for i in range(1, h + 1) if (i - 1) % h_kv != (i - 1) // (h // h_kv))
+        return trace, answer, first
+    trace_spec, student_spec = _spec_variant(code, rng)
+    trace = attntrace.run(trace_spec, mode="numeric")
+    mine = _values(attntrace.run(student_spec, mode="numeric"))
+    truth = _values(trace)
+    answer = _answer(mine, [s.key for s in trace.steps])
+    first = next(s.key for s in trace.steps
+                 if mine[s.key].shape != truth[s.key].shape or (np.isfinite(mine[s.key]) != np.isfinite(truth[s.key])).any()
+                 or np.abs(np.where(np.isfinite(truth[s.key]), mine[s.key], 0) - np.where(np.isfinite(truth[s.key]), truth[s.key], 0)).max() > 1e-3)
+    return trace, answer, first
+
+
+NEW_CODES = ("rope_wrong_layout", "rope_positions_from_1", "window_off_by_one", "causal_top_left_decoding",
+             "alibi_slope_sign", "cache_not_appended", "kv_head_mapping")
+SWEEP = 12
+
+
+@pytest.mark.parametrize("code", NEW_CODES)
+def test_each_new_mistake_is_named_where_it_is_made(code):
+    rng = np.random.default_rng(sum(map(ord, code)))
+    named = 0
+    for _ in range(SWEEP):
+        trace, answer, first = _numpy_student(code, rng)
+        report = attntrace.check(trace, answer)
+        assert report.first_wrong == first, (code, report.first_wrong, first)
+        wrong = [s for s in report.steps if s.status == "wrong"]
+        assert _named(wrong[0], code), (code, wrong[0].diagnosis)
+        named += 1
+        for lang in ("en", "zh"):
+            message = wrong[0].diagnosis.message(lang)
+            assert message and "\n" not in message.strip()
+            if lang == "zh":
+                assert re.search(r"[\u4e00-\u9fff]", message) and not re.search(r"\b(the|Recompute)\b", message)
+    assert named == SWEEP
+
+
+def test_every_new_code_has_both_messages():
+    from attntrace.grading.diagnose import CATALOGUE
+    from attntrace.resources import templates_dir
+
+    for code in NEW_CODES:
+        assert code in CATALOGUE
+        for lang in ("en", "zh"):
+            assert f"macro {code}(d)" in (templates_dir() / "check" / f"messages.{lang}.j2").read_text()

@@ -25,7 +25,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from attntrace.grading import intervals
+from attntrace.grading import intervals, kindrules
 from attntrace.grading.intervals import Box
 from attntrace.model.trace import STEP_IDS, Step, Trace
 
@@ -55,6 +55,13 @@ CATALOGUE = {
     "head_order": "concat",           # heads concatenated in another order
     "forgot_output_projection": "output",   # output = concat, W_O never applied
     "output_weights_transposed": "output",  # concat W_O^T
+    "rope_wrong_layout": "Q_rope",    # RoPE's other column pairing (half <-> interleaved)
+    "rope_positions_from_1": "Q_rope",  # RoPE positions counted from 1, not 0
+    "cache_not_appended": "K_cache",  # the new token's K, V not appended: it attends to K_past only
+    "alibi_slope_sign": "biased",     # ALiBi bias +m (i - j) instead of -m (i - j)
+    "window_off_by_one": "masked",    # a sliding window keeping W + 1 keys
+    "causal_top_left_decoding": "masked",  # top-left causal mask when the queries are the last L of S keys
+    "kv_head_mapping": "scores",      # GQA: query head i reads KV head ((i-1) mod h_kv) + 1
     "transposed": ANY,                # the transpose of the right matrix (scores: transposed_scores)
     "rounding": ANY,                  # entries off by about one unit of the last decimal written
     "arithmetic_slip": ANY,           # one or a few entries wrong, the rest right
@@ -159,8 +166,9 @@ class World:
             refs = step.inputs
             if mutation is not None and mutation.swap and mutation.changes(step.id):
                 refs = tuple(dict(mutation.swap).get(r, r) for r in refs)
+            refs = kindrules.rewire(step, refs, mutation)
             keys = [self.key_of(ref, step.head, values) for ref in refs]
-            result = self._compute(step, [values.get(k) for k in keys], mutation)
+            result = self._compute(step, [values.get(k) if k in values else self._later(k, given) for k in keys], mutation)
             if result is None:  # a wrong-shaped given input: the recomputed one instead
                 alt = [computed.get(k) if k in given and k in self.truth and given[k].shape != self.truth[k].shape
                        else values.get(k) for k in keys]
@@ -168,6 +176,13 @@ class World:
             computed[key] = result
             values[key] = given[key] if key in given else result
         return computed
+
+    def _later(self, key: Key, given: dict[Key, Box]) -> Box | None:
+        """A step read before it is computed (kv_head_mapping: head 2 reads K@2, made with
+        head 3): the student's value, else the true one."""
+        if key in given:
+            return given[key]
+        return intervals.point(self.truth[key]) if key in self.truth else None
 
     def _compute(self, step: Step, args: list, mutation: Mutation | None) -> Box | None:
         from attntrace.grading import mistakes
@@ -196,6 +211,8 @@ def diagnosis_params(world: World, step: Step, mutation: Mutation | None, *, giv
         params["d_k"] = scaled.details.get("d_k")
         params["factor"] = float(scaled.details["factor"]) if scaled.details.get("factor") is not None else None
         params["by_sqrt_dk"] = bool(scaled.details.get("by_sqrt_dk"))
+    rope = next((s for s in world.steps if s.id in ("Q_rope", "K_rope")), None)
+    params["rope_layout"] = None if rope is None else rope.details.get("layout")
     if mutation is not None and mutation.order:
         params["order"] = mutation.order
     if mutation is not None and mutation.swap:

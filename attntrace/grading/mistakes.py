@@ -23,7 +23,7 @@ import math
 
 import numpy as np
 
-from attntrace.grading import intervals
+from attntrace.grading import intervals, kindrules
 from attntrace.grading.answer import AnswerMatrix, Policy
 from attntrace.grading.diagnose import ANY, CATALOGUE, Mutation
 from attntrace.grading.intervals import Box
@@ -64,6 +64,8 @@ def mutations(world) -> list[Mutation]:
                 found.append(Mutation(code, kind, swap=(("X_kv", "X"),), steps=frozenset({"K", "V"})))
         elif code == "transposed":
             found += [Mutation(code, k) for k in dict.fromkeys(kinds) if k != "scores"]
+        elif code in kindrules.STEPS:
+            found += kindrules.mutations(code, world)
         elif kind == ANY or kind not in kinds or code == "rows_not_normalised":
             continue  # read off the student's numbers, or a step this trace does not have
         elif code in ("scaled_by_dk", "wrong_dk", "scaled_by_dmodel") and not by_sqrt:
@@ -130,6 +132,9 @@ def _masked(world, step, args, m, mutation):
         return t
     if m == "mask_wrong_triangle":
         keep = keep.T
+    planted = kindrules.masked_keep(step, m)  # window_off_by_one, causal_top_left_decoding
+    if planted is not None:
+        keep = planted
     if keep.shape != t.shape:
         raise Impossible
     return intervals.fill_where(t, keep, 0.0 if m == "mask_not_infinite" else -math.inf)
@@ -173,7 +178,7 @@ def _at_truth(world, step, args, m, mutation):
 
 
 _STEP = {"Q": _projection, "K": _projection, "V": _projection, "output": _projection, "scores": _scores,
-         "scaled": _scaled, "masked": _masked, "weights": _weights, "Z": _z, "concat": _concat}
+         "scaled": _scaled, "masked": _masked, "weights": _weights, "Z": _z, "concat": _concat, **kindrules.RULES}
 
 
 # -- mistakes read off the student's numbers -------------------------------------------------------

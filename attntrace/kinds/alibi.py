@@ -23,6 +23,7 @@ class Biased(Kind):
     starts = ("X", "QKV", "scores")
     letter, plain_letter, entry = "\\hat{T}", "T'", "\\hat{t}"
     view, prose = "alibi", "alibi"
+    mistakes = ("alibi_slope_sign",)
 
     def enabled(self, problem) -> bool:
         return super().enabled(problem) and "alibi" in problem.extra

@@ -44,6 +44,7 @@ def rope_positions(problem, which: str, rows: int) -> tuple[int, ...]:
 class Rope(Kind):
     view, prose = "rotation", "rope"
     starts = ("X", "QKV")
+    mistakes = ("rope_wrong_layout", "rope_positions_from_1")
 
     def __init__(self, which: str):
         self.which = which

@@ -13,7 +13,7 @@ class Scores(Kind):
     starts = ("X", "QKV")
     letter, entry, symbol = "S", "s", "s"
     view, prose = "product", "scores"
-    mistakes = ("transposed_scores", "no_transpose")
+    mistakes = ("transposed_scores", "no_transpose", "kv_head_mapping")
 
     def compute(self, ctx, head, state):
         q, k = state["Q"], state["K"]

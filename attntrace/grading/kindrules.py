@@ -1,0 +1,154 @@
+"""Interval rules and planted mistakes of the newer step kinds: RoPE, the KV cache, ALiBi,
+the sliding window and the bottom-right causal mask, grouped-query attention.
+
+Each rule computes a step from the student's world (`intervals.Box`), right or with one of
+its mistakes; `mistakes.apply` looks them up in `RULES` next to the classic ten. A step kind
+with a rule here carries a mistake made before it forward (a wrong Q gives a Q-tilde, scores,
+... that are `carried`); kinds with no rule (online softmax, backward, block steps) are taken
+at their true value (`mistakes._at_truth`), so nothing is carried through them.
+
+Mistakes (diagnose.CATALOGUE; their sentences in templates/check/messages.*.j2):
+
+- `rope_wrong_layout`: the other pairing of the columns (half <-> interleaved);
+- `rope_positions_from_1`: positions counted from 1 instead of 0;
+- `cache_not_appended`: the new token attends only to K_past / V_past;
+- `alibi_slope_sign`: the bias +m (i - j) instead of -m (i - j);
+- `window_off_by_one`: a sliding window that keeps W + 1 keys;
+- `causal_top_left_decoding`: the top-left causal mask when the queries are the last L of S keys;
+- `kv_head_mapping`: query head i reads key/value head ((i-1) mod h_kv) + 1 instead of
+  floor((i-1) / (h/h_kv)) + 1 (only told apart when h_kv >= 2 and h/h_kv >= 2).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from attntrace.grading import intervals
+from attntrace.grading.intervals import Box
+from attntrace.model.errors import BadInput
+
+#: code -> the step kinds it changes (the first is its catalogue kind).
+STEPS = {
+    "rope_wrong_layout": ("Q_rope", "K_rope"),
+    "rope_positions_from_1": ("Q_rope", "K_rope"),
+    "cache_not_appended": ("K_cache", "V_cache"),
+    "alibi_slope_sign": ("biased",),
+    "window_off_by_one": ("masked",),
+    "causal_top_left_decoding": ("masked",),
+    "kv_head_mapping": ("scores", "Z"),
+}
+
+
+def _impossible():
+    from attntrace.grading.mistakes import Impossible as MistakesImpossible
+
+    return MistakesImpossible()
+
+
+# -- which of these mistakes can be made in a trace ------------------------------------------------
+def mutations(code: str, world) -> list:
+    """The Mutations of `code` worth planting in this trace (none when it changes nothing)."""
+    from attntrace.grading.diagnose import Mutation
+
+    steps = STEPS[code]
+    present = [s for s in world.steps if s.id in steps]
+    if not present:
+        return []
+    mutation = Mutation(code, steps[0], steps=frozenset(steps))
+    if code == "rope_positions_from_1":
+        return [mutation] if any(list(s.details["positions"])[:1] == [0] for s in present) else []
+    if code == "window_off_by_one":
+        return [mutation] if any(s.details.get("window") is not None and s.details.get("kind") != "matrix" for s in present) else []
+    if code == "causal_top_left_decoding":
+        return [mutation] if any(s.details.get("kind") == "causal_bottom_right" and s.details.get("offset") for s in present) else []
+    if code == "kv_head_mapping":
+        h, h_kv = world.trace.num_heads, kv_heads(world)
+        if not h_kv or h_kv < 2 or h // h_kv < 2:
+            return []
+        return [Mutation(code, steps[0], tuple((i - 1) % h_kv + 1 for i in range(1, h + 1)), steps=frozenset(steps))]
+    return [mutation]
+
+
+def kv_heads(world) -> int | None:
+    """The number of key/value heads of a grouped-query trace (scores@i read K@j), else None."""
+    js = {ref.partition("@")[2] for s in world.steps if s.id == "scores" for ref in s.inputs if "@" in ref}
+    return len(js) or None
+
+
+def rewire(step, refs: tuple, mutation) -> tuple:
+    """kv_head_mapping: the key/value head j of `K@j`, `V_cache@j`, ... read by query head i
+    replaced by the wrong one, mutation.order[i - 1]."""
+    if mutation is None or mutation.code != "kv_head_mapping" or not mutation.changes(step.id) or step.head is None:
+        return refs
+    wrong = mutation.order[step.head - 1]
+    return tuple(f"{r.partition('@')[0]}@{wrong}" if "@" in r else r for r in refs)
+
+
+# -- the rules ----------------------------------------------------------------------------------
+def _rope(world, step, args, m, mutation):
+    x = args[0]
+    det = step.details
+    d, layout = int(det["d"]), det["layout"]
+    positions = np.asarray([float(p) for p in det["positions"]])
+    if m == "rope_wrong_layout":
+        layout = "half" if layout == "interleaved" else "interleaved"
+    elif m == "rope_positions_from_1":
+        positions = positions + 1
+    if x.shape != (len(positions), d):
+        raise _impossible()
+    from attntrace.kinds.rope import rope_pairs
+
+    inv_freq = 1.0 / (float(det["base"]) ** (np.arange(0, d, 2, dtype=np.float64) / d))
+    angles = np.outer(positions, inv_freq)
+    rows = []
+    for r in range(x.shape[0]):
+        rot = np.zeros((d, d))
+        for p, (j, k) in enumerate(rope_pairs(layout, d)):
+            c, s = np.cos(angles[r, p]), np.sin(angles[r, p])
+            rot[j, j], rot[k, j], rot[j, k], rot[k, k] = c, -s, s, c
+        rows.append(intervals.matmul(Box(x.lo[r:r + 1], x.hi[r:r + 1]), intervals.point(rot)))
+    return intervals.stack(rows, axis=0)
+
+
+def _biased(world, step, args, m, mutation):
+    from attntrace.grading.diagnose import to_float
+
+    bias = to_float(step.details["bias"])
+    if m == "alibi_slope_sign":
+        bias = -bias
+    if bias.shape != args[0].shape:
+        raise _impossible()
+    return intervals.add(args[0], intervals.point(bias))
+
+
+def _cache(world, step, args, m, mutation):
+    past, new = args
+    if m == "cache_not_appended":
+        return past
+    if past.shape[1] != new.shape[1]:
+        raise _impossible()
+    return intervals.stack([past, new], axis=0)
+
+
+def masked_keep(step, m) -> np.ndarray | None:
+    """The kept entries under a planted mask mistake (window W + 1, top-left causal), or None."""
+    if m not in ("window_off_by_one", "causal_top_left_decoding"):
+        return None
+    from attntrace.kinds.mask import keep_matrix
+
+    det = step.details
+    kind, window = det.get("kind"), det.get("window")
+    shape = tuple(np.asarray(det["keep"]).shape)
+    if m == "window_off_by_one":
+        if window is None:
+            raise _impossible()
+        window += 1
+    else:
+        kind = "causal"
+    try:
+        return keep_matrix(kind, shape, window=window, padding=det.get("key_padding"))
+    except BadInput:  # a row that keeps nothing
+        raise _impossible() from None
+
+
+RULES = {"Q_rope": _rope, "K_rope": _rope, "biased": _biased, "K_cache": _cache, "V_cache": _cache}
