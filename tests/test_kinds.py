@@ -40,6 +40,14 @@ def test_every_checker_mistake_belongs_to_the_kind_it_changes():
         assert code in KINDS[step_id].mistakes, f"{code} changes {step_id} but kind {step_id} does not declare it"
 
 
+def test_every_mistake_a_kind_declares_is_implemented():
+    """The other direction: a kind declares only codes the checker plants (in diagnose.CATALOGUE)."""
+    from attntrace.grading.diagnose import CATALOGUE
+
+    missing = {(k.id, code) for k in KINDS.values() for code in k.mistakes if code not in CATALOGUE}
+    assert not missing, f"kinds declare mistakes the checker does not know: {sorted(missing)}"
+
+
 def test_a_pipeline_kind_runs_in_every_mode_and_renders():
     """Each kind of the default pipeline appears in the multi-head masked trace and renders in md/tex/text, en/zh."""
     spec = {"X": [[1, 0], [0, 1], [1, 1]], "W_Q": [[1, 0, 1, 0], [0, 1, 0, 1]], "W_K": [[1, 1, 0, 0], [0, 1, 1, 0]],

@@ -17,7 +17,6 @@ class PosEnc(Kind):
     reads, writes = ("X",), "P"
     letter, entry, symbol = "P", "p", None  # constants: symbolic mode keeps sin(...) and cos(...)
     view, prose = "posenc", "pos_enc"
-    mistakes = ("posenc_sin_cos_swapped",)
 
     def enabled(self, problem) -> bool:
         return super().enabled(problem) and problem.extra.get("position") == "sinusoidal"
@@ -43,7 +42,6 @@ class Embed(Kind):
     reads, writes = ("X", "P"), "X"
     letter, entry, symbol = "E", "e", "e"
     view, prose = "sum", "embed"
-    mistakes = ("posenc_not_added",)
 
     def enabled(self, problem) -> bool:
         return super().enabled(problem) and problem.extra.get("position") in ("sinusoidal", "learned")
