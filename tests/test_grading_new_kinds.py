@@ -195,6 +195,8 @@ def _numpy_student(code, rng):
             answer[f"scores@{i}"] = [[_entry(x) for x in row] for row in v[f"Q@{i}"] @ v[f"K@{j}"].T]
         first = next(f"scores@{i}" for i in range(1, h + 1) if (i - 1) % h_kv != (i - 1) // (h // h_kv))
         return trace, answer, first
+    if code in ("forgot_residual", "posenc_not_added"):
+        return _block_student(code, rng)
     trace_spec, student_spec = _spec_variant(code, rng)
     trace = attntrace.run(trace_spec, mode="numeric")
     mine = _values(attntrace.run(student_spec, mode="numeric"))
@@ -206,8 +208,24 @@ def _numpy_student(code, rng):
     return trace, answer, first
 
 
+def _block_student(code, rng):
+    """An encoder block (the post-LN example with a random X): residual1 = the attention output
+    alone, or E = X; the steps before it right."""
+    import tomllib
+
+    spec = tomllib.loads(example_path("encoder-block-post-ln").read_text())
+    spec["X"] = rng.integers(-2, 3, size=np.asarray(spec["X"]).shape).astype(float).tolist()
+    trace = attntrace.run(spec, mode="numeric")
+    v = _values(trace)
+    target, wrong = ("residual1", v["output"]) if code == "forgot_residual" else ("embed", np.asarray(spec["X"]))
+    keys = [s.key for s in trace.steps]
+    answer = _answer(v, keys[:keys.index(target)])
+    answer[target] = [[_entry(x) for x in row] for row in wrong]
+    return trace, answer, target
+
+
 NEW_CODES = ("rope_wrong_layout", "rope_positions_from_1", "window_off_by_one", "causal_top_left_decoding",
-             "alibi_slope_sign", "cache_not_appended", "kv_head_mapping")
+             "alibi_slope_sign", "cache_not_appended", "kv_head_mapping", "forgot_residual", "posenc_not_added")
 SWEEP = 12
 
 

@@ -62,6 +62,8 @@ CATALOGUE = {
     "window_off_by_one": "masked",    # a sliding window keeping W + 1 keys
     "causal_top_left_decoding": "masked",  # top-left causal mask when the queries are the last L of S keys
     "kv_head_mapping": "scores",      # GQA: query head i reads KV head ((i-1) mod h_kv) + 1
+    "forgot_residual": "residual1",   # a residual step is the sublayer's output alone (also residual2)
+    "posenc_not_added": "embed",      # E = X: the positions never added
     "transposed": ANY,                # the transpose of the right matrix (scores: transposed_scores)
     "rounding": ANY,                  # entries off by about one unit of the last decimal written
     "arithmetic_slip": ANY,           # one or a few entries wrong, the rest right

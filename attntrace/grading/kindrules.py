@@ -15,6 +15,8 @@ Mistakes (diagnose.CATALOGUE; their sentences in templates/check/messages.*.j2):
 - `alibi_slope_sign`: the bias +m (i - j) instead of -m (i - j);
 - `window_off_by_one`: a sliding window that keeps W + 1 keys;
 - `causal_top_left_decoding`: the top-left causal mask when the queries are the last L of S keys;
+- `forgot_residual`: a residual step is the sublayer's output alone (the input not added back);
+- `posenc_not_added`: the embedding E = X, the position table P not added;
 - `kv_head_mapping`: query head i reads key/value head ((i-1) mod h_kv) + 1 instead of
   floor((i-1) / (h/h_kv)) + 1 (only told apart when h_kv >= 2 and h/h_kv >= 2).
 """
@@ -36,6 +38,8 @@ STEPS = {
     "window_off_by_one": ("masked",),
     "causal_top_left_decoding": ("masked",),
     "kv_head_mapping": ("scores", "Z"),
+    "forgot_residual": ("residual1", "residual2"),
+    "posenc_not_added": ("embed",),
 }
 
 
@@ -130,6 +134,18 @@ def _cache(world, step, args, m, mutation):
     return intervals.stack([past, new], axis=0)
 
 
+def _sum(world, step, args, m, mutation):
+    """E = X + P and the residual connections: a sum of two matrices of one shape."""
+    a, b = args
+    if m == "forgot_residual":
+        return b
+    if m == "posenc_not_added":
+        return a
+    if a.shape != b.shape:
+        raise _impossible()
+    return intervals.add(a, b)
+
+
 def masked_keep(step, m) -> np.ndarray | None:
     """The kept entries under a planted mask mistake (window W + 1, top-left causal), or None."""
     if m not in ("window_off_by_one", "causal_top_left_decoding"):
@@ -151,4 +167,5 @@ def masked_keep(step, m) -> np.ndarray | None:
         raise _impossible() from None
 
 
-RULES = {"Q_rope": _rope, "K_rope": _rope, "biased": _biased, "K_cache": _cache, "V_cache": _cache}
+RULES = {"Q_rope": _rope, "K_rope": _rope, "biased": _biased, "K_cache": _cache, "V_cache": _cache,
+         "embed": _sum, "residual1": _sum, "residual2": _sum}

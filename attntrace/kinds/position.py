@@ -42,6 +42,7 @@ class Embed(Kind):
     reads, writes = ("X", "P"), "X"
     letter, entry, symbol = "E", "e", "e"
     view, prose = "sum", "embed"
+    mistakes = ("posenc_not_added",)
 
     def enabled(self, problem) -> bool:
         return super().enabled(problem) and problem.extra.get("position") in ("sinusoidal", "learned")

@@ -12,6 +12,7 @@ from attntrace.model.errors import BadInput
 class Residual(Kind):
     per_head = False
     view, prose = "sum", "residual"
+    mistakes = ("forgot_residual",)
 
     def __init__(self, id: str, a: str, b: str, writes: str, letter: str, entry: str):
         self.id, self.reads, self.writes = id, (a, b), writes
