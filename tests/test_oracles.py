@@ -8,27 +8,19 @@ required: a missing one skips these tests, but fails them under CI=true.
 
 from __future__ import annotations
 
-import importlib
 import math
 
 import numpy as np
 import pytest
 
-from mathcheck import in_ci
+from mathcheck import require_modules
 
 TOL = 1e-12
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _torch_and_transformers():
-    for name, extra in (("torch", "torch"), ("transformers", "hf")):
-        try:
-            importlib.import_module(name)
-        except ImportError:
-            message = f"{name} is not installed (pip install 'attntrace[{extra}]'; bash scripts/install-test-deps.sh)"
-            if in_ci():
-                pytest.fail(f"required under CI: {message}", pytrace=False)
-            pytest.skip(message)
+    require_modules("torch", "transformers")
 
 
 @pytest.fixture(scope="module")
