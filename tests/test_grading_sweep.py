@@ -249,6 +249,10 @@ def test_the_sweep_covers_every_catalogued_code():
     assert set(TARGET) | set(NEW_CODES) == set(CATALOGUE) and not set(TARGET) & set(NEW_CODES)
 
 
+#: (code, decimals) whose planted mistake does not show in the problem below (seed 1).
+_INVISIBLE_HERE = {("rounding", 1), ("transposed", 1), ("transposed", 2), ("values_first", 1), ("values_first", 2)}
+
+
 @pytest.mark.parametrize("decimals", [1, 2, 3, 4])
 @pytest.mark.parametrize("code", sorted(TARGET))
 def test_each_code_in_a_problem_that_admits_every_one(code, decimals):
@@ -258,8 +262,12 @@ def test_each_code_in_a_problem_that_admits_every_one(code, decimals):
     assert plantable(code, p, max(decimals, 2))
     answer, clean = simulate(p, plant=code, plant_head=2, decimals=decimals), simulate(p, decimals=decimals)
     targets = target_keys(code, p, 2)
-    if not visible(code, answer, clean, targets, decimals) or not plantable(code, p, decimals):
-        pytest.skip("the mistake does not show at this many decimals")
+    shows = visible(code, answer, clean, targets, decimals) and plantable(code, p, decimals)
+    # In this problem these few are within 1.5 units of the right numbers (or rounding at one
+    # decimal is cutting): nothing to grade. Named, not skipped, so a change in what shows fails.
+    assert shows == ((code, decimals) not in _INVISIBLE_HERE), (code, decimals, shows)
+    if not shows:
+        return
     verdict, why = _verdict(check(spec, answer), code, targets)
     assert verdict != "missed", why
 
