@@ -197,6 +197,8 @@ def _numpy_student(code, rng):
         return trace, answer, first
     if code in ("forgot_residual", "posenc_not_added"):
         return _block_student(code, rng)
+    if code in BACKWARD_CODES:
+        return _backward_student(code, rng)
     trace_spec, student_spec = _spec_variant(code, rng)
     trace = attntrace.run(trace_spec, mode="numeric")
     mine = _values(attntrace.run(student_spec, mode="numeric"))
@@ -224,8 +226,53 @@ def _block_student(code, rng):
     return trace, answer, target
 
 
+BACKWARD_CODES = ("softmax_backward_no_rowsum", "grad_scale_forgotten", "dV_missing_transpose", "dK_missing_transpose")
+
+
+def _backward_student(code, rng):
+    """A random self-attention with a backward pass (1 or 2 heads, a random dO or the loss sum
+    of squares, scaled or not): every step right up to the one the mistake changes (of head 1),
+    that one computed the wrong way in NumPy from the true values before it. A problem where the
+    mistake cannot show (a zero gradient: dO = 0, or weights rounding to one-hot) is drawn again."""
+    while True:
+        trace, answer, target, wrong = _backward_draw(code, rng)
+        if np.abs(wrong - _values(trace)[target]).max() > 0.01:
+            return trace, answer, target
+
+
+def _backward_draw(code, rng):
+    n = int(rng.integers(2, 5))
+    h = int(rng.integers(1, 3))
+    extra = {}
+    if code == "softmax_backward_no_rowsum" and rng.integers(0, 2):
+        extra["scale"] = False
+    spec = _rand_spec(rng, n=n, h=h, **extra)
+    if rng.integers(0, 2):
+        spec["backward"] = {"loss": "sum_squares"}
+    else:
+        width = 4 if h > 1 else 2  # the output (n x d_model) after W_O, else Z (n x d_k)
+        spec["backward"] = {"dO": rng.integers(-2, 3, size=(n, width)).astype(float).tolist()}
+    trace = attntrace.run(spec, mode="numeric")
+    v = _values(trace)
+    hd = "@1" if h > 1 else ""
+    a = v["weights" + hd]
+    if code == "softmax_backward_no_rowsum":
+        target = ("dscaled" if "scale" not in extra else "dscores") + hd
+        wrong = a * v["dweights" + hd]
+    elif code == "grad_scale_forgotten":
+        target, wrong = "dscores" + hd, v["dscaled" + hd]
+    elif code == "dV_missing_transpose":
+        target, wrong = "dV" + hd, a @ v["dZ" + hd]
+    else:
+        target, wrong = "dK" + hd, v["dscores" + hd] @ v["Q" + hd]
+    keys = [s.key for s in trace.steps]
+    answer = _answer(v, keys[:keys.index(target)])
+    answer[target] = [[_entry(x) for x in row] for row in wrong]
+    return trace, answer, target, wrong
+
+
 NEW_CODES = ("rope_wrong_layout", "rope_positions_from_1", "window_off_by_one", "causal_top_left_decoding",
-             "alibi_slope_sign", "cache_not_appended", "kv_head_mapping", "forgot_residual", "posenc_not_added")
+             "alibi_slope_sign", "cache_not_appended", "kv_head_mapping", "forgot_residual", "posenc_not_added") + BACKWARD_CODES
 SWEEP = 12
 
 
@@ -256,3 +303,22 @@ def test_every_new_code_has_both_messages():
         assert code in CATALOGUE
         for lang in ("en", "zh"):
             assert f"macro {code}(d)" in (templates_dir() / "check" / f"messages.{lang}.j2").read_text()
+
+
+def test_a_wrong_gradient_is_carried_through_the_backward_steps_of_a_head():
+    """The student's dZ has one entry off (they misread dO); dV, dA, dT, dS, dQ, dK and dW_Q,
+    dW_K, dW_V computed right from it (by the tracer on their dO) are all carried."""
+    rng = np.random.default_rng(7)
+    for _ in range(4):
+        spec = _rand_spec(rng, n=3)
+        spec["backward"] = {"dO": rng.integers(-2, 3, size=(3, 2)).astype(float).tolist()}
+        trace = attntrace.run(spec, mode="numeric")
+        mine_do = [row[:] for row in spec["backward"]["dO"]]
+        mine_do[0][0] += 1.0
+        mine = _values(attntrace.run({**spec, "backward": {"dO": mine_do}}, mode="numeric"))
+        report = attntrace.check(trace, _answer(mine, [s.key for s in trace.steps if s.id != "dX"]))
+        statuses = {s.key: s.status for s in report.steps}
+        assert report.first_wrong == "dZ", statuses
+        later = ("dV", "dweights", "dscaled", "dscores", "dQ", "dK", "dW_Q", "dW_K", "dW_V")
+        assert all(statuses[k] in ("carried", "correct") for k in later), statuses
+        assert any(statuses[k] == "carried" for k in later), statuses

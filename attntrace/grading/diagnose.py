@@ -64,6 +64,10 @@ CATALOGUE = {
     "kv_head_mapping": "scores",      # GQA: query head i reads KV head ((i-1) mod h_kv) + 1
     "forgot_residual": "residual1",   # a residual step is the sublayer's output alone (also residual2)
     "posenc_not_added": "embed",      # E = X: the positions never added
+    "softmax_backward_no_rowsum": "dscaled",  # dT = A o dA, the row term r_i forgotten (dscores when unscaled)
+    "grad_scale_forgotten": "dscores",  # dS = dT: the 1/sqrt(d_k) forgotten on the way back
+    "dV_missing_transpose": "dV",     # dV = A dZ instead of A^T dZ
+    "dK_missing_transpose": "dK",     # dK = dS Q instead of dS^T Q
     "transposed": ANY,                # the transpose of the right matrix (scores: transposed_scores)
     "rounding": ANY,                  # entries off by about one unit of the last decimal written
     "arithmetic_slip": ANY,           # one or a few entries wrong, the rest right

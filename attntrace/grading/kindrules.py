@@ -4,8 +4,10 @@ the sliding window and the bottom-right causal mask, grouped-query attention.
 Each rule computes a step from the student's world (`intervals.Box`), right or with one of
 its mistakes; `mistakes.apply` looks them up in `RULES` next to the classic ten. A step kind
 with a rule here carries a mistake made before it forward (a wrong Q gives a Q-tilde, scores,
-... that are `carried`); kinds with no rule (online softmax, backward, block steps) are taken
-at their true value (`mistakes._at_truth`), so nothing is carried through them.
+... that are `carried`); the backward steps of a head (dV, dA, dT, dS, dQ, dK and a head's
+dW_Q, dW_K, dW_V) have a rule here too. Kinds with no rule (online softmax, the other backward
+and block steps) are taken at their true value (`mistakes._at_truth`), so nothing is carried
+through them.
 
 Mistakes (diagnose.CATALOGUE; their sentences in templates/check/messages.*.j2):
 
@@ -17,6 +19,11 @@ Mistakes (diagnose.CATALOGUE; their sentences in templates/check/messages.*.j2):
 - `causal_top_left_decoding`: the top-left causal mask when the queries are the last L of S keys;
 - `forgot_residual`: a residual step is the sublayer's output alone (the input not added back);
 - `posenc_not_added`: the embedding E = X, the position table P not added;
+- `softmax_backward_no_rowsum`: the softmax's backward dT = A o dA, the row term
+  r_i = sum_k a_ik dA_ik dropped (step dscaled, or dscores when the scores are not scaled);
+- `grad_scale_forgotten`: dS = dT, the 1/sqrt(d_k) of the scaling forgotten on the way back;
+- `dV_missing_transpose`: dV = A dZ instead of A^T dZ;
+- `dK_missing_transpose`: dK = dS Q instead of dS^T Q;
 - `kv_head_mapping`: query head i reads key/value head ((i-1) mod h_kv) + 1 instead of
   floor((i-1) / (h/h_kv)) + 1 (only told apart when h_kv >= 2 and h/h_kv >= 2).
 """
@@ -40,6 +47,10 @@ STEPS = {
     "kv_head_mapping": ("scores", "Z"),
     "forgot_residual": ("residual1", "residual2"),
     "posenc_not_added": ("embed",),
+    "softmax_backward_no_rowsum": ("dscaled", "dscores"),
+    "grad_scale_forgotten": ("dscores",),
+    "dV_missing_transpose": ("dV",),
+    "dK_missing_transpose": ("dK",),
 }
 
 
@@ -65,6 +76,10 @@ def mutations(code: str, world) -> list:
         return [mutation] if any(s.details.get("window") is not None and s.details.get("kind") != "matrix" for s in present) else []
     if code == "causal_top_left_decoding":
         return [mutation] if any(s.details.get("kind") == "causal_bottom_right" and s.details.get("offset") for s in present) else []
+    if code == "softmax_backward_no_rowsum":
+        return [mutation] if any(s.details.get("rule") == "softmax" for s in present) else []
+    if code == "grad_scale_forgotten":
+        return [mutation] if any(s.details.get("rule") == "scale" for s in present) else []
     if code == "kv_head_mapping":
         h, h_kv = world.trace.num_heads, kv_heads(world)
         if not h_kv or h_kv < 2 or h // h_kv < 2:
@@ -146,6 +161,48 @@ def _sum(world, step, args, m, mutation):
     return intervals.add(a, b)
 
 
+def _times(a: Box, b: Box) -> Box:
+    """a o b entry by entry: |xy - mx my| <= |mx| ry + rx |my| + rx ry."""
+    ma, ra, mb, rb = a.mid, a.rad, b.mid, b.rad
+    with np.errstate(invalid="ignore", over="ignore"):
+        return intervals._widen(ma * mb, np.abs(ma) * rb + ra * np.abs(mb) + ra * rb, np.abs(ma * mb))
+
+
+def _minus_row(a: Box, r: Box) -> Box:
+    """a - r 1^T (r a column, one number a row)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        return intervals._widen(a.mid - r.mid, a.rad + r.rad, np.abs(a.mid) + np.abs(r.mid))
+
+
+def _grad(world, step, args, m, mutation):
+    """The backward steps of one head that are products (dV = A^T dZ, dA = dZ V^T, dQ = dS K,
+    dK = dS^T Q, dW_Q = X^T dQ, ...), the softmax's backward dT = A o (dA - r 1^T) and the
+    scale dS = dT / sqrt(d_k); any other rule (a seed, a block of dconcat) at its true value."""
+    rule = step.details.get("rule")
+    if rule == "product" and len(args) == 2:
+        ta, tb = step.details.get("transposed", (False, False))
+        if m in ("dV_missing_transpose", "dK_missing_transpose"):
+            ta = False
+        a, b = (args[0].T if ta else args[0]), (args[1].T if tb else args[1])
+        if a.shape[1] != b.shape[0]:
+            raise _impossible()
+        return intervals.matmul(a, b)
+    if rule == "softmax" and len(args) == 2:
+        a, da = args
+        if a.shape != da.shape or not (np.isfinite(a.lo).all() and np.isfinite(a.hi).all()):
+            raise _impossible()
+        if m == "softmax_backward_no_rowsum":
+            return _times(a, da)
+        ag = _times(a, da)
+        r = intervals.Box(ag.lo.sum(axis=1, keepdims=True), ag.hi.sum(axis=1, keepdims=True))
+        return _times(a, _minus_row(da, r))
+    if rule == "scale" and len(args) == 1:
+        if m == "grad_scale_forgotten":
+            return args[0]
+        return intervals.divide(args[0], float(step.details["factor"]))
+    return intervals.point(world.truth[(step.id, step.head)])
+
+
 def masked_keep(step, m) -> np.ndarray | None:
     """The kept entries under a planted mask mistake (window W + 1, top-left causal), or None."""
     if m not in ("window_off_by_one", "causal_top_left_decoding"):
@@ -168,4 +225,5 @@ def masked_keep(step, m) -> np.ndarray | None:
 
 
 RULES = {"Q_rope": _rope, "K_rope": _rope, "biased": _biased, "K_cache": _cache, "V_cache": _cache,
-         "embed": _sum, "residual1": _sum, "residual2": _sum}
+         "embed": _sum, "residual1": _sum, "residual2": _sum,
+         **{g: _grad for g in ("dV", "dweights", "dscaled", "dscores", "dQ", "dK", "dW_Q", "dW_K", "dW_V")}}

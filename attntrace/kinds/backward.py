@@ -208,6 +208,8 @@ class HeadOutputGrad(Grad):
 class ValueGrad(Grad):
     """dV = A^T dZ: value row j collects the output gradients of the queries that read it."""
 
+    mistakes = ("dV_missing_transpose",)
+
     def compute(self, ctx, head, state):
         dz, a = state.get("dZ"), state.get("A")
         if dz is None or a is None or state.get("V") is None:
@@ -255,6 +257,8 @@ class SoftmaxGrad(Grad):
 class ScaledGrad(SoftmaxGrad):
     """dscaled: the gradient of the scaled (and masked) scores, through the softmax."""
 
+    mistakes = ("softmax_backward_no_rowsum",)
+
     def runs(self, problem):
         return problem.scale is not False
 
@@ -264,6 +268,8 @@ class ScaledGrad(SoftmaxGrad):
 
 class ScoresGrad(SoftmaxGrad):
     """dscores: dT / sqrt(d_k) after the scaling, else straight through the softmax."""
+
+    mistakes = ("softmax_backward_no_rowsum", "grad_scale_forgotten")
 
     def compute(self, ctx, head, state):
         dt = state.get("dscaled")
@@ -409,6 +415,7 @@ DSCALED = ScaledGrad("dscaled", "T", "g^{T}")
 DSCORES = ScoresGrad("dscores", "S", "g^{S}")
 DQ = QueryKeyGrad("dQ", "Q", "g^{Q}")
 DK = QueryKeyGrad("dK", "K", "g^{K}")
+DK.mistakes = ("dK_missing_transpose",)  # dQ = dS K has no transpose to miss
 HEAD_PARAMS = tuple(ProjectionGrad(w, b, full=False) for b in (False, True) for w in "QKV")
 FULL_PARAMS = tuple(ProjectionGrad(w, b, full=True) for b in (False, True) for w in "QKV")
 DX = InputGrad("dX", "X", "g^{X}", kv=False)
