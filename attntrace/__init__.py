@@ -115,3 +115,15 @@ def from_hf_layer(model_or_layer, hidden_states, *, layer: int = 0, **kwargs) ->
 
 
 __all__ += ["from_torch_layer", "from_hf_llama_layer", "from_hf_layer"]
+
+
+def from_torch_decoder_self_attention(layer, tgt, **kwargs) -> Trace:
+    """Trace the self-attention sublayer of a `torch.nn.TransformerDecoderLayer` (eval mode) on
+    tgt: attention with tgt_mask / tgt_is_causal and key padding, residual1 and norm1 (needs
+    attntrace[torch])."""
+    from attntrace.bridges.decoder import from_torch_decoder_self_attention as _from_dec
+
+    return _from_dec(layer, tgt, **kwargs)
+
+
+__all__ += ["from_torch_decoder_self_attention"]

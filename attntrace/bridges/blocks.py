@@ -1,6 +1,7 @@
 """Whole Transformer layers as block specs: `torch.nn.TransformerEncoderLayer`, and a layer of
-a Hugging Face BERT, GPT-2 or Llama-style model (`from_hf_layer`). A `TransformerDecoderLayer`
-is not imported: its second, cross-attention sublayer is not a kind of the block.
+a Hugging Face BERT, GPT-2 or Llama-style model (`from_hf_layer`). Of a `TransformerDecoderLayer`
+only the self-attention sublayer is traced (attntrace.bridges.decoder, block_part = "self_attention"):
+its second, cross-attention sublayer is not a kind of the block.
 
 `encoder_layer_spec(layer, x)` reads the layer's weights (float64, transposed from torch's
 (out, in) to attntrace's row-vector (in, out)) into a block spec: its self_attn through

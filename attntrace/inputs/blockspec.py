@@ -6,6 +6,8 @@
     norm2 = {gain = [...], bias = [...], eps = 1e-5}   # the feed-forward sublayer's norm
     ffn = {W_1 = ..., b_1 = ..., W_2 = ..., b_2 = ..., activation = "relu" | "gelu" | "gelu_tanh"}
     ffn = {W_gate = ..., W_up = ..., W_down = ...}     # llama: SwiGLU, no biases
+    block_part = "self_attention"               # only the first sublayer: attention, residual1, norm1
+                                                # (no norm2, no ffn; e.g. a TransformerDecoderLayer's self-attention)
 
 post_ln and pre_ln use LayerNorm, llama RMSNorm (no bias: a norm table's bias is refused).
 The matrices become shared operands (P, gamma_1, beta_1, gamma_2, beta_2, W_1, b_1, ...),
@@ -19,9 +21,10 @@ from typing import Any, Callable, Mapping
 
 from attntrace.model.errors import BadInput
 
-BLOCK_KEYS = {"block", "position", "P", "norm1", "norm2", "ffn"}
+BLOCK_KEYS = {"block", "block_part", "position", "P", "norm1", "norm2", "ffn"}
 ARRANGEMENTS = ("post_ln", "pre_ln", "llama")
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh")
+PARTS = ("self_attention",)
 #: operand name -> (LaTeX letter, plain letter, entry base in symbolic mode)
 BLOCK_OPERANDS = {
     "P": ("P", "P", "p"),
@@ -66,7 +69,7 @@ def block_options(data: Mapping[str, Any], mode: str, operand: Callable) -> tupl
         ops["P"] = operand(data["P"], "P", mode, None, "p")
     block = data.get("block")
     if block is None:
-        for key in ("norm1", "norm2", "ffn"):
+        for key in ("norm1", "norm2", "ffn", "block_part"):
             if key in data:
                 raise BadInput(f"{key} belongs to a Transformer block: give block = \"post_ln\", \"pre_ln\" or \"llama\" as well")
         return ops, extra
@@ -77,9 +80,17 @@ def block_options(data: Mapping[str, Any], mode: str, operand: Callable) -> tupl
     if data.get("backward") is not None:
         raise BadInput("backward differentiates attention alone; it does not go through the block's norms and feed-forward network (drop block or backward)")
     extra["block"] = block
+    part = data.get("block_part")
+    if part is not None:
+        if part not in PARTS:
+            raise BadInput(f"block_part must be \"self_attention\" (or left out for the whole block), not {part!r}"[:200])
+        for key in ("norm2", "ffn"):
+            if key in data:
+                raise BadInput(f"block_part = \"self_attention\" stops after attention's residual and norm1: drop {key}")
+        extra["block_part"] = part
     llama = block == "llama"
     extra["norm"] = "rms" if llama else "layer"
-    for i in (1, 2):
+    for i in ((1,) if part else (1, 2)):
         table = data.get(f"norm{i}", {})
         if not isinstance(table, Mapping):
             raise BadInput(f"norm{i} must be a table {{gain = [...], bias = [...], eps = 1e-5}}")
@@ -92,6 +103,8 @@ def block_options(data: Mapping[str, Any], mode: str, operand: Callable) -> tupl
         for key, name in (("gain", f"gamma_{i}"), ("bias", f"beta_{i}")):
             if key in table:
                 ops[name] = operand(_vector(table[key]), name, mode, None, BLOCK_OPERANDS[name][2])
+    if part:
+        return ops, extra
     ffn = data.get("ffn")
     if not isinstance(ffn, Mapping):
         raise BadInput("a block needs its feed-forward network: ffn = {W_1 = ..., W_2 = ...}" if not llama
@@ -121,7 +134,8 @@ def check_block(problem) -> None:
     if problem.extra.get("block") is None:
         return
     d_model = problem.shared["X"].shape[1]
-    check_ffn_shapes(problem, d_model)
+    if problem.extra.get("block_part") is None:
+        check_ffn_shapes(problem, d_model)
     for name in ("gamma_1", "beta_1", "gamma_2", "beta_2", "b_1", "b_2"):
         op = problem.shared.get(name)
         if op is None:

@@ -11,6 +11,10 @@ R2, Y:
   R^f = R + FFN(N^f) (GPT-2's final LayerNorm belongs to the model, after the last block).
 - llama: pre_ln with RMSNorm and the SwiGLU feed-forward network.
 
+With `block_part = "self_attention"` (the spec's option) only the first sublayer runs:
+post_ln R = E + Attn(E), N = LayerNorm(R); pre_ln and llama N = Norm(E), R = E + Attn(N)
+(e.g. the self-attention sublayer of nn.TransformerDecoderLayer, attntrace.bridges.decoder).
+
 The step ids say which sublayer a norm belongs to, as torch's norm1/norm2: norm1 the
 attention's, norm2 the feed-forward network's, in either arrangement.
 """
@@ -52,6 +56,14 @@ BLOCK_PIPELINES: dict[str | None, tuple[tuple[Kind, ...], tuple[Kind, ...]]] = {
 BLOCK_KINDS: tuple[Kind, ...] = tuple(dict.fromkeys(k for pre, post in BLOCK_PIPELINES.values() for k in pre + post))
 
 
+#: arrangement -> POST with block_part = "self_attention": the first sublayer's kinds only.
+SELF_ATTENTION_POST: dict[str, tuple[Kind, ...]] = {"post_ln": (RESIDUAL1, NORM1_POST), "pre_ln": (RESIDUAL1,), "llama": (RESIDUAL1,)}
+
+
 def block_pipelines(problem) -> tuple[tuple[Kind, ...], tuple[Kind, ...]]:
     """(PRE, POST) for the problem's arrangement (no block: only position encodings, if any)."""
-    return BLOCK_PIPELINES[problem.extra.get("block")]
+    block = problem.extra.get("block")
+    pre, post = BLOCK_PIPELINES[block]
+    if problem.extra.get("block_part") == "self_attention":
+        post = SELF_ATTENTION_POST[block]
+    return pre, post
