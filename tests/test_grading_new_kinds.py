@@ -199,6 +199,8 @@ def _numpy_student(code, rng):
         return _block_student(code, rng)
     if code in BACKWARD_CODES:
         return _backward_student(code, rng)
+    if code in ONLINE_CODES:
+        return _online_student(code, rng)
     trace_spec, student_spec = _spec_variant(code, rng)
     trace = attntrace.run(trace_spec, mode="numeric")
     mine = _values(attntrace.run(student_spec, mode="numeric"))
@@ -271,8 +273,56 @@ def _backward_draw(code, rng):
     return trace, answer, target, wrong
 
 
+ONLINE_CODES = ("online_no_rescale", "lse_without_max")
+
+
+def _online_student(code, rng):
+    """A random online softmax (3 to 6 keys in blocks of 1 to 3, one or two query blocks, 1 or
+    2 heads), checked as answers give it today: one value per step id, the last block's (the
+    steps of one id share a key). Every step right up to online_out (the last block's O, the
+    rescaling dropped, from NumPy's own running maximum over the true scaled scores) or lse
+    (log l); a problem where the maximum never moves (nothing to rescale) is drawn again."""
+    while True:
+        keys, h = int(rng.integers(3, 7)), int(rng.integers(1, 3))
+        online = {"block_keys": int(rng.integers(1, 4))}
+        if keys < online["block_keys"] + 1:
+            continue
+        n = int(rng.integers(2, 5))
+        if rng.integers(0, 2):
+            online["block_queries"] = int(rng.integers(1, n))
+        spec = _rand_spec(rng, n=n, n_kv=keys, h=h, online=online)
+        trace = attntrace.run(spec, mode="numeric")
+        v = _values(trace)
+        hd = "@1" if h > 1 else ""
+        t, vv = v["scaled" + hd], v["V" + hd]
+        bc, br = online["block_keys"], online.get("block_queries", n)
+        r0 = (n - 1) // br * br  # the last query block's rows
+        m = np.full((n - r0, 1), -np.inf)
+        o_wrong = np.zeros((n - r0, vv.shape[1]))
+        l_ = np.zeros((n - r0, 1))
+        for c0 in range(0, keys, bc):
+            tb = t[r0:, c0:c0 + bc]
+            m_new = np.maximum(m, tb.max(axis=1, keepdims=True))
+            p = np.exp(tb - m_new)
+            l_ = np.exp(m - m_new) * l_ + p.sum(axis=1, keepdims=True)
+            o_wrong = o_wrong + p @ vv[c0:c0 + bc]
+            m = m_new
+        if code == "online_no_rescale":
+            target, wrong = "online_out" + hd, o_wrong
+        else:
+            rows = [t[i:i + br] for i in range(0, n, br)]
+            target = "lse" + hd
+            wrong = np.vstack([np.log(np.exp(r - r.max(axis=1, keepdims=True)).sum(axis=1, keepdims=True)) for r in rows])
+        if np.abs(wrong - v[target]).max() > 0.01:
+            break
+    keys_ = [s.key for s in trace.steps]
+    answer = _answer(v, keys_[:keys_.index(target)])
+    answer[target] = [[_entry(x) for x in row] for row in wrong]
+    return trace, answer, target
+
+
 NEW_CODES = ("rope_wrong_layout", "rope_positions_from_1", "window_off_by_one", "causal_top_left_decoding",
-             "alibi_slope_sign", "cache_not_appended", "kv_head_mapping", "forgot_residual", "posenc_not_added") + BACKWARD_CODES
+             "alibi_slope_sign", "cache_not_appended", "kv_head_mapping", "forgot_residual", "posenc_not_added") + BACKWARD_CODES + ONLINE_CODES
 SWEEP = 12
 
 
@@ -322,3 +372,18 @@ def test_a_wrong_gradient_is_carried_through_the_backward_steps_of_a_head():
         later = ("dV", "dweights", "dscaled", "dscores", "dQ", "dK", "dW_Q", "dW_K", "dW_V")
         assert all(statuses[k] in ("carried", "correct") for k in later), statuses
         assert any(statuses[k] == "carried" for k in later), statuses
+
+
+def test_a_wrong_running_sum_is_carried_into_the_log_sum_exp():
+    """The student's last l is off by 0.5 in row 1; their L = m + log l from it is carried."""
+    trace = attntrace.run(str(example_path("online-softmax-4-keys")), mode="numeric")
+    v = _values(trace)
+    keys = [s.key for s in trace.steps]
+    answer = _answer(v, keys[:keys.index("lse")])
+    l_ = v["online_sum"].copy()
+    l_[0, 0] += 0.5
+    answer["online_sum"] = [[_entry(x) for x in row] for row in l_]
+    answer["lse"] = [[_entry(x) for x in row] for row in v["online_max"] + np.log(l_)]
+    report = attntrace.check(trace, answer)
+    assert report.first_wrong == "online_sum"
+    assert report.step("lse").status == "carried"

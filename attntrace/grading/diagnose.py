@@ -68,6 +68,8 @@ CATALOGUE = {
     "grad_scale_forgotten": "dscores",  # dS = dT: the 1/sqrt(d_k) forgotten on the way back
     "dV_missing_transpose": "dV",     # dV = A dZ instead of A^T dZ
     "dK_missing_transpose": "dK",     # dK = dS Q instead of dS^T Q
+    "online_no_rescale": "online_out",  # O^(j) = O^(j-1) + P^(j) V_j: e^(m^(j-1) - m^(j)) dropped
+    "lse_without_max": "lse",         # L = log l: the running maximum m not added back
     "transposed": ANY,                # the transpose of the right matrix (scores: transposed_scores)
     "rounding": ANY,                  # entries off by about one unit of the last decimal written
     "arithmetic_slip": ANY,           # one or a few entries wrong, the rest right

@@ -5,9 +5,9 @@ Each rule computes a step from the student's world (`intervals.Box`), right or w
 its mistakes; `mistakes.apply` looks them up in `RULES` next to the classic ten. A step kind
 with a rule here carries a mistake made before it forward (a wrong Q gives a Q-tilde, scores,
 ... that are `carried`); the backward steps of a head (dV, dA, dT, dS, dQ, dK and a head's
-dW_Q, dW_K, dW_V) have a rule here too. Kinds with no rule (online softmax, the other backward
-and block steps) are taken at their true value (`mistakes._at_truth`), so nothing is carried
-through them.
+dW_Q, dW_K, dW_V) have a rule here too, and so has the log-sum-exp L of the online softmax.
+Kinds with no rule (the other online, backward and block steps) are taken at their true
+value (`mistakes._at_truth`), so nothing is carried through them.
 
 Mistakes (diagnose.CATALOGUE; their sentences in templates/check/messages.*.j2):
 
@@ -24,6 +24,9 @@ Mistakes (diagnose.CATALOGUE; their sentences in templates/check/messages.*.j2):
 - `grad_scale_forgotten`: dS = dT, the 1/sqrt(d_k) of the scaling forgotten on the way back;
 - `dV_missing_transpose`: dV = A dZ instead of A^T dZ;
 - `dK_missing_transpose`: dK = dS Q instead of dS^T Q;
+- `online_no_rescale`: the online softmax's O^(j) = O^(j-1) + P^(j) V_j, the factor
+  e^(m^(j-1) - m^(j)) dropped (checked on the last block, the one an answer's online_out gives);
+- `lse_without_max`: the log-sum-exp L = log l, the running maximum m not added back;
 - `kv_head_mapping`: query head i reads key/value head ((i-1) mod h_kv) + 1 instead of
   floor((i-1) / (h/h_kv)) + 1 (only told apart when h_kv >= 2 and h/h_kv >= 2).
 """
@@ -51,6 +54,8 @@ STEPS = {
     "grad_scale_forgotten": ("dscores",),
     "dV_missing_transpose": ("dV",),
     "dK_missing_transpose": ("dK",),
+    "online_no_rescale": ("online_out",),
+    "lse_without_max": ("lse",),
 }
 
 
@@ -80,6 +85,8 @@ def mutations(code: str, world) -> list:
         return [mutation] if any(s.details.get("rule") == "softmax" for s in present) else []
     if code == "grad_scale_forgotten":
         return [mutation] if any(s.details.get("rule") == "scale" for s in present) else []
+    if code == "online_no_rescale":
+        return [mutation] if any(s.details.get("block", 1) > 1 for s in present) else []
     if code == "kv_head_mapping":
         h, h_kv = world.trace.num_heads, kv_heads(world)
         if not h_kv or h_kv < 2 or h // h_kv < 2:
@@ -203,6 +210,59 @@ def _grad(world, step, args, m, mutation):
     return intervals.point(world.truth[(step.id, step.head)])
 
 
+def _online_finals(world, step_id: str, head) -> list:
+    """The last key block's step `step_id` of each query block of a head (online_sum, ...)."""
+    steps = [s for s in world.steps if s.id == step_id and s.head == head]
+    return [s for s in steps if s.details.get("block") == s.details.get("blocks")]
+
+
+def _online_out(world, step, args, m, mutation):
+    """O^(j) of the online softmax at its true value (an answer's online_out is the last block:
+    the steps of one id share a key); with online_no_rescale the last block of the head is
+    O = sum over the blocks k of P^(k) V_k, P^(j) and V the student's, the earlier P^(k) true."""
+    from attntrace.grading.diagnose import to_float
+
+    if m != "online_no_rescale":
+        return intervals.point(to_float(step.value))
+    outs = [s for s in world.steps if s.id == "online_out" and s.head == step.head]
+    if step is not outs[-1]:
+        return intervals.point(to_float(step.value))
+    p, v = args[0], args[1]
+    det = step.details
+    c0, c1 = det["cols"]
+    if p.shape != (det["rows"][1] - det["rows"][0] + 1, c1 - c0 + 1) or v.shape[0] < c1:
+        raise _impossible()
+    block = lambda a, b: Box(v.lo[a - 1:b], v.hi[a - 1:b])  # noqa: E731 - V's rows a..b (1-based)
+    total = intervals.matmul(p, block(c0, c1))
+    for s in world.steps:
+        d = s.details
+        if s.id == "online_exp" and s.head == step.head and d.get("query_block") == det["query_block"] and d.get("block") < det["block"]:
+            total = intervals.add(total, intervals.matmul(intervals.point(to_float(s.value)), block(*d["cols"])))
+    return total
+
+
+def _lse(world, step, args, m, mutation):
+    """L = m + log l from the last block's m and l of each query block (the student's for the
+    last query block, whose m and l an answer gives); lse_without_max: L = log l."""
+    from attntrace.grading.diagnose import to_float
+
+    ms, ls = _online_finals(world, "online_max", step.head), _online_finals(world, "online_sum", step.head)
+    if not ms or len(ms) != len(ls):
+        return intervals.point(to_float(step.value))
+    m_parts = [intervals.point(to_float(s.value)) for s in ms[:-1]] + [args[0]]
+    l_parts = [intervals.point(to_float(s.value)) for s in ls[:-1]] + [args[1]]
+    mm, ll = intervals.stack(m_parts, axis=0), intervals.stack(l_parts, axis=0)
+    if mm.shape != ll.shape or mm.shape != tuple(step.shape) or (ll.lo <= 0).any():
+        raise _impossible()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        log_l = intervals._widen((np.log(ll.lo) + np.log(ll.hi)) / 2, (np.log(ll.hi) - np.log(ll.lo)) / 2, np.abs(np.log(ll.hi)))
+    if m == "lse_without_max":
+        return log_l
+    if not (np.isfinite(mm.lo).all() and np.isfinite(mm.hi).all()):
+        return intervals.point(to_float(step.value))  # a row that saw only masked keys
+    return intervals.add(mm, log_l)
+
+
 def masked_keep(step, m) -> np.ndarray | None:
     """The kept entries under a planted mask mistake (window W + 1, top-left causal), or None."""
     if m not in ("window_off_by_one", "causal_top_left_decoding"):
@@ -226,4 +286,5 @@ def masked_keep(step, m) -> np.ndarray | None:
 
 RULES = {"Q_rope": _rope, "K_rope": _rope, "biased": _biased, "K_cache": _cache, "V_cache": _cache,
          "embed": _sum, "residual1": _sum, "residual2": _sum,
+         "online_out": _online_out, "lse": _lse,
          **{g: _grad for g in ("dV", "dweights", "dscaled", "dscores", "dQ", "dK", "dW_Q", "dW_K", "dW_V")}}

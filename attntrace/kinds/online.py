@@ -76,6 +76,7 @@ ONLINE_EXP = OnlineStep("online_exp", "P", "P")
 ONLINE_SUM = OnlineStep("online_sum", "\\ell", "l")
 ONLINE_OUT = OnlineStep("online_out", "O", "O")
 LSE = OnlineStep("lse", "L", "L")
+ONLINE_OUT.mistakes, LSE.mistakes = ("online_no_rescale",), ("lse_without_max",)
 
 
 def _rng(a: int, b: int) -> str:
