@@ -17,7 +17,10 @@ import attntrace
 from attntrace.algebra.substitute import substitute
 from attntrace.model.errors import BadInput
 
-torch = pytest.importorskip("torch")
+from mathcheck import in_ci  # noqa: E402
+
+# under CI=true a missing torch fails the file instead of skipping it
+torch = __import__("torch") if in_ci() else pytest.importorskip("torch")
 
 
 def _t(a, grad=True):

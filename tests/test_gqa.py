@@ -15,7 +15,8 @@ import attntrace
 from attntrace.algebra.substitute import substitute
 from attntrace.model.errors import AttntraceError, BadInput, Unsupported
 
-oracles = pytest.importorskip("oracles")
+import oracles  # noqa: E402 - tests/oracles.py, imports torch only inside its functions
+from mathcheck import require_modules  # noqa: E402
 
 
 def _heads(a, h):
@@ -89,7 +90,8 @@ def test_mqa_one_kv_head_for_every_query_head():
 
 
 def test_from_qkv_enable_gqa_equals_sdpa():
-    torch = pytest.importorskip("torch")
+    require_modules("torch")
+    import torch
     g = torch.Generator().manual_seed(3)
     q = torch.randn(1, 6, 4, 3, generator=g, dtype=torch.float64)
     k = torch.randn(1, 2, 5, 3, generator=g, dtype=torch.float64)
@@ -114,7 +116,7 @@ def test_from_qkv_enable_gqa_equals_sdpa():
 def test_llama_layer_weights_and_output(seed):
     """A tiny random Hugging Face Llama layer (4 query heads, 2 KV heads, causal): q and k
     after its RoPE, v, and W_O, traced as grouped-query attention."""
-    pytest.importorskip("transformers")
+    require_modules("transformers")
     ref = oracles.llama_attention_layer(seed)
     h, h_kv = ref["num_heads"], ref["num_kv_heads"]
     full = lambda a: a.transpose(1, 0, 2).reshape(a.shape[1], -1)  # noqa: E731
@@ -128,7 +130,7 @@ def test_llama_layer_weights_and_output(seed):
 
 def test_llama_layer_from_x_with_rope():
     """The same layer from its input x and W_Q, W_K, W_V, W_O, when the RoPE kind is there."""
-    pytest.importorskip("transformers")
+    require_modules("transformers")
     ref = oracles.llama_attention_layer(2)
     spec = {"X": ref["x"], "W_Q": ref["W_Q"], "W_K": ref["W_K"], "W_V": ref["W_V"], "W_O": ref["W_O"],
             "num_heads": ref["num_heads"], "num_kv_heads": ref["num_kv_heads"], "mask": "causal",

@@ -8,7 +8,10 @@ import pytest
 import attntrace
 from attntrace.model.errors import BadInput
 
-torch = pytest.importorskip("torch")
+from mathcheck import in_ci  # noqa: E402
+
+# under CI=true a missing torch fails the file instead of skipping it
+torch = __import__("torch") if in_ci() else pytest.importorskip("torch")
 
 
 def _layer(n=5, d=8, h=4, seed=0, frozen=False):

@@ -61,6 +61,5 @@ def from_torch_decoder_self_attention(layer, tgt, *, tgt_mask=None, tgt_is_causa
 
     spec = decoder_self_attention_spec(layer, tgt, tgt_mask=tgt_mask, tgt_is_causal=tgt_is_causal,
                                        tgt_key_padding_mask=tgt_key_padding_mask)
-    arrangement = "pre-LN" if layer.norm_first else "post-LN"
-    run_overrides.setdefault("title", f"The self-attention sublayer of a TransformerDecoderLayer ({arrangement}), step by step")
+    # no title of its own: the report's default one names the sublayer and the arrangement in either language
     return run(spec, **run_overrides)

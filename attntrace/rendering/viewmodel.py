@@ -164,7 +164,9 @@ def report_view(trace, fmt: str, precision: int, max_size: int, figures: list[di
     return {
         "formula_block": block(flow) if flow else block([intro_formula(trace, scaled, by_sqrt, out.plain)]),
         # the Transformer block (attntrace.rendering.blockview): its arrangement, steps before and after attention
-        "block": arrangement, "block_pre": [StepView(trace, s, out, rows, esc).build() for s in block_pre],
+        "block": arrangement,
+        "block_part": "self_attention" if arrangement and not any(s.id == "residual2" for s in trace.steps) else "",
+        "block_pre": [StepView(trace, s, out, rows, esc).build() for s in block_pre],
         "block_post": [StepView(trace, s, out, rows, esc).build() for s in block_post],
         "position": next((("sinusoidal" if s.id == "pos_enc" else "learned") for s in trace.steps if s.id in ("pos_enc", "embed")), ""),
         "norm_kind": next((s.details.get("norm") for s in trace.steps if s.id in ("norm1", "norm2")), ""),
