@@ -201,6 +201,8 @@ def _numpy_student(code, rng):
         return _backward_student(code, rng)
     if code in ONLINE_CODES:
         return _online_student(code, rng)
+    if code in BLOCK_CODES:
+        return _block_mistake_student(code, rng)
     trace_spec, student_spec = _spec_variant(code, rng)
     trace = attntrace.run(trace_spec, mode="numeric")
     mine = _values(attntrace.run(student_spec, mode="numeric"))
@@ -321,8 +323,44 @@ def _online_student(code, rng):
     return trace, answer, target
 
 
+BLOCK_CODES = ("norm_unbiased_variance", "norm_wrong_axis", "gelu_relu_confused", "posenc_sin_cos_swapped")
+
+
+def _block_mistake_student(code, rng):
+    """An encoder block (the post-LN example with a random X, a ReLU or a GELU FFN): every step
+    right up to norm1 or norm2 (normalised over d - 1, or down the columns), ffn_act (the other
+    activation) or pos_enc (cos and sin swapped), that one computed in NumPy from the true values."""
+    import math
+    import tomllib
+
+    spec = tomllib.loads(example_path("encoder-block-post-ln").read_text())
+    spec["X"] = rng.integers(-2, 3, size=np.asarray(spec["X"]).shape).astype(float).tolist()
+    act = str(rng.choice(["relu", "gelu"]))
+    spec["ffn"]["activation"] = act
+    trace = attntrace.run(spec, mode="numeric")
+    v = _values(trace)
+    if code in ("norm_unbiased_variance", "norm_wrong_axis"):
+        which = int(rng.integers(1, 3))
+        target, r = f"norm{which}", v[f"residual{which}"]
+        axis = 0 if code == "norm_wrong_axis" else 1
+        c = r - r.mean(axis=axis, keepdims=True)
+        wrong = c / np.sqrt(np.var(r, axis=axis, ddof=1 if code == "norm_unbiased_variance" else 0, keepdims=True) + 1e-5)
+    elif code == "gelu_relu_confused":
+        h = v["ffn_hidden"]
+        gelu = np.vectorize(lambda x: 0.5 * x * (1 + math.erf(x / math.sqrt(2))))
+        target, wrong = "ffn_act", (gelu(h) if act == "relu" else np.maximum(h, 0.0))
+    else:
+        n, d = v["pos_enc"].shape
+        target = "pos_enc"
+        wrong = np.array([[(math.cos if j % 2 == 0 else math.sin)(i / 10000 ** ((j - j % 2) / d)) for j in range(d)] for i in range(n)])
+    keys = [s.key for s in trace.steps]
+    answer = _answer(v, keys[:keys.index(target)])
+    answer[target] = [[_entry(x) for x in row] for row in wrong]
+    return trace, answer, target
+
+
 NEW_CODES = ("rope_wrong_layout", "rope_positions_from_1", "window_off_by_one", "causal_top_left_decoding",
-             "alibi_slope_sign", "cache_not_appended", "kv_head_mapping", "forgot_residual", "posenc_not_added") + BACKWARD_CODES + ONLINE_CODES
+             "alibi_slope_sign", "cache_not_appended", "kv_head_mapping", "forgot_residual", "posenc_not_added") + BACKWARD_CODES + ONLINE_CODES + BLOCK_CODES
 SWEEP = 12
 
 

@@ -70,6 +70,10 @@ CATALOGUE = {
     "dK_missing_transpose": "dK",     # dK = dS Q instead of dS^T Q
     "online_no_rescale": "online_out",  # O^(j) = O^(j-1) + P^(j) V_j: e^(m^(j-1) - m^(j)) dropped
     "lse_without_max": "lse",         # L = log l: the running maximum m not added back
+    "norm_unbiased_variance": "norm1",  # LayerNorm's variance divided by d - 1 (also norm2)
+    "norm_wrong_axis": "norm1",       # each column normalised over the tokens (also norm2)
+    "gelu_relu_confused": "ffn_act",  # ReLU where GELU is asked, or the reverse
+    "posenc_sin_cos_swapped": "pos_enc",  # cos in the even columns, sin in the odd
     "transposed": ANY,                # the transpose of the right matrix (scores: transposed_scores)
     "rounding": ANY,                  # entries off by about one unit of the last decimal written
     "arithmetic_slip": ANY,           # one or a few entries wrong, the rest right

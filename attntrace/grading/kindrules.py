@@ -27,6 +27,10 @@ Mistakes (diagnose.CATALOGUE; their sentences in templates/check/messages.*.j2):
 - `online_no_rescale`: the online softmax's O^(j) = O^(j-1) + P^(j) V_j, the factor
   e^(m^(j-1) - m^(j)) dropped (checked on the last block, the one an answer's online_out gives);
 - `lse_without_max`: the log-sum-exp L = log l, the running maximum m not added back;
+- `norm_unbiased_variance`: LayerNorm's variance divided by d - 1 instead of d;
+- `norm_wrong_axis`: each column normalised over the tokens instead of each row over its features;
+- `gelu_relu_confused`: ReLU where the FFN asks for GELU, or GELU where it asks for ReLU;
+- `posenc_sin_cos_swapped`: the sinusoidal table with cos in the even columns and sin in the odd;
 - `kv_head_mapping`: query head i reads key/value head ((i-1) mod h_kv) + 1 instead of
   floor((i-1) / (h/h_kv)) + 1 (only told apart when h_kv >= 2 and h/h_kv >= 2).
 """
@@ -56,6 +60,10 @@ STEPS = {
     "dK_missing_transpose": ("dK",),
     "online_no_rescale": ("online_out",),
     "lse_without_max": ("lse",),
+    "norm_unbiased_variance": ("norm1", "norm2"),
+    "norm_wrong_axis": ("norm1", "norm2"),
+    "gelu_relu_confused": ("ffn_act",),
+    "posenc_sin_cos_swapped": ("pos_enc",),
 }
 
 
@@ -87,6 +95,10 @@ def mutations(code: str, world) -> list:
         return [mutation] if any(s.details.get("rule") == "scale" for s in present) else []
     if code == "online_no_rescale":
         return [mutation] if any(s.details.get("block", 1) > 1 for s in present) else []
+    if code == "norm_unbiased_variance":
+        return [mutation] if any(s.details.get("norm") == "layer" for s in present) else []
+    if code == "gelu_relu_confused":
+        return [mutation] if any(s.details.get("activation") in ("relu", "gelu", "gelu_tanh") for s in present) else []
     if code == "kv_head_mapping":
         h, h_kv = world.trace.num_heads, kv_heads(world)
         if not h_kv or h_kv < 2 or h // h_kv < 2:
@@ -263,6 +275,79 @@ def _lse(world, step, args, m, mutation):
     return intervals.add(mm, log_l)
 
 
+def _first_order(f, x: Box) -> Box:
+    """f (a smooth map of matrices) over the box x, bounded to first order: f(mid) and the
+    finite-difference Jacobian times the radii (a mistake's computation, used only to name it)."""
+    mid = f(x.mid)
+    rad = np.zeros_like(mid)
+    flat_rad = x.rad.ravel()
+    for k in np.flatnonzero(flat_rad):
+        h = max(1e-7, 1e-7 * abs(x.mid.flat[k]))
+        bumped = x.mid.copy()
+        bumped.flat[k] += h
+        rad += np.abs((f(bumped) - mid) / h) * flat_rad[k]
+    return intervals._widen(mid, rad * 1.01, np.abs(mid) + 1.0)
+
+
+def _norm(world, step, args, m, mutation):
+    """LayerNorm / RMSNorm at its true value; its mistakes computed from the student's input:
+    the variance over d - 1 (norm_unbiased_variance) or each column over the tokens (norm_wrong_axis)."""
+    from attntrace.grading.diagnose import to_float
+
+    if m not in ("norm_unbiased_variance", "norm_wrong_axis"):
+        return intervals.point(to_float(step.value))
+    det = step.details
+    rms, eps = det.get("norm") == "rms", float(det.get("eps", 1e-5))
+    named = dict(zip(step.inputs[1:], args[1:]))
+    gain = next((b.mid for n, b in named.items() if n.startswith("gamma")), None)
+    bias = next((b.mid for n, b in named.items() if n.startswith("beta")), None)
+    axis = 0 if m == "norm_wrong_axis" else 1
+
+    def f(r):
+        if rms:
+            y = r / np.sqrt((r * r).mean(axis=axis, keepdims=True) + eps)
+        else:
+            c = r - r.mean(axis=axis, keepdims=True)
+            count = r.shape[axis] - (1 if m == "norm_unbiased_variance" else 0)
+            y = c / np.sqrt((c * c).sum(axis=axis, keepdims=True) / max(count, 1) + eps)
+        return y * (1.0 if gain is None else gain) + (0.0 if bias is None else bias)
+
+    if not (np.isfinite(args[0].lo).all() and np.isfinite(args[0].hi).all()):
+        raise _impossible()
+    return _first_order(f, args[0])
+
+
+def _activation(world, step, args, m, mutation):
+    """The FFN's activation at its true value; gelu_relu_confused: ReLU for GELU or GELU for
+    ReLU, entry by entry over the student's H (its extremes and midpoint)."""
+    from attntrace.grading.diagnose import to_float
+
+    act = step.details.get("activation")
+    if m != "gelu_relu_confused" or act not in ("relu", "gelu", "gelu_tanh"):
+        return intervals.point(to_float(step.value))
+    from attntrace.algebra.numeric import NumericAlgebra
+
+    wrong = "gelu" if act == "relu" else "relu"
+    h = args[0]
+    vals = [NumericAlgebra().activation(x, wrong) for x in (h.lo, h.mid, h.hi)]
+    lo, hi = np.minimum.reduce(vals), np.maximum.reduce(vals)
+    return intervals._widen((lo + hi) / 2, (hi - lo) / 2, np.abs(hi) + np.abs(lo))
+
+
+def _pos_enc(world, step, args, m, mutation):
+    """The sinusoidal table at its true value; posenc_sin_cos_swapped: cos in the even columns
+    (0-based: columns 1, 3, ... counting from 1), sin in the odd."""
+    from attntrace.grading.diagnose import to_float
+
+    if m != "posenc_sin_cos_swapped":
+        return intervals.point(to_float(step.value))
+    n, d = step.shape
+    pos = np.arange(n, dtype=np.float64)[:, None]
+    col = np.arange(d)[None, :]
+    angle = pos / float(step.details.get("base", 10000)) ** ((2 * (col // 2)) / d)
+    return intervals.point(np.where(col % 2 == 0, np.cos(angle), np.sin(angle)))
+
+
 def masked_keep(step, m) -> np.ndarray | None:
     """The kept entries under a planted mask mistake (window W + 1, top-left causal), or None."""
     if m not in ("window_off_by_one", "causal_top_left_decoding"):
@@ -286,5 +371,6 @@ def masked_keep(step, m) -> np.ndarray | None:
 
 RULES = {"Q_rope": _rope, "K_rope": _rope, "biased": _biased, "K_cache": _cache, "V_cache": _cache,
          "embed": _sum, "residual1": _sum, "residual2": _sum,
-         "online_out": _online_out, "lse": _lse,
+         "online_out": _online_out, "lse": _lse, "norm1": _norm, "norm2": _norm, "ffn_act": _activation,
+         "pos_enc": _pos_enc,
          **{g: _grad for g in ("dV", "dweights", "dscaled", "dscores", "dQ", "dK", "dW_Q", "dW_K", "dW_V")}}

@@ -56,6 +56,7 @@ class Activation(Kind):
     reads, writes = ("H",), "G"
     letter, entry, symbol = "G", "g", "g"
     view, prose = "activation", "ffn_act"
+    mistakes = ("gelu_relu_confused",)
 
     def compute(self, ctx, head, state):
         h = state["H"]

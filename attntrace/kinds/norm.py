@@ -18,6 +18,7 @@ from attntrace.model.errors import BadInput
 class Norm(Kind):
     per_head = False
     view, prose = "norm", "norm"
+    mistakes = ("norm_unbiased_variance", "norm_wrong_axis")
 
     def __init__(self, id: str, reads: str, writes: str, letter: str, entry: str, which: int):
         self.id, self.reads, self.writes = id, (reads,), writes

@@ -17,6 +17,7 @@ class PosEnc(Kind):
     reads, writes = ("X",), "P"
     letter, entry, symbol = "P", "p", None  # constants: symbolic mode keeps sin(...) and cos(...)
     view, prose = "posenc", "pos_enc"
+    mistakes = ("posenc_sin_cos_swapped",)
 
     def enabled(self, problem) -> bool:
         return super().enabled(problem) and problem.extra.get("position") == "sinusoidal"
