@@ -170,7 +170,7 @@ def _concat(world, step, args, m, mutation):
 
 
 def _at_truth(world, step, args, m, mutation):
-    """A step kind with no interval rule (online softmax, backward, block steps): its true
+    """A step kind with no interval rule (most online-softmax and block steps): its true
     value, a point interval, whatever the student wrote before it. The checker still judges
     it (correct, or wrong with a read-off diagnosis), but a mistake made before it is not
     carried through it: a later step computed from a wrong earlier one shows as wrong."""
