@@ -27,7 +27,7 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _number(value: Any, key: str, what: str):
+def positive_number(value: Any, key: str, what: str):
     """A positive finite number given as an int, a float or an exact string ("1/2", "2^-3")."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise BadInput(f"{key} must be {what}, not {_shown(value)}")
@@ -65,7 +65,7 @@ def parse_rope(value: Any) -> dict | None:
     layout = value.get("layout", "half")
     if layout not in ROPE_LAYOUTS:
         raise BadInput(f"rope.layout must be \"half\" (Hugging Face rotate_half) or \"interleaved\" (adjacent pairs), not {_shown(layout)}")
-    base = _number(value.get("base", 10000), "rope.base", "a positive number")
+    base = positive_number(value.get("base", 10000), "rope.base", "a positive number")
     return {
         "base": base, "layout": layout,
         "positions": _positions(value["positions"], "positions") if "positions" in value else None,
@@ -103,7 +103,7 @@ def parse_alibi(value: Any) -> dict | None:
         return {"slopes": None}
     if not isinstance(slopes, (list, tuple)) or not slopes:
         raise BadInput(f"alibi.slopes must be a non-empty list of positive numbers, one per head, not {_shown(slopes)}")
-    return {"slopes": tuple(_number(s, "alibi.slopes", "a list of positive numbers") for s in slopes)}
+    return {"slopes": tuple(positive_number(s, "alibi.slopes", "a list of positive numbers") for s in slopes)}
 
 
 def positional_options(data: Mapping[str, Any]) -> dict:

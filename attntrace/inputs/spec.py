@@ -20,10 +20,9 @@ import numpy as np
 from attntrace.inputs import limits
 from attntrace.model.errors import BadInput
 from attntrace.inputs.safetext import clean_text
-from attntrace.inputs.expr import parse_expr
 from attntrace.inputs.matrices import to_matrix
 from attntrace.inputs.blockspec import BLOCK_KEYS, block_options, check_block
-from attntrace.inputs.positional import check_positional, positional_options
+from attntrace.inputs.positional import check_positional, positional_options, positive_number
 from attntrace.kinds.mask import MASK_NAMES, parse_mask_options
 from attntrace.model.trace import MODES, Operand
 
@@ -202,18 +201,10 @@ def _mode(data: Mapping[str, Any], override: str | None) -> str:
 
 
 def _scale(value: Any) -> Any:
+    """true, false, or a positive finite number (an int, a float or an exact string)."""
     if isinstance(value, bool):
         return value
-    if isinstance(value, (int, float)) or isinstance(value, str):
-        number = parse_expr(str(value), allow_symbols=False) if isinstance(value, str) else value
-        try:
-            size = float(number)
-        except (OverflowError, TypeError, ValueError):
-            size = float("nan")
-        if not 0 < size < float("inf"):
-            raise BadInput(f"scale must be true, false or a positive number, not {value!r}")
-        return number
-    raise BadInput(f"scale must be true, false or a positive number, not {value!r}")
+    return positive_number(value, "scale", "true, false or a positive number")
 
 
 #: Largest d_k or num_heads: beyond it a float cannot hold sqrt(d_k) exactly enough to matter,
