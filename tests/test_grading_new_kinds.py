@@ -173,6 +173,19 @@ def _numpy_student(code, rng):
         wrong = 2 * v["scaled" + head] - v["biased" + head]  # T - B instead of T + B
         answer["biased" + head] = [[_entry(x) for x in row] for row in wrong]
         return trace, answer, "biased" + head
+    if code == "rope_rotated_values":
+        # V turned too: by Hugging Face's rotate_half (tests/oracles.py), the keys' rotation
+        import oracles
+
+        n, h = int(rng.integers(2, 5)), int(rng.choice([1, 2]))
+        trace = attntrace.run(_rand_spec(rng, n=n, d_k=4, h=h, rope={"layout": "half"}), mode="numeric")
+        v = _values(trace)
+        head = f"@{h}" if h > 1 else ""
+        keys = [s.key for s in trace.steps]
+        answer = _answer(v, keys[:keys.index("Z" + head)])
+        wrong = v["weights" + head] @ oracles.rope_half_hf(v["V" + head][None], positions=list(range(n)))[0]
+        answer["Z" + head] = [[_entry(x) for x in row] for row in wrong]
+        return trace, answer, "Z" + head
     if code == "cache_not_appended":
         past = int(rng.integers(1, 4))
         spec = {**_rand_spec(rng, n=1), "K_past": rng.integers(-2, 3, size=(past, 2)).tolist(),
@@ -359,7 +372,7 @@ def _block_mistake_student(code, rng):
     return trace, answer, target
 
 
-NEW_CODES = ("rope_wrong_layout", "rope_positions_from_1", "window_off_by_one", "causal_top_left_decoding",
+NEW_CODES = ("rope_wrong_layout", "rope_positions_from_1", "rope_rotated_values", "window_off_by_one", "causal_top_left_decoding",
              "alibi_slope_sign", "cache_not_appended", "kv_head_mapping", "forgot_residual", "posenc_not_added") + BACKWARD_CODES + ONLINE_CODES + BLOCK_CODES
 SWEEP = 12
 

@@ -57,6 +57,7 @@ CATALOGUE = {
     "output_weights_transposed": "output",  # concat W_O^T
     "rope_wrong_layout": "Q_rope",    # RoPE's other column pairing (half <-> interleaved)
     "rope_positions_from_1": "Q_rope",  # RoPE positions counted from 1, not 0
+    "rope_rotated_values": "Z",       # RoPE applied to V too: Z = A rot(V)
     "cache_not_appended": "K_cache",  # the new token's K, V not appended: it attends to K_past only
     "alibi_slope_sign": "biased",     # ALiBi bias +m (i - j) instead of -m (i - j)
     "window_off_by_one": "masked",    # a sliding window keeping W + 1 keys

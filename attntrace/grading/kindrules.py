@@ -47,6 +47,7 @@ from attntrace.model.errors import BadInput
 STEPS = {
     "rope_wrong_layout": ("Q_rope", "K_rope"),
     "rope_positions_from_1": ("Q_rope", "K_rope"),
+    "rope_rotated_values": ("Z",),
     "cache_not_appended": ("K_cache", "V_cache"),
     "alibi_slope_sign": ("biased",),
     "window_off_by_one": ("masked",),
@@ -85,6 +86,8 @@ def mutations(code: str, world) -> list:
     mutation = Mutation(code, steps[0], steps=frozenset(steps))
     if code == "rope_positions_from_1":
         return [mutation] if any(list(s.details["positions"])[:1] == [0] for s in present) else []
+    if code == "rope_rotated_values":  # only where the keys were rotated, so V has their positions
+        return [mutation] if any(s.id == "K_rope" for s in world.steps) else []
     if code == "window_off_by_one":
         return [mutation] if any(s.details.get("window") is not None and s.details.get("kind") != "matrix" for s in present) else []
     if code == "causal_top_left_decoding":
@@ -124,14 +127,31 @@ def rewire(step, refs: tuple, mutation) -> tuple:
 
 # -- the rules ----------------------------------------------------------------------------------
 def _rope(world, step, args, m, mutation):
-    x = args[0]
     det = step.details
-    d, layout = int(det["d"]), det["layout"]
+    layout = det["layout"]
     positions = np.asarray([float(p) for p in det["positions"]])
     if m == "rope_wrong_layout":
         layout = "half" if layout == "interleaved" else "interleaved"
     elif m == "rope_positions_from_1":
         positions = positions + 1
+    return _rotated(args[0], det, layout, positions)
+
+
+def rotated_values(world, step, v: Box) -> Box:
+    """rope_rotated_values: V turned as the keys it belongs to were (K_rope of the same
+    key/value head: its positions, layout and base), which RoPE never does."""
+    ref = step.inputs[1] if len(step.inputs) > 1 else "V"
+    head = int(ref.partition("@")[2]) if "@" in ref else step.head
+    k_rope = next((s for s in world.steps if s.id == "K_rope" and s.head == head), None)
+    if k_rope is None:
+        raise _impossible()
+    det = k_rope.details
+    return _rotated(v, det, det["layout"], np.asarray([float(p) for p in det["positions"]]))
+
+
+def _rotated(x: Box, det, layout: str, positions) -> Box:
+    """Each row of x turned pair by pair by its position's angles (RoPE's rotation, intervals)."""
+    d = int(det["d"])
     if x.shape != (len(positions), d):
         raise _impossible()
     from attntrace.kinds.rope import rope_pairs

@@ -153,6 +153,8 @@ def _weights(world, step, args, m, mutation):
 
 def _z(world, step, args, m, mutation):
     a, v = args
+    if m == "rope_rotated_values":
+        v = kindrules.rotated_values(world, step, v)
     return _matmul(v, a) if m == "values_first" else _matmul(a, v)
 
 

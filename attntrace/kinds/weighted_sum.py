@@ -12,7 +12,7 @@ class WeightedSum(Kind):
     starts = ("X", "QKV", "scores", "weights")
     letter, entry, symbol = "Z", "z", "z"
     view, prose = "product", "weighted_sum"
-    mistakes = ("values_first", "kv_head_mapping")
+    mistakes = ("values_first", "kv_head_mapping", "rope_rotated_values")
 
     def compute(self, ctx, head, state):
         a, v = state["A"], state.get("V")
