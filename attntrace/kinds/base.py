@@ -94,5 +94,10 @@ def plain_math(name: str) -> str:
     return re.sub(r"\\(tilde|hat)\{(\w)\}", lambda m: m.group(2) + ("~" if m.group(1) == "tilde" else "'"), name)
 
 
+def plain_braces(letter: str) -> str:
+    """A block matrix's name in plain text: its braces dropped (R^{f} -> R^f, W_{gate} -> W_gate)."""
+    return letter.replace("{", "").replace("}", "")
+
+
 def plain_sup(head: int | None) -> str:
     return "" if head is None else f"({head})"

@@ -23,15 +23,8 @@ from __future__ import annotations
 from typing import Any
 
 from attntrace.kinds.base import Kind, label, plain_math, plain_sup, sup
+from attntrace.kinds.projection import kv_head
 from attntrace.model.errors import BadInput
-
-
-def kv_owner(problem, head: int | None) -> int | None:
-    """The key/value head whose cache query head `head` reads (repeat_interleave order)."""
-    h_kv = (problem.extra or {}).get("num_kv_heads")
-    if head is None or h_kv is None:
-        return head
-    return (head - 1) // (len(problem.heads) // h_kv) + 1
 
 
 def has_cache(problem) -> bool:
@@ -73,7 +66,7 @@ class CacheAppend(Kind):
             raise BadInput("K_past and V_past (the KV cache) must be given together")
         if new is None:
             return None
-        own = kv_owner(p, head)
+        own = kv_head(p, head)
         memo = ctx.cache.setdefault("kv cache", {})  # what the tracer keeps across the heads
         if (self.id, own) in memo:  # grouped-query attention: this key/value head's cache is made
             return memo[(self.id, own)]

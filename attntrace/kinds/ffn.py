@@ -8,7 +8,7 @@ entry by entry, F = G W_down (no biases). Weights are (in, out), rows as vectors
 
 from __future__ import annotations
 
-from attntrace.kinds.base import Kind
+from attntrace.kinds.base import Kind, plain_braces
 from attntrace.inputs.blockspec import BLOCK_OPERANDS
 from attntrace.kinds.exactsize import check_exact_size
 from attntrace.model.errors import BadInput
@@ -46,7 +46,7 @@ class Linear(Kind):
         check_exact_size(ctx, self.id, result)
         tail = f" + {bias.name}" if bias is not None else ""
         formula = f"{self.letter} = {a.letter} {BLOCK_OPERANDS[w_name][0]}{tail}"
-        plain = f"{_plain(self.letter)} = {_plain(a.letter)} {w_name}{tail}"
+        plain = f"{plain_braces(self.letter)} = {plain_braces(a.letter)} {w_name}{tail}"
         return ctx.emit(self, None, [a.ref, w_name] + ([bias.name] if bias is not None else []), formula, plain, result, shape)
 
 
@@ -84,9 +84,6 @@ class Activation(Kind):
     def json_details(self, details):
         return {"activation": details["activation"]}
 
-
-def _plain(letter: str) -> str:
-    return letter.replace("{", "").replace("}", "")
 
 
 def check_ffn_shapes(problem, d_model: int) -> None:

@@ -10,7 +10,7 @@ is 1 and the bias 0, and the formula leaves them out.
 
 from __future__ import annotations
 
-from attntrace.kinds.base import Kind
+from attntrace.kinds.base import Kind, plain_braces
 from attntrace.kinds.exactsize import check_exact_size
 from attntrace.model.errors import BadInput
 
@@ -24,7 +24,7 @@ class Norm(Kind):
         self.id, self.reads, self.writes = id, (reads,), writes
         self.letter, self.entry, self.symbol = letter, entry, entry
         self.which = which  # 1 or 2: gamma_1/beta_1 or gamma_2/beta_2, eps of norm1 or norm2
-        self.plain_letter = _plain(letter)
+        self.plain_letter = plain_braces(letter)
 
     def compute(self, ctx, head, state):
         r = state[self.reads[0]]
@@ -54,9 +54,9 @@ class Norm(Kind):
         pentry += " + beta_j" if bias is not None else ""
         params = [f"\\{n}_{self.which}" for n, op in (("gamma", gain), ("beta", bias)) if op is not None]
         args = m + "".join(f";\\ {x}" if k == 0 else f", {x}" for k, x in enumerate(params))
-        pargs = _plain(m) + "".join(f"; {x[1:]}" if k == 0 else f", {x[1:]}" for k, x in enumerate(params))
+        pargs = plain_braces(m) + "".join(f"; {x[1:]}" if k == 0 else f", {x[1:]}" for k, x in enumerate(params))
         formula = f"{self.letter} = \\operatorname{{{name}}}({args}), \\quad {self.entry}_{{ij}} = {entry}"
-        plain = f"{_plain(self.letter)} = {name}({pargs}),  {_plain(self.entry)}_ij = {pentry}"
+        plain = f"{plain_braces(self.letter)} = {name}({pargs}),  {plain_braces(self.entry)}_ij = {pentry}"
         inputs = [r.ref] + [op.name for op in (gain, bias) if op is not None]
         details = {**details, "norm": "rms" if rms else "layer", "eps": eps, "which": self.which}
         return ctx.emit(self, None, inputs, formula, plain, result, r.shape, details)
@@ -93,7 +93,3 @@ def _json_number(x):
     from attntrace.inputs.expr import to_plain
 
     return float(x) if not hasattr(x, "free_symbols") else to_plain(x)
-
-
-def _plain(letter: str) -> str:
-    return letter.replace("{", "").replace("}", "")

@@ -4,7 +4,7 @@ arrangement (`attntrace.kinds.block`): the normalised one in post-LN, the stream
 
 from __future__ import annotations
 
-from attntrace.kinds.base import Kind
+from attntrace.kinds.base import Kind, plain_braces
 from attntrace.kinds.exactsize import check_exact_size
 from attntrace.model.errors import BadInput
 
@@ -17,7 +17,7 @@ class Residual(Kind):
     def __init__(self, id: str, a: str, b: str, writes: str, letter: str, entry: str):
         self.id, self.reads, self.writes = id, (a, b), writes
         self.letter, self.entry, self.symbol = letter, entry, entry
-        self.plain_letter = _plain(letter)
+        self.plain_letter = plain_braces(letter)
 
     def json_details(self, details):
         return {"block": details["block"]} if details.get("block") else {}
@@ -30,10 +30,5 @@ class Residual(Kind):
         result = ctx.alg.plus(a.value, b.value)
         check_exact_size(ctx, self.id, result)
         formula = f"{self.letter} = {a.letter} + {b.letter}"
-        plain = f"{_plain(self.letter)} = {_plain(a.letter)} + {_plain(b.letter)}"
+        plain = f"{plain_braces(self.letter)} = {plain_braces(a.letter)} + {plain_braces(b.letter)}"
         return ctx.emit(self, None, [a.ref, b.ref], formula, plain, result, a.shape, {"block": ctx.p.extra.get("block")})
-
-
-def _plain(letter: str) -> str:
-    """R^{f} -> R^f (plain-text names of the block's matrices)."""
-    return letter.replace("{", "").replace("}", "")

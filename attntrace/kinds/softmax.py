@@ -25,15 +25,10 @@ class Weights(Kind):
         m, e = t.letter, t.entry
         formula = (f"A{h} = \\operatorname{{softmax}}\\left({m}{h}\\right), \\quad a{h}_{{ij}} = "
                    f"\\frac{{e^{{{e}{h}_{{ij}}}}}}{{\\sum_{{k}} e^{{{e}{h}_{{ik}}}}}}")
-        pe = _plain(e)
-        plain = f"A{ph} = softmax({_plain(m)}{ph}),  a_ij = e^({pe}_ij) / sum_k e^({pe}_ik)"
+        pe = plain_math(e)
+        plain = f"A{ph} = softmax({plain_math(m)}{ph}),  a_ij = e^({pe}_ij) / sum_k e^({pe}_ik)"
         # weights of finite shifted scores lie in [0, 1]: no overflow check needed
         return ctx.emit(self, head, [t.ref], formula, plain, result, t.shape, details, checked=True)
-
-
-def _plain(name: str) -> str:
-    """\\tilde{T} -> T~, \\tilde{t} -> t~ (plain-text names of the masked scores)."""
-    return plain_math(name)
 
 
 def _check_shift(ctx, head, t, shifted) -> None:
