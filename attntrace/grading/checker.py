@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -57,6 +57,33 @@ class WrongEntry:
         return {"row": self.row, "col": self.col, "expected": _json_number(self.expected), "given": _json_number(self.given)}
 
 
+class WrongEntries(Sequence):
+    """The wrong entries of a step, kept as arrays (an all-wrong 256 x 256 step is 65,536 of
+    them): a sequence of `WrongEntry`, each made when it is read."""
+
+    def __init__(self, answer: AnswerMatrix | None = None, expected: np.ndarray | None = None, cells: np.ndarray | None = None):
+        self._answer, self._expected = answer, expected
+        self._cells = np.zeros((0, 2), dtype=np.int64) if cells is None else cells
+
+    def __len__(self) -> int:
+        return len(self._cells)
+
+    def __getitem__(self, k):
+        if isinstance(k, slice):
+            return tuple(self[i] for i in range(*k.indices(len(self))))
+        i, j = (int(x) for x in self._cells[k])
+        return WrongEntry(i + 1, j + 1, float(self._expected[i, j]), float(self._answer.values[i, j]),
+                          str(self._answer.texts[i, j]))
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Sequence) and tuple(self) == tuple(other)
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return f"WrongEntries({len(self)} entries)"
+
+
 @dataclass(frozen=True)
 class Diagnosis:
     """A mistake's code and the numbers its sentence mentions; `alternatives`: other mistakes
@@ -81,7 +108,7 @@ class StepResult:
     id: str
     head: int | None
     status: str
-    wrong_entries: tuple[WrongEntry, ...] = ()
+    wrong_entries: Sequence = ()  # of WrongEntry (a WrongEntries)
     diagnosis: Diagnosis | None = None  # on a wrong step; a remark (early_rounding, ...) on another
     expected_shape: tuple[int, int] | None = None
     given_shape: tuple[int, int] | None = None
@@ -177,7 +204,7 @@ def check(spec_or_trace: Any, answer: Any, *, mode: str | None = None, atol: flo
     _check_keys(trace, answers)
     policy = Policy(decimals=decimals, atol=atol, rtol=rtol)
 
-    world = World(trace)
+    world = World.of(trace)
     given = _written(world, answers)
     carried_world = world.recompute(given)
     mutated: list | None = None  # computed on the first wrong step only
@@ -197,8 +224,7 @@ def check(spec_or_trace: Any, answer: Any, *, mode: str | None = None, atol: flo
         if mistakes.large_negative_mask(step, a, expected, policy):
             results[key] = StepResult(status="correct", diagnosis=_diagnosis(world, step, MASK_LARGE_NEGATIVE), **common)
             continue
-        wrong_entries = () if a.shape != shape else tuple(
-            WrongEntry(i + 1, j + 1, float(expected[i, j]), e.value, e.text) for i, j, e in a.misfits(expected, expected, policy))
+        wrong_entries = WrongEntries() if a.shape != shape else WrongEntries(a, expected, a.misfit_cells(expected, expected, policy))
         mine = carried_world[key]
         if mine is not None and a.fits(mine.lo, mine.hi, policy):
             upstream = [results[k].status for k in world.ancestors(key) if k in results]
@@ -206,7 +232,7 @@ def check(spec_or_trace: Any, answer: Any, *, mode: str | None = None, atol: flo
             results[key] = StepResult(status="carried", wrong_entries=wrong_entries, diagnosis=remark, **common)
             continue
         if mutated is None:
-            mutated = list(world.candidates(given))
+            mutated = list(world.candidates(given, carried_world))
         diagnosis = _diagnose(world, step, a, mutated, mine, policy)
         results[key] = StepResult(status="wrong", wrong_entries=wrong_entries, diagnosis=diagnosis, **common)
 
