@@ -28,6 +28,7 @@ floats given in a dict count the decimals of `repr(x)` (0.65 -> 2 decimals).
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from dataclasses import dataclass
@@ -278,9 +279,11 @@ def _arrays(values, kinds, decimals, texts, shape) -> tuple:
 
 
 class Answers(dict):
-    """{(step id, head): AnswerMatrix} plus the file's text fields (`meta`: title, student, comment)."""
+    """{(step id, head): AnswerMatrix} plus the file's text fields (`meta`: title, student,
+    comment) and the keys that were ignored (`ignored`: not a step, nor close to one)."""
 
     meta: dict
+    ignored: tuple = ()
 
     @property
     def student(self) -> str | None:
@@ -309,6 +312,7 @@ def load_answer(answer: Any, steps: tuple[str, ...] | None = None) -> Answers:
         raise BadInput(f"an answer is a path or a dict, not {type(answer).__name__}")
     out = Answers()
     out.meta = {}
+    ignored: list[str] = []
 
     def put(step_id: str, head: int | None, raw: Any) -> None:
         m = _matrix(raw, step_id if head is None else f"{step_id}@{head}", step_id, head)
@@ -332,14 +336,21 @@ def load_answer(answer: Any, steps: tuple[str, ...] | None = None) -> Answers:
                 if not isinstance(table, Mapping):
                     raise BadInput(f"answer: [{HEAD_TABLE}.{h}] must be a table of step names")
                 for step_id, value in table.items():
+                    if step_id not in known and not _near(str(step_id), known):
+                        ignored.append(f"{HEAD_TABLE}.{h}.{step_id}")
+                        continue
                     if step_id not in known or step_id in STEP_IDS and step_id not in PER_HEAD_STEPS:
                         raise BadInput(f"answer: unknown per-head step {step_id!r} in [{HEAD_TABLE}.{h}]; "
-                                       f"per-head steps are {', '.join(PER_HEAD_STEPS)} (and per-head steps of the trace)")
+                                       f"per-head steps are {', '.join(PER_HEAD_STEPS)} (and per-head steps of the trace)"
+                                       + _did_you_mean(str(step_id), known))
                     put(step_id, head, value)
             continue
         step_id, sep, h = key.partition("@")
         if step_id not in known:
-            raise BadInput(f"answer: unknown step {key!r}; steps are {listed} "
+            if not _near(step_id, known):  # date = "...", notes = "...": not meant as a step
+                ignored.append(key)
+                continue
+            raise BadInput(f"answer: unknown step {key!r}{_did_you_mean(step_id, known)}; steps are {listed} "
                            f"(per head: weights@2 or a [{HEAD_TABLE}.2] table)")
         head = None
         if sep:
@@ -349,7 +360,26 @@ def load_answer(answer: Any, steps: tuple[str, ...] | None = None) -> Answers:
         put(step_id, head, raw)
     if not out:
         raise BadInput("the answer gives no steps; give any of " + listed)
+    out.ignored = tuple(ignored)
     return out
+
+
+#: How alike (difflib's ratio) an unknown key must be to a step id or a text field to be
+#: taken as a misspelling of it ("scors", "weight") rather than a key of its own ("date").
+NEAR_MISS = 0.7
+
+
+def _names(known: frozenset) -> list[str]:
+    return sorted(known | set(META_KEYS) | {HEAD_TABLE})
+
+
+def _near(key: str, known: frozenset) -> bool:
+    return bool(difflib.get_close_matches(key, _names(known), n=1, cutoff=NEAR_MISS))
+
+
+def _did_you_mean(key: str, known: frozenset) -> str:
+    close = difflib.get_close_matches(key, _names(known), n=1, cutoff=NEAR_MISS)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _known_ids() -> frozenset:

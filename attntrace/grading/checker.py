@@ -138,6 +138,7 @@ class Report:
     tolerance: Mapping[str, Any] = field(default_factory=dict)
     student: str | None = None
     policy: Policy = field(default_factory=Policy)
+    ignored: tuple[str, ...] = ()  # keys of the answer that are not steps (date = "..."): not checked
 
     def step(self, id: str, head: int | None = None) -> StepResult:
         for s in self.steps:
@@ -151,8 +152,11 @@ class Report:
 
     def to_dict(self, lang: str | None = None) -> dict:
         lang = lang or self.lang
-        return {"ok": self.ok, "first_wrong": self.first_wrong, "student": self.student,
-                "steps": [s.to_dict(lang) for s in self.steps]}
+        d = {"ok": self.ok, "first_wrong": self.first_wrong, "student": self.student,
+             "steps": [s.to_dict(lang) for s in self.steps]}
+        if self.ignored:
+            d["ignored_keys"] = list(self.ignored)
+        return d
 
     def render(self, format: str = "text", **options) -> str:
         options.setdefault("lang", self.lang)
@@ -239,7 +243,8 @@ def check(spec_or_trace: Any, answer: Any, *, mode: str | None = None, atol: flo
     steps = tuple(results.values())
     first = next((s.key for s in steps if s.status == "wrong"), None)
     return Report(ok=first is None, first_wrong=first, steps=steps, trace=trace, lang=lang,
-                  tolerance=policy.to_dict(), student=answers.student, policy=policy)
+                  tolerance=policy.to_dict(), student=answers.student, policy=policy,
+                  ignored=tuple(getattr(answers, "ignored", ())))
 
 
 def _written(world: World, answers: Answers) -> dict:
@@ -296,6 +301,7 @@ def split_full_width(trace: Trace, answers: Answers) -> Answers:
         return answers
     out = Answers()
     out.meta = answers.meta
+    out.ignored = answers.ignored
     for (step_id, head), a in answers.items():
         if head is not None or step_id not in FULL_WIDTH_STEPS or trace.has(step_id, None) or not trace.has(step_id, 1):
             out[(step_id, head)] = a

@@ -139,6 +139,7 @@ def _render_report(report: Report, format: str, lang: str, precision: int, templ
         m=msgs, lang=lang, report=report, rows=rows, wrong=wrong, first=wrong[0] if wrong else None,
         remarks=[r for r in rows if r["code"] and r["status"] != "wrong"],
         student=None if student is None else clean_text(student),
+        ignored=[clean_text(k)[:80] for k in report.ignored],
         policy=report.policy, slack=report.tolerance.get("slack"),
         title=_title(report.trace, format, lang, options.get("math_delimiters") or "dollars"),
         standalone=bool(options.get("standalone")), math_delimiters=options.get("math_delimiters") or "dollars",
