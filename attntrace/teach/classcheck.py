@@ -91,7 +91,7 @@ class Tally:
                 self.found[code]["steps"].append(key)
         if s.ignored:
             self.n_ignoring += 1
-            self.ignored.update(dict.fromkeys(s.ignored))
+            self.ignored.update(set(s.ignored))
         self.names.setdefault(s.name, []).append(s.source or s.name)
 
     @property
@@ -206,7 +206,7 @@ def csv_row(s: StudentResult, weights: Mapping[str, float]) -> list[str]:
     status = "unreadable" if not s.readable else "ok" if s.ok else "wrong"
     why = s.reason or ""
     if s.readable and s.duplicate:
-        why = "duplicate student name"
+        why = "duplicate: another answer names the same student"
     if s.readable and s.ignored:
         why = "; ".join(x for x in (why, "ignored " + ", ".join(repr(k) for k in s.ignored)) if x)
     return [_csv_text(s.name), _csv_text(s.source or ""), status,
@@ -454,7 +454,7 @@ def class_command(args, render_options: Mapping[str, Any], write) -> bool:
                                 render_format=fmt if per_student else None, render_options=options)
     jobs = _jobs(getattr(args, "jobs", None))
     tally = Tally(g.trace, g.weights, keep_rows=fmt not in ("csv", "json"))
-    graded = _progress(results(g, items, jobs), len(items))
+    graded = _flag_repeats(_progress(results(g, items, jobs), len(items)), tally)
     if fmt == "csv":
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
@@ -485,6 +485,15 @@ def class_command(args, render_options: Mapping[str, Any], write) -> bool:
                                 {**render_options, "lang": args.lang})
         write(text, False)
     return tally.n > 0 and tally.n_ok == tally.n
+
+
+def _flag_repeats(graded: Iterable[StudentResult], tally: Tally) -> Iterable[StudentResult]:
+    """A streamed answer naming a student an earlier answer named: flagged as a duplicate
+    (the earlier row is already written; the summary lists both files)."""
+    from dataclasses import replace
+
+    for s in graded:
+        yield replace(s, duplicate=True) if s.readable and s.name in tally.names else s
 
 
 def _progress(graded: Iterable[StudentResult], total: int, stream=None) -> Iterable[StudentResult]:
