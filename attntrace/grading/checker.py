@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -209,9 +209,15 @@ def check(spec_or_trace: Any, answer: Any, *, mode: str | None = None, atol: flo
     policy = Policy(decimals=decimals, atol=atol, rtol=rtol)
 
     world = World.of(trace)
-    given = _written(world, answers)
-    carried_world = world.recompute(given)
-    mutated: list | None = None  # computed on the first wrong step only
+    lazy: dict = {}  # the student's world, computed at the first step that is not simply right
+
+    def student_world() -> tuple[dict, dict]:
+        if not lazy:
+            lazy["given"] = _written(world, answers)
+            lazy["carried"] = world.recompute(lazy["given"])
+        return lazy["given"], lazy["carried"]
+
+    mutated: dict = {}  # the mutated worlds, each computed when a wrong step it can reach needs it
 
     results: dict[tuple, StepResult] = {}
     for step in trace.steps:
@@ -229,15 +235,14 @@ def check(spec_or_trace: Any, answer: Any, *, mode: str | None = None, atol: flo
             results[key] = StepResult(status="correct", diagnosis=_diagnosis(world, step, MASK_LARGE_NEGATIVE), **common)
             continue
         wrong_entries = WrongEntries() if a.shape != shape else WrongEntries(a, expected, a.misfit_cells(expected, expected, policy))
+        given, carried_world = student_world()
         mine = carried_world[key]
         if mine is not None and a.fits(mine.lo, mine.hi, policy):
             upstream = [results[k].status for k in world.ancestors(key) if k in results]
             remark = None if "wrong" in upstream else _diagnosis(world, step, EARLY_ROUNDING)
             results[key] = StepResult(status="carried", wrong_entries=wrong_entries, diagnosis=remark, **common)
             continue
-        if mutated is None:
-            mutated = list(world.candidates(given, carried_world))
-        diagnosis = _diagnose(world, step, a, mutated, mine, policy)
+        diagnosis = _diagnose(world, step, a, world.candidates_at(key, given, carried_world, mutated), mine, policy)
         results[key] = StepResult(status="wrong", wrong_entries=wrong_entries, diagnosis=diagnosis, **common)
 
     steps = tuple(results.values())
@@ -273,7 +278,7 @@ def _diagnosis(world: World, step, code: str, mutation=None, shape=None, **extra
     return Diagnosis(code, {**diagnosis_params(world, step, mutation, given_shape=shape), **extra})
 
 
-def _diagnose(world: World, step, a: AnswerMatrix, mutated: list, mine, policy: Policy) -> Diagnosis:
+def _diagnose(world: World, step, a: AnswerMatrix, mutated: Iterable, mine, policy: Policy) -> Diagnosis:
     """Every planted mistake that reproduces the student's values (the first named, the others
     its alternatives), else a mistake read off their numbers, else wrong_shape / unknown."""
     key = (step.id, step.head)

@@ -150,6 +150,21 @@ class World:
             present[(step.id, step.head)] = None
         self._points = {k: intervals.point(v) for k, v in self.operands.items()}
         self._ancestors: dict[Key, set[Key]] = {}
+        self._reach = [self._reached_by(m) for m in self.mutations]
+
+    def _reached_by(self, mutation: Mutation) -> frozenset:
+        """The steps whose value `mutation` may change, whatever the student gave: the steps it
+        changes and every step after them that reads one (a superset of the dirty steps of
+        `recompute(given, mutation, base)`; a step outside it keeps base's value)."""
+        reached: set[Key] = set()
+        for index, step in enumerate(self.steps):
+            if mutation.changes(step.id) or any(k in reached for k in self._keys[index]):
+                reached.add((step.id, step.head))
+        return frozenset(reached)
+
+    def reaches(self, index: int, key: Key) -> bool:
+        """Can the index-th mutation change step `key`?"""
+        return key in self._reach[index]
 
     @classmethod
     def of(cls, trace: Trace) -> "World":
@@ -248,6 +263,18 @@ class World:
         base: `recompute(given)`, so that only what a mistake changes is computed again."""
         for mutation in self.mutations:
             yield mutation, self.recompute(given, mutation, base)
+
+    def candidates_at(self, key: Key, given: dict[Key, Box], base: dict[Key, Box | None], cache: dict
+                      ) -> Iterable[tuple[Mutation, dict[Key, Box | None]]]:
+        """The catalogued mistakes that can change step `key`, in order, with their worlds
+        (each computed once per answer, kept in `cache`): a mistake that cannot reach `key`
+        leaves base's value there, which the student's value has already failed to fit."""
+        for index, mutation in enumerate(self.mutations):
+            if key not in self._reach[index]:
+                continue
+            if index not in cache:
+                cache[index] = self.recompute(given, mutation, base)
+            yield mutation, cache[index]
 
 
 def diagnosis_params(world: World, step: Step, mutation: Mutation | None, *, given_shape=None) -> dict:
