@@ -32,6 +32,7 @@ import difflib
 import math
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from pathlib import Path
@@ -207,31 +208,43 @@ class AnswerMatrix:
         rows, cols = self.shape
         return tuple(tuple(self.entry(i, j) for j in range(cols)) for i in range(rows))
 
-    @property
+    @cached_property
     def radii(self) -> np.ndarray:
         """Half a unit of each entry's last written decimal (0 for exact entries)."""
         return np.where(self.kinds == KIND_CODES["decimal"], _half_units(self.decimals), 0.0)
 
+    @cached_property
+    def _neg_inf(self) -> np.ndarray:
+        return self.kinds == KIND_CODES["neg_inf"]
+
     def allowed(self, expected: np.ndarray, policy: Policy) -> np.ndarray:
-        """`Policy.allowed` of every entry against `expected` (same numbers, entry by entry)."""
+        """`Policy.allowed` of every entry against `expected` (same numbers, entry by entry:
+        slack + 0 is slack, and half + slack is slack + half)."""
         kind = policy.kind
         if kind == "absolute":
             return (policy.atol or 0.0) + (policy.rtol or 0.0) * np.abs(expected)
         slack = TIE_SLACK * np.maximum(1.0, np.abs(expected))
         if kind == "decimals":
             return 0.5 * 10.0 ** -policy.decimals + slack
-        return np.where(self.kinds == KIND_CODES["decimal"], _half_units(self.decimals) + slack, slack)
+        return slack + self.radii
 
     def ok_mask(self, lo: np.ndarray, hi: np.ndarray, policy: Policy = DEFAULT_POLICY) -> np.ndarray:
         """Entry by entry, `Entry.within(lo, hi, policy)`: right against some value in [lo, hi]."""
         v = self.values
+        point = lo is hi
         lo = np.asarray(lo, dtype=np.float64)
-        hi = np.asarray(hi, dtype=np.float64)
+        hi = lo if point else np.asarray(hi, dtype=np.float64)
         with np.errstate(invalid="ignore", over="ignore"):
-            nan = np.isnan(lo) | np.isnan(hi)
-            infinite = (self.kinds == KIND_CODES["neg_inf"]) | np.isinf(lo) | np.isinf(hi)
-            ok_inf = (v == lo) | (v == hi)
-            nearest = np.minimum(np.maximum(v, lo), hi)
+            if point:  # min(max(v, lo), lo) is lo
+                nan = np.isnan(lo)
+                infinite = self._neg_inf | np.isinf(lo)
+                ok_inf = v == lo
+                nearest = lo
+            else:
+                nan = np.isnan(lo) | np.isnan(hi)
+                infinite = self._neg_inf | np.isinf(lo) | np.isinf(hi)
+                ok_inf = (v == lo) | (v == hi)
+                nearest = np.minimum(np.maximum(v, lo), hi)
             ok = np.abs(v - nearest) <= self.allowed(nearest, policy) * (1 + 1e-12)
         return ~nan & np.where(infinite, ok_inf, ok)
 
