@@ -91,7 +91,7 @@ def _answers(trace: Trace) -> list[tuple]:
 # --------------------------------------------------------------------------- question text (HTML)
 
 
-class _Prose:
+class Prose:
     """The worksheet's prose (templates/exercise/prose/{lang}.j2) as HTML."""
 
     def __init__(self, lang: str, template_dir=None):
@@ -124,7 +124,7 @@ def _math(tex: str, display: bool = False) -> str:
     return f"\\[ {tex} \\]" if display else f"\\( {tex} \\)"
 
 
-def _given_html(variant: Variant, prose: _Prose) -> str:
+def given_html(variant: Variant, prose: Prose) -> str:
     from attntrace.teach.exercise import worksheet_view
 
     view = worksheet_view(variant.spec, variant.trace)
@@ -138,7 +138,7 @@ def _given_html(variant: Variant, prose: _Prose) -> str:
     return "\n".join(parts)
 
 
-def _step_html(variant: Variant, prose: _Prose, number: int, step) -> str:
+def step_html(variant: Variant, prose: Prose, number: int, step) -> str:
     from attntrace.teach.exercise import worksheet_view
 
     view = worksheet_view(variant.spec, variant.trace)
@@ -175,19 +175,19 @@ def _cloze_blank(value: float) -> str:
 
 def moodle_quiz(variants: list[Variant], lang: str = "en", template_dir=None) -> ET.Element:
     """The Moodle XML <quiz> element: per variant a category and one Cloze question per step."""
-    prose = _Prose(lang, template_dir)
+    prose = Prose(lang, template_dir)
     quiz = ET.Element("quiz")
     for v in variants:
         n, d = len(v.spec["X"]), len(v.spec["X"][0])
         heads = v.trace.num_heads
         category = ET.SubElement(quiz, "question", {"type": "category"})
         _text_element(category, "category", f"$course$/top/attntrace n={n} d={d} heads={heads}/seed {v.seed}")
-        given = _given_html(v, prose)
+        given = given_html(v, prose)
         for number, (step, matrix) in enumerate(_answers(v.trace), start=1):
             q = ET.SubElement(quiz, "question", {"type": "cloze"})
             _text_element(q, "name", f"seed {v.seed}, step {number}: {step.key}")
             rows = "".join("<tr>" + "".join(f"<td>{_cloze_blank(x)}</td>" for x in row) + "</tr>" for row in matrix)
-            body = (f"{given}\n{_step_html(v, prose, number, step)}\n"
+            body = (f"{given}\n{step_html(v, prose, number, step)}\n"
                     f"<p>{_lhs_html(step)} =</p>\n<table class=\"attntrace-matrix\">{rows}</table>")
             _text_element(q, "questiontext", body, "html")
             _text_element(q, "generalfeedback", "", "html")
@@ -242,7 +242,7 @@ def _ident(*parts) -> str:
 
 def qti_assessment(variants: list[Variant], lang: str = "en", template_dir=None) -> ET.Element:
     """The QTI 1.2 <questestinterop>: one assessment, one section, one item per entry."""
-    prose = _Prose(lang, template_dir)
+    prose = Prose(lang, template_dir)
     first = variants[0]
     n, d, heads = len(first.spec["X"]), len(first.spec["X"][0]), first.trace.num_heads
     seeds = f"{variants[0].seed}" if len(variants) == 1 else f"{variants[0].seed}-{variants[-1].seed}"
@@ -255,9 +255,9 @@ def qti_assessment(variants: list[Variant], lang: str = "en", template_dir=None)
     _field(meta, "cc_maxattempts", "1")
     section = ET.SubElement(assessment, "section", {"ident": "root_section"})
     for v in variants:
-        given = _given_html(v, prose)
+        given = given_html(v, prose)
         for number, (step, matrix) in enumerate(_answers(v.trace), start=1):
-            step_text = _step_html(v, prose, number, step)
+            step_text = step_html(v, prose, number, step)
             for i, row in enumerate(matrix, start=1):
                 for j, value in enumerate(row, start=1):
                     text = (f"{given}\n{step_text}\n<p>{_lhs_html(step)}: "
