@@ -621,7 +621,11 @@ def bench_class(n_answers: int = 1008, jobs: int | None = None, repeats: int = 3
                 assert _grade_class(spec, answers, j) == n_answers
                 runs.append(time.perf_counter() - t0)
             times[j] = statistics.median(runs)
+        t0 = time.process_time()
+        _grade_class(spec, answers, 1)
+        cpu = time.process_time() - t0  # one core's worth of work, whatever else the machine runs
         out = {"answers": n_answers, "jobs": jobs, "serial_s": times[1], "parallel_s": times[jobs],
+               "serial_cpu_s": cpu, "serial_per_cpu_s": n_answers / cpu,
                "serial_per_s": n_answers / times[1], "parallel_per_s": n_answers / times[jobs]}
         if memory:
             big = Path(tmp) / "big"
@@ -726,6 +730,8 @@ def markdown(results: dict) -> str:
         lines.append(f"| class: {cl['answers']:,} answers to a two-head problem, `--jobs {cl['jobs']}` (WALL time) "
                      f"| {cl['parallel_per_s']:.0f} answers/s | {cl['serial_per_s']:.0f} answers/s with --jobs 1 "
                      f"| {cl['parallel_s']:.2f} s vs {cl['serial_s']:.2f} s | >= {goal:.0f}/s | {_ok(cl['parallel_per_s'], goal, le=False)} |")
+        lines.append(f"| - --jobs 1 in answers per CPU second of this process (what one idle core would do) "
+                     f"| {cl['serial_per_cpu_s']:.0f} answers/s | - | {cl['serial_cpu_s']:.2f} s CPU | - | - |")
         if "rss_mb" in cl:
             lines.append(f"| - peak memory of the command, {cl['answers']:,} vs {4 * cl['answers']:,} answers (csv, streamed) "
                          f"| {cl['rss_mb']:.0f} MB | {cl['rss_4x_mb']:.0f} MB | {cl['rss_4x_mb'] / cl['rss_mb']:.2f}x | flat | - |")
