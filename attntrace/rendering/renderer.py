@@ -174,6 +174,8 @@ def render(trace: Trace, format: str = "md", **options: Any) -> str:
         from attntrace.rendering.html import render_html
 
         return render_html(trace, **options)
+    if format not in FORMATS and isinstance(format, str):
+        raise BadInput(f"format must be one of {', '.join(FORMATS)}, html, not {format!r}")
     s = validate({**options, "format": format})
     if not isinstance(trace, Trace):
         raise BadInput(f"render needs a Trace (from attntrace.run), not {type(trace).__name__}")
