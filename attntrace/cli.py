@@ -174,6 +174,16 @@ def cmd_check(args) -> int:
     from attntrace.teach.classcheck import class_command, wants_class
 
     if wants_class(args):  # several answers, a folder, csv, --summary-only or --weights: a class
+        if args.format == "html":  # the class report's Markdown as a page (summary and each student)
+            from attntrace.rendering.html import markdown_page
+
+            opts = _render_options(args)
+            fragment = opts.pop("fragment", False)
+            args.format = "md"
+            text, ok = class_command(args, opts, _json)
+            title = next((line.lstrip("#").strip() for line in text.splitlines() if line.startswith("#")), "attntrace")
+            _emit(markdown_page(text, args.lang, title, fragment=fragment, template_dir=args.template_dir), args.output)
+            return 0 if ok else 1
         text, ok = class_command(args, _render_options(args), _json)
         _emit(text, args.output, args.format == "json")
         return 0 if ok else 1

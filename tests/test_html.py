@@ -334,3 +334,14 @@ def test_cli_html_fragment_and_check(tmp_path):
     out = tmp_path / "c.html"
     p = _cli("check", spec, str(example_path(spec).parent / answer), "--format", "html", "-o", str(out))
     assert p.returncode == 1 and 'data-verdict="wrong"' in out.read_text(encoding="utf-8")
+
+
+def test_cli_class_report_as_html(tmp_path):
+    out = tmp_path / "class.html"
+    p = _cli("check", "docs/class-example/problem.toml", "docs/class-example/answers", "--format", "html", "-o", str(out))
+    assert p.returncode in (0, 1), p.stderr
+    html = out.read_text(encoding="utf-8")
+    text = re.sub(r"<math.*?</math>", "", html, flags=re.S)
+    text = re.sub(r"<style>.*?</style>|<script>.*?</script>", "", text, flags=re.S)
+    assert "<math" in html and "Ada Lovelace" in html and "<details" in html
+    assert not [t for t in RAW_TEX if t in re.sub(r"<[^>]+>", "", text)]
