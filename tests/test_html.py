@@ -345,3 +345,15 @@ def test_cli_class_report_as_html(tmp_path):
     text = re.sub(r"<style>.*?</style>|<script>.*?</script>", "", text, flags=re.S)
     assert "<math" in html and "Ada Lovelace" in html and "<details" in html
     assert not [t for t in RAW_TEX if t in re.sub(r"<[^>]+>", "", text)]
+
+
+def test_user_text_stays_text():
+    """A title, description or token holding HTML is shown as text: no element of the user's."""
+    spec = {"title": "<script>alert(1)</script> & <img src=x onerror=alert(2)>", "description": "<iframe src=//evil>",
+            "X": [[1, 0], [0, 1]], "W_Q": [[1, 0], [0, 1]], "W_K": [[1, 0], [0, 1]], "W_V": [[1, 0], [0, 1]],
+            "tokens": ["<b>a</b>", "\"q'"]}
+    for lang in LANGS:
+        html = render_html(run(spec), lang=lang)
+        assert re.findall(r"<script[^>]*>", html) == ["<script>"]  # the page's own
+        assert not re.findall(r"<(?:img|iframe|b)\b", html)
+        assert "&lt;script&gt;" in html and "onerror" not in re.sub(r"&lt;img[^<]*", "", html)
