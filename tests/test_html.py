@@ -357,3 +357,16 @@ def test_user_text_stays_text():
         assert re.findall(r"<script[^>]*>", html) == ["<script>"]  # the page's own
         assert not re.findall(r"<(?:img|iframe|b)\b", html)
         assert "&lt;script&gt;" in html and "onerror" not in re.sub(r"&lt;img[^<]*", "", html)
+
+
+def test_jupyter_html_shows_an_error_instead_of_raising(monkeypatch):
+    from attntrace.rendering import renderer
+
+    t = run({"scores": [[1, 2]], "scale": False})
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("template <exploded>")
+
+    monkeypatch.setattr(renderer, "render", broken)
+    shown = t._repr_html_()
+    assert "could not render" in shown and "template &lt;exploded&gt;" in shown
