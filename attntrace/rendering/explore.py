@@ -34,16 +34,25 @@ def _name(base: str, sup: str = "") -> dict:
 
 
 def _symbol_of(trace: Trace, name: str, head: int | None) -> dict:
-    """An entry's base letter and superscript, e.g. q, w^Q, z^(2), as the report names them."""
-    sym = None
-    if trace.has(name, head):
-        sym = trace.step(name, head).symbol
+    """An entry's base letter and superscript as the report names it: q, w^Q, and for a
+    matrix of one head q^(2), w^Q(2) (the head as a superscript, `printing.entry_name`)."""
+    per_head = head is not None and (trace.has(name, head) or _has_operand(trace, name, head))
+    mark = f"({head})" if per_head else ""
+    sym = trace.step(name, head).symbol if trace.has(name, head) else None
     if sym:
         m = _SYMBOL.match(sym)
         if m:
-            return _name(m.group(1), m.group(2) or "")
+            return _name(m.group(1), (m.group(2) or "") if "(" in (m.group(2) or "") else (m.group(2) or "") + mark)
     base, _, sup = name.partition("_")
-    return _name(base.lower(), sup)
+    return _name(base.lower(), sup + mark)
+
+
+def _has_operand(trace: Trace, name: str, head: int | None) -> bool:
+    try:
+        trace.operand(name, head)
+        return True
+    except KeyError:
+        return False
 
 
 def _matrix(trace: Trace, name: str, head: int | None):
@@ -105,14 +114,16 @@ def softmax_explorer(trace: Trace, step: Step, precision: int) -> dict | None:
     return {
         "kind": "softmax", "key": step.key, "id": step.id, "head": step.head or 0,
         "result": _symbol_of(trace, step.id, step.head), "result_name": _display_name(step.id),
-        "left": _name("t"), "left_name": _display_name(step.inputs[0]),
+        # the softmax reads the scaled scores t, or the masked ones t-tilde (the report's names)
+        "left": _name("t\u0303" if step.inputs[0] == "masked" else "t", "(%d)" % step.head if step.head else ""),
+        "left_name": _display_name(step.inputs[0]),
         "L": _numbers(source, precision), "M": _numbers([d["row_max"]], precision)[0],
         "E": _numbers(d["exp"], precision), "S": _numbers([d["row_sum"]], precision)[0],
         "V": _numbers(value, precision), "row_labels": _labels(trace, value.shape[0]),
     }
 
 
-_DISPLAY = {"scores": "S", "scaled": "T", "masked": "T", "weights": "A", "output": "O", "concat": "C"}
+_DISPLAY = {"scores": "S", "scaled": "T", "masked": "T\u0303", "weights": "A", "output": "O", "concat": "C"}
 
 
 def _display_name(name: str) -> str:
@@ -121,7 +132,7 @@ def _display_name(name: str) -> str:
     base, t, _ = name.partition("^T")
     base = _DISPLAY.get(base, base)
     letter, _, sub = base.partition("_")
-    text = re.sub(r"[^A-Za-z0-9]", "", letter) + (f"<sub>{re.sub(r'[^A-Za-z0-9]', '', sub)}</sub>" if sub else "")
+    text = re.sub(r"[^A-Za-z0-9\u0303]", "", letter) + (f"<sub>{re.sub(r'[^A-Za-z0-9]', '', sub)}</sub>" if sub else "")
     return text + ("<sup>T</sup>" if t else "")
 
 
