@@ -95,3 +95,9 @@ def test_class_bench_runs_and_its_students_are_graded_as_planted(bench, tmp_path
     assert all(got[v].ok and got[v].score == 1 for v in ("right-2", "right-3", "right-4", "extra_key"))
     assert got["extra_key"].ignored == ("date",) and got["partial"].ok and got["partial"].score < 1
     assert len(rep.unreadable) == 1
+
+
+def test_html_bench_runs(bench):
+    r = bench.bench_html(repeats=1)
+    assert 10_000 < r["bytes"] < r["goal_bytes"]
+    assert r["render_s"] is None or r["render_s"] > 0
