@@ -267,3 +267,31 @@ def test_a_planted_mistake_recomputes_only_what_it_changes():
                 else:
                     np.testing.assert_array_equal(full[key].lo, fast[key].lo, err_msg=f"{mutation.code} {key}")
                     np.testing.assert_array_equal(full[key].hi, fast[key].hi, err_msg=f"{mutation.code} {key}")
+
+
+@pytest.mark.parametrize("example", ["encoder-block-post-ln", "llama-block-tiny", "backward-2x2", "rope-4-tokens-half",
+                                     "gqa-4-query-2-kv", "kv-cache-decoding", "online-softmax-4-keys", "alibi-causal"])
+def test_incremental_mutated_worlds_in_every_kind(example):
+    """The same equality over the built-in examples of the newer kinds (blocks, backward, RoPE,
+    GQA, the cache, the online softmax, ALiBi), for students who rounded every step to 2
+    decimals and who left every other step out."""
+    from attntrace.grading.checker import _written
+    from attntrace.grading.diagnose import to_float
+
+    trace = attntrace.run(example, mode="numeric")
+    world = World(trace)
+    for keep in (lambda i: True, lambda i: i % 2 == 0):
+        answer = {s.key: np.round(to_float(s.value), 2).tolist() for i, s in enumerate(trace.steps)
+                  if keep(i) and s.value is not None}
+        answers = load_answer(answer, tuple(dict.fromkeys(s.id for s in trace.steps)))
+        given = _written(world, answers)
+        base = world.recompute(given)
+        for mutation in world.mutations:
+            full, fast = world.recompute(given, mutation), world.recompute(given, mutation, base)
+            for key in full:
+                assert (full[key] is None) == (fast[key] is None), (mutation.code, key)
+                if full[key] is not None:
+                    np.testing.assert_array_equal(full[key].lo, fast[key].lo, err_msg=f"{mutation.code} {key}")
+                    np.testing.assert_array_equal(full[key].hi, fast[key].hi, err_msg=f"{mutation.code} {key}")
+                    assert key in world._reach[world.mutations.index(mutation)] or full[key] is base[key] or (
+                        np.array_equal(full[key].lo, base[key].lo) and np.array_equal(full[key].hi, base[key].hi)), (mutation.code, key)
