@@ -172,6 +172,9 @@ def report_view(trace, fmt: str, precision: int, max_size: int, figures: list[di
         "norm_kind": next((s.details.get("norm") for s in trace.steps if s.id in ("norm1", "norm2")), ""),
         # user text: $...$ spans through the whitelist parser, everything else escaped
         "title": format_user_text(trace.localized("title", lang) or "", fmt, inline_math=inline_math_for(fmt, math_delimiters), escape=esc),
+        # the same title as plain text for the heading: math in a heading ends up raw in navigation,
+        # tables of contents and <title> (MkDocs, Sphinx, nbconvert), so headings carry no math
+        "title_plain": esc(format_user_text(trace.localized("title", lang) or "", "text")),
         "description": format_user_text(trace.localized("description", lang) or "", fmt,
                                         inline_math=inline_math_for(fmt, math_delimiters), escape=esc),
         "tokens": [esc(t) for t in settings.get("tokens") or ()],
