@@ -171,7 +171,13 @@ class SoftmaxView:
     def saturation(self, rows: list[int], tokens) -> list[dict]:
         s = self.s
         notes = []
+        # keys each row may see: a row with a single unmasked key has all of its weight by
+        # construction (the mask did it), which is no saturation of the softmax
+        masked = next((m for m in self.t.steps if m.id == "masked" and m.head == s.head), None)
+        keep = masked.details.get("keep") if masked is not None else None
         for i in range(s.shape[0]):
+            if keep is not None and int(np.count_nonzero(np.asarray(keep)[i])) <= 1:
+                continue
             if self.mode != "numeric" and not all(s.value[i, j].is_number for j in range(s.shape[1])):
                 continue  # a row with symbols has no weights to compare
             vals = [float(s.value[i, j]) if self.mode == "numeric" else float(s.value[i, j].evalf(17)) for j in range(s.shape[1])]
