@@ -18,7 +18,7 @@ from attntrace.rendering.printing import STATS, decimals_needed, pick, plain_nam
 from attntrace.rendering.softmaxview import SoftmaxView
 from attntrace.kinds import kind_of
 from attntrace.rendering import views
-from attntrace.rendering.viewparts import BLOCK_LINES, Ref, block, pack, resolve, rows_to_expand, shape_dims, step_ref
+from attntrace.rendering.viewparts import Ref, block, pack, resolve, rows_to_expand, shape_dims, step_ref
 
 
 #: Views of newer kinds, kept in modules of their own: view name -> function(step_view, vm)
@@ -113,14 +113,14 @@ class StepView(SoftmaxView):
         return join_sum([self.out.ellipsis_term() if k is None else term(k) for k in ks])
 
     def blocks_of(self, chains: list[list[str]]) -> list[dict[str, Any]]:
-        """Group single-line chains into aligned blocks of at most BLOCK_LINES lines."""
-        blocks: list[list[str]] = []
-        for lines in chains:
-            if blocks and len(blocks[-1]) + len(lines) <= BLOCK_LINES:
-                blocks[-1].extend(lines)
-            else:
-                blocks.append(list(lines))
-        return [block(b) for b in blocks]
+        """The chains of an entry list as one aligned block (two blocks left a visible gap in
+        the middle of one list; LaTeX breaks a long block across pages, \\allowdisplaybreaks).
+        The block records each chain's line count, so a report can show the first entry only."""
+        if not chains:
+            return []
+        b = block([line for lines in chains for line in lines])
+        b["chains"] = [len(lines) for lines in chains]
+        return [b]
 
     # -- the view -------------------------------------------------------------------
     def build(self) -> dict[str, Any]:

@@ -29,7 +29,7 @@ OPERAND_PLAIN.update({k: v[1] for k, v in BLOCK_OPERANDS.items()})
 OPERAND_BASE.update({k: v[2] for k, v in BLOCK_OPERANDS.items()})
 #: A softmax row whose largest weight is at least this is called saturated in the report.
 SATURATED = 0.999
-#: Lines per aligned block at most: a long block cannot break across pages.
+#: Lines per aligned block at most where a view packs blocks itself (the given matrices).
 BLOCK_LINES = 8
 
 
