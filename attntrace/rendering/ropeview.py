@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attntrace.rendering.printing import decimals_needed, pick
+from attntrace.rendering.printing import decimals_needed, pick, reproducing_precision
 from attntrace.rendering.stepview import register_view
 from attntrace.rendering.viewparts import block, pack, resolve, rows_to_expand
 
@@ -148,8 +148,10 @@ class _Rotation:
             res = (float(s.value[r, j]), float(s.value[r, k]))
             dec = decimals_needed([c, sn, x, y, *res], o.precision)
             f = lambda v: o.fixed(v, dec, pad=False)  # noqa: E731
-            nums = o.layout_numeric([[f(c), f(-sn)], [f(sn), f(c)]], dec)
-            sides.append(f"{nums} {o.layout_numeric([[f(x)], [f(y)]], dec)}")
+            p = _operand_decimals(dec, c, sn, x, y, f(res[0]), f(res[1]))
+            g = lambda v: o.fixed(v, p, pad=False)  # noqa: E731
+            nums = o.layout_numeric([[g(c), g(-sn)], [g(sn), g(c)]], p)
+            sides.append(f"{nums} {o.layout_numeric([[g(x)], [g(y)]], p)}")
             sides.append(o.layout_numeric([[f(res[0])], [f(res[1])]], dec))
             return sv.fit(lhs, sides, align=True)
         sides.append(f"{rot} {col(o.entry(self.src.value, r, j), o.entry(self.src.value, r, k))}")
@@ -173,10 +175,11 @@ class _Rotation:
             phi = float(self.angles[r, p])
             vals = [float(np.cos(phi)), float(np.sin(phi)), float(self.src.value[r, j]), float(self.src.value[r, k])]
             dec = decimals_needed(vals + [float(s.value[r, j]), float(s.value[r, k])], o.precision)
-            fc, fs, fx, fy = (o.fixed(v, dec, pad=False) for v in vals)
+            res = {j: o.fixed(float(s.value[r, j]), dec, pad=False), k: o.fixed(float(s.value[r, k]), dec, pad=False)}
+            p = _operand_decimals(dec, vals[0], vals[1], vals[2], vals[3], res[j], res[k])
+            fc, fs, fx, fy = (o.fixed(v, p, pad=False) for v in vals)
             par = lambda t: o.paren(t) if t.startswith("-") else t  # noqa: E731
             nums = {j: f"{par(fx)}*{fc} - {par(fy)}*{fs}", k: f"{par(fx)}*{fs} + {par(fy)}*{fc}"}
-            res = {j: o.fixed(float(s.value[r, j]), dec, pad=False), k: o.fixed(float(s.value[r, k]), dec, pad=False)}
         lines = []
         for col, names in ((j, f"{xj} {c} - {xk} {sn}"), (k, f"{xj} {sn} + {xk} {c}")):
             if sv.mode == "symbolic":
@@ -188,6 +191,12 @@ class _Rotation:
                 line = o.eq(sv.entry_label(r, col), names, value)
                 lines.append(line if approx is None or approx == value else o.approx(line, approx))
         return [lines]
+
+
+def _operand_decimals(dec: int, c: float, sn: float, x: float, y: float, res_j: str, res_k: str) -> int:
+    """Decimals for cos, sin and the pair so that x cos - y sin and x sin + y cos, computed from the
+    printed numbers, give the printed results (cos 0.01 = 0.99995 must not print as 1.0000)."""
+    return max(reproducing_precision(dec, [(x, c), (-y, sn)], res_j), reproducing_precision(dec, [(x, sn), (y, c)], res_k))
 
 
 @register_view("rotation")

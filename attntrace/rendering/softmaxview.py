@@ -11,10 +11,12 @@ that looks like a masked one.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from attntrace.rendering.layout import Seq, join_sum
-from attntrace.rendering.printing import pick, plain_name
+from attntrace.rendering.printing import decimals_needed, pick, plain_name
 from attntrace.rendering.viewparts import SATURATED, Ref, block, resolve, rows_to_expand
 
 
@@ -91,7 +93,11 @@ class SoftmaxView:
             exp_row = np.asarray(d["exp"][i], dtype=float)
             vec = lambda xs, lg=None: self.vector([None if j is None else float(xs[j]) for j in cols],  # noqa: E731
                                                   None if lg is None else [None if j is None else lg(i, j) for j in cols])
-            m_val = o.vector([float(d["row_max"][i])])[0]
+            # the row maximum as the matrix it comes from prints it (1.6330 there, not 1.633 here)
+            src_all = np.asarray(src.value, dtype=float)
+            dsrc = decimals_needed([float(x) for x in src_all.ravel()[:4096] if np.isfinite(x)], o.precision)
+            mx = float(d["row_max"][i])
+            m_val = f"{mx:.{dsrc}f}" if dsrc and math.isfinite(mx) and mx != 0 and mx == int(mx) else o.fixed(mx, dsrc, pad=False)
             several = np.isfinite(self.shifted(i)).sum() > 1  # then the sum is 1 + something, never exactly 1
             total = o.vector([float(d["row_sum"][i])], [0.0] if several else None)[0]
             shifted_v = vec(shifted_row)

@@ -8,13 +8,15 @@ result), the entry-by-entry blocks of the rows chosen for expansion, the softmax
 
 from __future__ import annotations
 
+import math
+
 from typing import Any, Callable
 
 import numpy as np
 
 from attntrace.model.errors import BadInput
 from attntrace.rendering.layout import Seq, fit_chain, join_sum
-from attntrace.rendering.printing import STATS, decimals_needed, pick, plain_name
+from attntrace.rendering.printing import STATS, decimals_needed, pick, plain_name, reproducing_precision
 from attntrace.rendering.softmaxview import SoftmaxView
 from attntrace.kinds import kind_of
 from attntrace.rendering import views
@@ -248,25 +250,45 @@ class StepView(SoftmaxView):
             return self.fit(lhs, [self.symbolic_sum(i, j)], align=True, lhs_width=self.lw)
         inner = a.shape[1]
         names = self.sum_seq(inner, lambda k: o.juxt(self.ename(a, i, k), self.ename(b, *bij(k))))
-        nums = self.sum_seq(inner, lambda k: o.mul(o.entry(a.value, i, k) if k == 0 and not o.plain else o.factor(a.value, i, k),
-                                                     o.factor(b.value, *bij(k))))
+        result, p = None, o.precision
+        if self.mode == "numeric" and inner <= o.max_size:
+            terms = [(float(a.value[i, k]), float(b.value[bij(k)])) for k in range(inner)]
+            if bias is not None:
+                terms.append((float(bias.value[0, j]),))
+            p, result = self.reproduced(terms, i, j)
+        with o.digits(p):
+            nums = self.sum_seq(inner, lambda k: o.mul(o.entry(a.value, i, k) if k == 0 and not o.plain else o.factor(a.value, i, k),
+                                                         o.factor(b.value, *bij(k))))
+            if bias is not None:
+                nums = Seq(nums.items + ("+ " + o.factor(bias.value, 0, j),), " ")
         if bias is not None:
             names = Seq(names.items + ("+ " + self.ename(bias, 0, j),), " ")
-            nums = Seq(nums.items + ("+ " + o.factor(bias.value, 0, j),), " ")
         if self.mode == "exact" and not o.plain and any(o.measure(t) > o.limit - self.lw - 4.0 for t in nums.items):
             # a factor wider than the page (RoPE's exact weights): the products of its values instead
             ap = lambda v, r, c: (lambda x: o.paren(x) if x.startswith("-") else x)(o.approx_entry(v, r, c) or o.entry(v, r, c))  # noqa: E731
             nums = ("\\approx", self.sum_seq(inner, lambda k: o.mul(ap(a.value, i, k), ap(b.value, *bij(k)))))
-        return self.fit(lhs, [names, nums] + self.entry_result(s.value, i, j), align=True, lhs_width=self.lw)
+        return self.fit(lhs, [names, nums] + (result or self.entry_result(s.value, i, j)), align=True, lhs_width=self.lw)
 
-    def entry_result(self, value, i, j) -> list:
-        """The result of entry (i, j); numeric results of one step share one decimal layout."""
+    def reproduced(self, terms: list[tuple[float, ...]], i: int, j: int) -> tuple[int, list]:
+        """For a substituted line sum_t prod(t) = entry (i, j): the decimals its operands need so
+        that the printed numbers give the printed result, and that result."""
+        result = self.entry_result(self.s.value, i, j, operands=[x for t in terms for x in t])
+        return reproducing_precision(self.out.precision, terms, result[0]), result
+
+    def entry_result(self, value, i, j, operands: list[float] | None = None) -> list:
+        """The result of entry (i, j); numeric results of one step share one decimal layout, the
+        matrix's: a whole number among decimals gets them too (1.0000, as the matrix prints it),
+        unless every operand of its line is a whole number (0 + 1 = 1, not 1.0000)."""
         o = self.out
         if isinstance(value, np.ndarray):
             if not hasattr(self, "_decimals"):
                 self._decimals = decimals_needed([float(x) for x in value.ravel()[:4096]], o.precision)
             STATS["entries"] += 1
-            return [o.fixed(float(value[i, j]), self._decimals, pad=False)]
+            x, d = float(value[i, j]), self._decimals
+            whole_line = operands is not None and all(math.isfinite(v) and v == int(v) for v in operands)
+            if d and x != 0 and math.isfinite(x) and x == int(x) and not whole_line:
+                return [f"{x:.{d}f}"]
+            return [o.fixed(x, d, pad=False)]
         result = o.entry(value, i, j)
         sides: list = [result]
         if self.mode == "exact":

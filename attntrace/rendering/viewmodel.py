@@ -276,7 +276,7 @@ def mark_repeats(view: dict[str, Any]) -> None:
             continue
         # Q, K, V share one explanation, as do the two norms and the two residuals; other kinds
         # that share a prose module (the backward steps, the online softmax) differ by kind
-        key = vm["prose"] if vm["prose"] in ("projection", "norm", "residual") else f'{vm["prose"]}/{vm["kind"]}'
+        key = vm["prose"] if vm["prose"] in ("projection", "norm", "residual", "rope") else f'{vm["prose"]}/{vm["kind"]}'
         seen = first.get(key)
         if seen is None:
             first[key] = {"head": vm.get("head", 0), "kind": vm["kind"]}
