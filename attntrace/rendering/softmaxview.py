@@ -33,7 +33,7 @@ class SoftmaxView:
             vm["main"] = [block(self.fit(lhs, [matrix]))]
         else:
             vm["main"] = [block(self.fit(lhs, self.result_side(s.value, self.budget(lhs))))]
-        rows = rows_to_expand(self.rows_opt, s.shape[0], 4)
+        rows = rows_to_expand(self.rows_opt, s.shape[0], 2)  # two rows show the pattern; --rows asks for more
         vm["entry_rows"] = rows
         if self.mode == "symbolic":
             if s.expansion is not None:  # named: each row's sum of exponentials once, then its weights
