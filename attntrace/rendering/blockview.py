@@ -16,7 +16,7 @@ import numpy as np
 from attntrace.rendering.layout import Seq
 from attntrace.rendering.printing import pick
 from attntrace.rendering.stepview import register_view
-from attntrace.rendering.viewparts import block, resolve, rows_to_expand
+from attntrace.rendering.viewparts import entry_columns, block, resolve, rows_to_expand
 
 
 def _fn(o, tex: str, plain: str, arg: str) -> str:
@@ -106,8 +106,9 @@ def _lay_out(sv, vm, sides: list, entry, default_rows: int = 1, before=None, fir
     for i in rows:
         if before is not None:
             chains += before(i)
-        for j in pick(s.shape[1], o.max_size):
+        for j in entry_columns(sv, s.shape[1]):
             if j is None:
+                chains.append([o.dots(None, 0)])
                 continue
             label = sv.entry_label(i, j)
             if sv.mode == "symbolic":

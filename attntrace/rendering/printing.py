@@ -280,10 +280,14 @@ class _Out:
         d = decimals_needed(shown, self.precision)
         if any(v is not None and float(value[i, j]) != 0 for (i, j), v in inexact.items()):
             d = self.precision  # a rounded 1.0000 must not read as an exact 1
+        # a column of exact zeros (a masked key, an unused feature) needs no phantom decimals
+        zero_cols = {j for j in ci if j is not None and all(float(value[i, j]) == 0 and inexact.get((i, j)) is None
+                                                              for i in ri if i is not None)}
+
         def cell(i, j):  # noqa: E306
             x, lg = float(value[i, j]), inexact.get((i, j))
             if lg is None:
-                return self.fixed(x, d, pad)
+                return self.fixed(x, d, pad and j not in zero_cols)
             if x == 0:
                 return self.power_of_ten(lg)
             if x == int(x):  # a float that rounded to a whole number (1 - 1e-20): show the rounding

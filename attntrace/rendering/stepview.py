@@ -20,7 +20,7 @@ from attntrace.rendering.printing import STATS, decimals_needed, pick, plain_nam
 from attntrace.rendering.softmaxview import SoftmaxView
 from attntrace.kinds import kind_of
 from attntrace.rendering import views
-from attntrace.rendering.viewparts import Ref, block, pack, resolve, rows_to_expand, shape_dims, step_ref
+from attntrace.rendering.viewparts import Ref, block, entry_columns, pack, resolve, rows_to_expand, shape_dims, step_ref
 
 
 #: Views of newer kinds, kept in modules of their own: view name -> function(step_view, vm)
@@ -237,9 +237,8 @@ class StepView(SoftmaxView):
         vm["entry_rows"] = rows
         chains = []
         for i in rows:
-            for j in pick(s.shape[1], o.max_size):
-                if j is not None:
-                    chains.append(self.product_entry(a, b, tr, bias, i, j))
+            for j in entry_columns(self, s.shape[1]):
+                chains.append(self.product_entry(a, b, tr, bias, i, j) if j is not None else [o.dots(None, 0)])
         vm["entries"] = self.blocks_of(chains)
 
     def product_entry(self, a, b, tr, bias, i, j) -> list[str]:

@@ -29,6 +29,16 @@ OPERAND_PLAIN.update({k: v[1] for k, v in BLOCK_OPERANDS.items()})
 OPERAND_BASE.update({k: v[2] for k, v in BLOCK_OPERANDS.items()})
 #: A softmax row whose largest weight is at least this is called saturated in the report.
 SATURATED = 0.999
+#: Entries of one row written out at most (the first ones, a gap, the last), unless rows are
+#: asked for: a reader who has followed three entries can do the rest (issue 22: page budgets).
+ENTRY_COLUMNS = 4
+
+
+def entry_columns(sv, cols: int) -> list[int | None]:
+    """The columns whose entries a report writes out for one row (None: the gap, shown as dots)."""
+    return pick(cols, sv.out.max_size if sv.rows_opt else min(sv.out.max_size, ENTRY_COLUMNS))
+
+
 #: Lines per aligned block at most where a view packs blocks itself (the given matrices).
 BLOCK_LINES = 8
 
