@@ -66,7 +66,8 @@ class _Rotation:
         base = s.formula.split("\\theta_i = ")[1].split("^")[0] if not o.plain else str(s.details["base"])
         half = self.d // 2
         if o.plain:
-            theta = f"theta_i = {base}^(-2(i-1)/{self.d}),  i = 1, ..., {half}"
+            theta = (f"theta_i = {base}^(-2(i-1)/{self.d}),  i = 1, ..., {half}" if half > 1
+                     else f"theta_1 = {base}^0 = 1 (one pair)")
             a, b = self.index_tex()
             ph = "" if head is None else f"({head})"
             e, x = f"{s.id[0].lower()}~{ph}", f"{self.src.plain_letter.lower()}{ph}"
@@ -74,7 +75,8 @@ class _Rotation:
                    f"{e}_r,{b} = {x}_r,{a} sin(m_r theta_i) + {x}_r,{b} cos(m_r theta_i)")
             return [block([theta]), block([rot])]
         ids = "1, 2" if half == 2 else ("1" if half == 1 else f"1, \\ldots, {half}")
-        theta = f"\\theta_i = {base}^{{-2(i-1)/{self.d}}}, \\quad i = {ids}"
+        theta = (f"\\theta_i = {base}^{{-2(i-1)/{self.d}}}, \\quad i = {ids}" if half > 1
+                 else f"\\theta_1 = {base}^{{0}} = 1")  # one pair: no formula over i
         a, b = self.index_tex()
         hs = "" if head is None else f"^{{({head})}}"
         out_e, in_e = self.sv.ref.base, self.src.base
@@ -104,7 +106,8 @@ class _Rotation:
         theta = (lambda i: f"theta_{i}") if o.plain else (lambda i: f"\\theta_{{{i}}}")  # noqa: E731
         names = [theta(1), dots, theta(half)] if half > 3 else [theta(i + 1) for i in range(half)]
         vals = [dots if i is None else cell(i) for i in shown]
-        chains = [sv.fit(o.row(names), [sv.vector_tex(vals)])]  # a Seq: breaks after a comma when long
+        # a Seq: breaks after a comma when long; one pair's theta_1 = 1 is in the rule already
+        chains = [sv.fit(o.row(names), [sv.vector_tex(vals)])] if half > 1 else []
         pos = [dots if r is None else str(self.positions[r]) for r in pick(len(self.positions), o.max_size)]
         chains.append(sv.fit("m", [sv.vector_tex(pos)]))
         lhs = "[m_r theta_i]" if o.plain else "\\left[m_r\\theta_i\\right]"
