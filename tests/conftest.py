@@ -9,7 +9,8 @@ Fixtures (each skips when its tool is missing, and fails instead under CI=true):
   pages, textwidth, overfull boxes), compiling with xelatex in a fresh folder under one
   session tmp dir; safe to call from several threads.
 - ``pagefit_browser``: ``pagefit.markdown_equation_widths(docs, column_px=760)``: KaTeX in
-  one headless Chromium run measures every display equation of many Markdown documents.
+  one headless Chromium run measures every display equation of many Markdown documents,
+  with the fonts the page names (``pagefit.PAGE_FONTS``, required like a tool).
 
 Helpers for direct use: ``from mathcheck import markdown_math_spans, pdf_to_png, ...``.
 Install the tools with ``bash scripts/install-test-deps.sh``.
@@ -62,4 +63,5 @@ def pagefit_latex(tmp_path_factory):
 def pagefit_browser():
     mathcheck.require_tool("chromium")
     mathcheck.require_tool("katex")
+    mathcheck.require_tool("page-fonts")
     return pagefit.markdown_equation_widths
