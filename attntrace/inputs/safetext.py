@@ -111,10 +111,26 @@ def clean_text(text) -> str:
     return _SUSPECT.sub(lambda m: _clean_run(m.group(0), False), text)
 
 
+def _is_clean(text: str, tabs: bool) -> bool:
+    """True when a long text (a whole report, JSON) has nothing to clean: only printable
+    characters, newlines and (with `tabs`) tabs. At C speed: str.isprintable and regular
+    expressions look at every character in Python's Unicode tables (about 50 ns each), which
+    a 40 MB JSON export would feel; ASCII text is checked as bytes."""
+    if text.isascii():
+        return not text.encode("ascii").translate(None, _ASCII_OK_WITH_TABS if tabs else _ASCII_OK)
+    return all(line.isprintable() for line in (text.split("\n") if not tabs else text.replace("\t", " ").split("\n")))
+
+
+_ASCII_OK = bytes(range(0x20, 0x7F)) + b"\n"
+_ASCII_OK_WITH_TABS = _ASCII_OK + b"\t"
+
+
 def clean_output(text: str) -> str:
     """A whole report before it is written: the same characters removed, but newlines and
     tabs kept (CR LF, CR and the other line breaks become newlines). A last line of defence:
     the fields were cleaned at input and the escapers have cleaned the text again."""
+    if _is_clean(text, tabs=True):
+        return text
     if "\r" in text:
         text = text.replace("\r\n", "\n")
     return _SUSPECT_IN_LINES.sub(lambda m: _clean_run(m.group(0), True), text)
@@ -170,6 +186,8 @@ def json_safe(text: str) -> str:
     change that json leaves raw (DEL, C1 controls, format characters, U+2028/9, private use,
     noncharacters, lone surrogates) written as a \\u escape. They can only occur inside
     strings (json escapes the C0 controls there itself), so the result is the same JSON value."""
+    if _is_clean(text, tabs=False):
+        return text
     return _SUSPECT_IN_LINES.sub(lambda m: _json_run(m.group(0)), text)
 
 

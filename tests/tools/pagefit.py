@@ -233,6 +233,10 @@ KATEX_DIST = NODE_MODULES / "katex" / "dist"
 _MATH_TOKENS = dict(mathcheck._MATH_TOKENS)
 
 
+#: Seconds before a Chromium run counts as hung: a guard, not a speed check. All documents of
+#: test_page_fit take about a minute alone, and over 3 minutes on a loaded 2-core machine.
+CHROMIUM_TIMEOUT = 900
+
 #: The fonts the test page names (never a generic family: its fallback depends on the machine).
 PAGE_FONTS = {"latin": "DejaVu Serif", "cjk": "Noto Serif CJK SC", "mono": "DejaVu Sans Mono"}
 
@@ -427,7 +431,7 @@ def build_page(docs: dict[str, str], column_px: int = 760) -> tuple[str, list[tu
     return page, spans, owner
 
 
-def run_chromium(page_html: str, timeout: float = 180, keep: str | os.PathLike | None = None) -> str:
+def run_chromium(page_html: str, timeout: float = CHROMIUM_TIMEOUT, keep: str | os.PathLike | None = None) -> str:
     """Load ``page_html`` from a file:// URL in one headless Chromium and return the DOM
     it dumps. ``keep``: also write the page there (to look at it)."""
     exe = find_chromium()
@@ -459,7 +463,7 @@ def markdown_equation_widths(
     docs: dict[str, str],
     column_px: float = 760,
     *,
-    timeout: float = 180,
+    timeout: float = CHROMIUM_TIMEOUT,
     keep_html: str | os.PathLike | None = None,
 ) -> dict[str, list[dict]]:
     """Typeset the math of every Markdown document with KaTeX in ONE Chromium run and
