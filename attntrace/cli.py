@@ -75,9 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--d", type=int, default=4, help="model width; each head gets d_k = d / heads columns (d_k = 1 or 4 keeps sqrt(d_k) whole)")
     ex.add_argument("--heads", type=int, default=1)
     ex.add_argument("--seed", type=int, default=0)
-    ex.add_argument("--format", choices=("md", "tex", "moodle", "qti"), default="md",
-                    help="worksheet (md, tex), or a quiz: moodle (Moodle XML), qti (QTI 1.2 zip for Canvas, needs -o)")
-    ex.add_argument("--variants", type=int, default=1, help="moodle/qti: this many seeded variants (seed, seed + 1, ...)")
+    ex.add_argument("--format", choices=("md", "tex", "moodle", "qti", "numbas"), default="md",
+                    help="worksheet (md, tex), or a quiz: moodle (Moodle XML), qti (QTI 1.2 zip for Canvas, needs -o), "
+                         "numbas (a Numbas .exam with error carried forward)")
+    ex.add_argument("--variants", type=int, default=1, help="moodle/qti/numbas: this many seeded variants (seed, seed + 1, ...)")
     ex.add_argument("--key", action="store_true", help="print the answer key instead of the worksheet")
     ex.add_argument("--spec-out", type=Path, default=None, help="also write the problem's spec (TOML) here")
     ex.add_argument("--answer-out", type=Path, default=None, help="also write the answer key as an answer file (TOML) here")

@@ -173,7 +173,7 @@ def _prose_folder(tmp_path: Path) -> Path:
 def test_template_prose_through_exercises(tmp_path):
     folder = _prose_folder(tmp_path)
     for args in (["--format", "md"], ["--format", "tex"], ["--format", "md", "--key"], ["--format", "moodle"],
-                 ["--format", "md", "--lang", "zh"], ["--format", "moodle", "--lang", "zh"]):
+                 ["--format", "md", "--lang", "zh"], ["--format", "moodle", "--lang", "zh"], ["--format", "numbas"]):
         rc, out, err = _cli(["exercise", "--template-dir", str(folder), *args])
         assert rc == 0 and not err, (args, err)
         assert not _bad(out), (args, _bad(out))
@@ -182,6 +182,31 @@ def test_template_prose_through_exercises(tmp_path):
     spec, trace = make_exercise(2, 4, 1, 0)
     for fmt in ("md", "tex"):
         assert not _bad(render_worksheet(spec, trace, format=fmt, template_dir=folder))
+
+
+def test_titles_and_prose_through_the_lms_exports(tmp_path):
+    """The Python API of the quiz exports, with a title holding every listed character (and a
+    lone surrogate): Moodle XML, QTI and the Numbas exam (JSON: not even as a \\u escape)."""
+    import io
+    import zipfile
+    from xml.etree import ElementTree as ET
+
+    from attntrace.teach import lms, numbas
+
+    folder = _prose_folder(tmp_path)
+    variants = lms.make_variants(2, 4, 2, 3, variants=2)
+    variants[0] = lms.Variant(variants[0].seed, dict(variants[0].spec, title=FIELD + "\ud800"), variants[0].trace)
+    for lang in ("en", "zh"):
+        exam = numbas.exam_text(variants, lang=lang, template_dir=folder)
+        assert not _bad(exam)
+        data = json.loads(exam.split("\n", 1)[1])
+        assert not _bad(json.dumps(data, ensure_ascii=False))  # the values themselves
+        assert data["question_groups"][0]["questions"][0]["name"].startswith("Left")
+        package = zipfile.ZipFile(io.BytesIO(lms.qti_package(variants, lang=lang, template_dir=folder)))
+        for xml_text in (lms.moodle_xml(variants, lang=lang, template_dir=folder).encode("utf-8"),
+                         *(package.read(name) for name in package.namelist())):
+            root = ET.fromstring(xml_text)  # parses: no U+FFFF, U+FFFE or C0 control
+            assert not _bad("".join(root.itertext()))
 
 
 def test_python_api_outputs(tmp_path):
