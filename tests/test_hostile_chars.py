@@ -5,8 +5,8 @@ an answer's title, student and comment; the file names of a class folder; a temp
 worksheet prose) is given the characters the issue lists, which the old hand-made filter let
 through (U+2028/2029, U+200B, U+FEFF, U+2060, U+00AD, U+180E, the tag characters
 U+E0000-E007F, CR, ESC, NEL U+0085) and the noncharacters U+FFFF/U+FFFE, and then every
-output is read: run (md, tex, text, json; en and zh; heatmap SVGs), check (text, md, tex,
-json), a class (text, md, tex, json, csv), exercises (md, tex worksheets and the Moodle XML).
+output is read: run (md, tex, text, json, html; en and zh; heatmap SVGs), check (text, md, tex,
+json, html), a class (text, md, tex, json, csv), exercises (md, tex worksheets and the Moodle XML).
 No output may hold one (`unsafe_char`, from the Unicode categories, written apart from
 attntrace.inputs.safetext), while the visible text around them is kept.
 """
@@ -95,7 +95,7 @@ def test_safetext_filters_by_category():
 
 def test_every_field_through_run_in_every_format(tmp_path):
     spec = _spec(tmp_path)
-    for fmt in ("md", "tex", "text", "json"):
+    for fmt in ("md", "tex", "text", "json", "html"):
         for lang in ("en", "zh"):
             rc, out, err = _cli(["run", str(spec), "--format", fmt, "--lang", lang])
             assert rc == 0 and not err, (fmt, lang, err)
@@ -123,7 +123,7 @@ def test_every_field_through_heatmap_labels(tmp_path):
 def test_every_field_through_check_in_every_format(tmp_path, value):
     """`description='\\r'` reached `check --format text` as ``Student: \\r`` (issue 20)."""
     spec, answer = _spec(tmp_path, value), _answer(tmp_path, value=value)
-    for fmt in ("text", "md", "tex", "json"):
+    for fmt in ("text", "md", "tex", "json", "html"):
         for lang in ("en", "zh"):
             rc, out, err = _cli(["check", str(spec), str(answer), "--format", fmt, "--lang", lang])
             assert rc == 1 and not err, (fmt, lang, err)
