@@ -7,8 +7,9 @@
 #   3. torch==2.13.0 (CPU wheel found locally) and this package with .[test], whose
 #      extra brings transformers (5.x, CPU-only use: tests/oracles.py builds tiny random
 #      models, downloads nothing) next to pytest, hypothesis, ...            [pip]
-#   4. Chromium (Debian's package) to measure KaTeX-typeset equations, and a CJK
-#      font when fontconfig has none (Chinese text must have real widths)   [apt]
+#   4. Chromium (Debian's package) to measure KaTeX-typeset equations, and the fonts
+#      its test page names (tests/tools/pagefit.py PAGE_FONTS): DejaVu Serif and Sans
+#      Mono, Noto Serif CJK SC                                                [apt]
 #
 # Environment: PYTHON (default: python3, else python) picks the interpreter.
 set -euo pipefail
@@ -151,34 +152,35 @@ else
   log "attntrace[test]: done in $(( $(now) - t0 )) s"
 fi
 
-# ---------------------------------------------------------------- 4. Chromium, CJK font
+# ---------------------------------------------------------------- 4. Chromium, fonts
 # tests/tools/pagefit.py typesets the Markdown reports' math with KaTeX in headless
-# Chromium and measures it. Chinese glyphs need some CJK font known to fontconfig
-# (texlive-lang-chinese brings the Arphic TrueType fonts; else fonts-noto-cjk),
-# otherwise Chinese text is measured with the widths of missing-glyph boxes.
+# Chromium and measures it, in a page that names its fonts: "DejaVu Serif" and
+# "DejaVu Sans Mono" (fonts-dejavu-core) and "Noto Serif CJK SC" (fonts-noto-cjk).
+# They are installed whatever other CJK font the machine has: with another one (or the
+# fallback of fc-match "sans-serif:lang=zh", DejaVu Sans on a fresh Debian) Chinese lines
+# break elsewhere and the measured pages differ (issue 20).
 t0=$(now)
-cjk_font_ready() {
-  if command -v fc-list >/dev/null 2>&1; then
-    [ -n "$(fc-list :lang=zh family 2>/dev/null | head -n 1)" ]
-  else  # no fontconfig tools: look for the packages' font files
-    compgen -G '/usr/share/fonts/opentype/noto/NotoS*CJK*' >/dev/null ||
-      compgen -G '/usr/share/fonts/truetype/arphic*/*.ttf' >/dev/null
-  fi
+PAGE_FONTS=("DejaVu Serif" "DejaVu Sans Mono" "Noto Serif CJK SC")
+font_known() {  # fontconfig knows the family $1
+  command -v fc-list >/dev/null 2>&1 &&
+    fc-list ":family=$1" family 2>/dev/null | tr ',' '\n' | grep -qxF "$1"
 }
 want=()
 if [ ! -x /usr/bin/chromium ] && ! command -v chromium >/dev/null 2>&1; then
   want+=(chromium)
 fi
-if ! cjk_font_ready; then
-  want+=(fonts-noto-cjk)
-fi
+command -v fc-list >/dev/null 2>&1 || want+=(fontconfig)
+font_known "DejaVu Serif" && font_known "DejaVu Sans Mono" || want+=(fonts-dejavu-core)
+font_known "Noto Serif CJK SC" || want+=(fonts-noto-cjk)
 if [ "${#want[@]}" -eq 0 ]; then
-  log "Chromium and a CJK font present; skipping apt"
+  log "Chromium and the fonts ${PAGE_FONTS[*]} present; skipping apt"
 else
   log "installing with apt: ${want[*]}"
   apt_install "${want[@]}"
   { [ -x /usr/bin/chromium ] || command -v chromium >/dev/null 2>&1; } ||
     { log "chromium still missing after apt-get install"; exit 1; }
-  cjk_font_ready || { log "no CJK font known to fontconfig after apt-get install"; exit 1; }
-  log "Chromium/CJK font: done in $(( $(now) - t0 )) s"
+  for family in "${PAGE_FONTS[@]}"; do
+    font_known "$family" || { log "fontconfig does not know $family after apt-get install"; exit 1; }
+  done
+  log "Chromium/fonts: done in $(( $(now) - t0 )) s"
 fi

@@ -9,7 +9,14 @@ Fixtures (each skips when its tool is missing, and fails instead under CI=true):
   pages, textwidth, overfull boxes), compiling with xelatex in a fresh folder under one
   session tmp dir; safe to call from several threads.
 - ``pagefit_browser``: ``pagefit.markdown_equation_widths(docs, column_px=760)``: KaTeX in
-  one headless Chromium run measures every display equation of many Markdown documents.
+  one headless Chromium run measures every display equation of many Markdown documents,
+  with the fonts the page names (``pagefit.PAGE_FONTS``, required like a tool).
+
+Hypothesis: under CI=true the profile ``ci`` is loaded (`HYPOTHESIS_CI`): derandomized (the
+examples follow from each test's code, not from a random seed), no example database (a failure
+found on one run is not replayed on another), a fixed ``max_examples`` for tests that set
+none, and no deadline (a deadline is a wall-time assertion). A failing case hypothesis finds
+is kept in its test as an explicit ``@example``.
 
 Helpers for direct use: ``from mathcheck import markdown_math_spans, pdf_to_png, ...``.
 Install the tools with ``bash scripts/install-test-deps.sh``.
@@ -29,6 +36,14 @@ if str(TOOLS_DIR) not in sys.path:
 
 import mathcheck  # noqa: E402
 import pagefit  # noqa: E402
+from hypothesis import settings  # noqa: E402
+
+#: The profile of CI runs (loaded here, before any test module builds its @settings, which
+#: take their unset fields from the profile loaded at that time).
+HYPOTHESIS_CI = "ci"
+settings.register_profile(HYPOTHESIS_CI, derandomize=True, database=None, max_examples=50, deadline=None, print_blob=True)
+if mathcheck.in_ci():
+    settings.load_profile(HYPOTHESIS_CI)
 
 
 @pytest.fixture(scope="session")
@@ -62,4 +77,5 @@ def pagefit_latex(tmp_path_factory):
 def pagefit_browser():
     mathcheck.require_tool("chromium")
     mathcheck.require_tool("katex")
+    mathcheck.require_tool("page-fonts")
     return pagefit.markdown_equation_widths

@@ -223,6 +223,61 @@ def test_question_math_parses_with_katex(katex):
     assert katex(spans) == []
 
 
+# --------------------------------------------------------------------------- hostile prose (issue 20)
+
+#: XML 1.0 forbids U+FFFE, U+FFFF and the C0 controls but tab, LF, CR; the rest are controls and
+#: invisible formatting characters that no output may hold (attntrace.inputs.safetext)
+NOT_XML = "\uffff\ufffe\x01\x1b"
+HOSTILE_PROSE = NOT_XML + "\r\u2028\u200b\ufeff\u00ad\U000E0041\x85\ud800"
+
+
+def _hostile_prose_folder(tmp_path, lang):
+    """A template folder whose worksheet prose (every sentence, step name and the title words)
+    is the shipped one with the hostile characters put into it."""
+    from attntrace.resources import templates_dir
+
+    text = (templates_dir() / "exercise" / "prose" / f"{lang}.j2").read_text(encoding="utf-8")
+    escaped = HOSTILE_PROSE.encode("unicode_escape").decode("ascii")  # Jinja reads the escapes back
+    spiked = re.sub(r'"((?:[^"\\]|\\.)+)"(\s*:)?', lambda m: m.group(0) if m.group(2) else  # a key stays
+                    f'"{m.group(1)[:1]}{escaped}{m.group(1)[1:]}"', text)
+    assert spiked.count("\\uffff") > 10
+    folder = tmp_path / "tpl"
+    (folder / "exercise" / "prose").mkdir(parents=True)
+    (folder / "exercise" / "prose" / f"{lang}.j2").write_text(spiked, encoding="utf-8")
+    return folder
+
+
+def _xml_texts(root) -> str:
+    return "".join(root.itertext()) + "".join(v for el in root.iter() for v in el.attrib.values())
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_noncharacters_in_prose_and_title_leave_the_xml_parseable(tmp_path, lang):
+    """U+FFFF/U+FFFE in a template folder's prose (or a title) made the Moodle and QTI XML
+    unparseable: they are removed where the text enters, with every other control."""
+    folder = _hostile_prose_folder(tmp_path, lang)
+    variants = lms.make_variants(2, 4, 2, 11, variants=2)
+    spec = dict(variants[0].spec, title="Evil " + HOSTILE_PROSE + " title")
+    variants[0] = lms.Variant(variants[0].seed, spec, variants[0].trace)
+    package = zipfile.ZipFile(io.BytesIO(lms.qti_package(variants, lang=lang, template_dir=folder)))
+    documents = {"moodle": lms.moodle_xml(variants, lang=lang, template_dir=folder).encode("utf-8"),
+                 "qti": lms.qti_xml(variants, lang=lang, template_dir=folder).encode("utf-8"),
+                 **{name: package.read(name) for name in package.namelist()}}
+    for name, data in documents.items():
+        root = ET.fromstring(data)  # expat: not well-formed (invalid token) before the fix
+        text = _xml_texts(root)
+        bad = sorted({f"U+{ord(c):04X}" for c in text if c in HOSTILE_PROSE})
+        assert not bad, (name, bad)
+    quiz = ET.fromstring(documents["moodle"])
+    cloze = quiz.findall("question[@type='cloze']")
+    assert len(cloze) == sum(len(v.trace.steps) for v in variants)
+    for q, step in zip(cloze, variants[0].trace.steps):  # the answers are still the key
+        _, key = _truth(2, 4, 2, 11)
+        got = [float(a) for a, _ in CLOZE.findall(q.findtext("questiontext/text"))]
+        assert got == np.ravel(key[step.key]).tolist()
+    title = ET.fromstring(documents["moodle"]).find("question[@type='cloze']/questiontext/text").text
+    assert re.search(r"<p>Evil \s*\ufffd\s* title</p>", title), title[:80]  # the rest of the title kept
+
 # --------------------------------------------------------------------------- Moodle feedback on usual mistakes
 
 from attntrace.teach import feedback  # noqa: E402

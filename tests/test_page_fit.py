@@ -29,7 +29,7 @@ import pytest
 import attntrace
 import mathcheck
 from attntrace.teach.examples import list_examples
-from pagefit import markdown_equation_widths, overfull_boxes, overfull_details, page_count, unwrap_log
+from pagefit import PAGE_FONTS, build_page, markdown_equation_widths, overfull_boxes, overfull_details, page_count, unwrap_log
 
 LANGS = ("en", "zh")
 COLUMN_PX = 760  # the Markdown column (GUIDE.md section 3)
@@ -200,7 +200,7 @@ def markdown_job(request):
     ``pagefit_browser`` skips, or fails under CI)."""
     wanted = any(item.module is request.module and "md_results" in item.fixturenames
                  for item in request.session.items)
-    if not wanted or mathcheck.missing_tool("chromium") or mathcheck.missing_tool("katex"):
+    if not wanted or any(mathcheck.missing_tool(t) for t in ("chromium", "katex", "page-fonts")):
         yield None
         return
     texts = _rendered(DOCS, "md")
@@ -295,6 +295,33 @@ def test_markdown_measure_on_known_documents(md_results):
     assert 185 < zh["width"] < 200
     (stretchy,) = md_results["_sanity/stretchy"]
     assert 100 < stretchy["width"] < 300 and stretchy["overflow"] == 0
+
+
+def test_the_page_names_its_fonts():
+    """No generic family (serif, sans-serif, monospace): their fallback for Chinese differs
+    from machine to machine, and Chinese lines then break elsewhere (issue 20)."""
+    import re
+
+    page, _spans, _owner = build_page({"d": "中文 $x$"})
+    families = re.findall(r"font-family:\s*([^;}]+)", page)
+    assert families, "the page sets no font-family"
+    for declared in families:
+        names = [n.strip() for n in declared.split(",")]
+        assert all(n.startswith('"') and n.endswith('"') for n in names), declared  # named, not generic
+    named = {n.strip().strip('"') for declared in families for n in declared.split(",")}
+    assert named == set(PAGE_FONTS.values())
+    assert PAGE_FONTS["cjk"].startswith("Noto ") and "CJK SC" in PAGE_FONTS["cjk"]
+
+
+def test_inline_math_is_measured_by_its_box_in_the_line(pagefit_browser):
+    """`g_{ij}` flush with the end of a line: KaTeX's 2px `.vlist-s` strut after the
+    subscript reaches past the column (ink_overflow) while the formula's box in its line ends
+    inside it: no overflow for inline math. Display math keeps the strict check of every span.
+    At 22px the box of g_{ij} (21.2px) fits, its spans (23.2px) do not."""
+    (display,) = pagefit_browser({"g": "$g_{ij}$\n\n$$\ng_{ij}\n$$\n"}, column_px=22)["g"]
+    assert display["kind"] == "display" and display["overflow"] > 1  # strict for display math
+    wide = pagefit_browser({"g": "$g_{ij} + g_{ij}$\n"}, column_px=22)["g"]
+    assert [r["kind"] for r in wide] == ["inline"] and wide[0]["overflow"] > 10  # a real overflow is still seen
 
 
 def _describe_wide(records, column_px: float, show: int = 8) -> str:

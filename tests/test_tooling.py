@@ -205,3 +205,34 @@ def test_compile_latex_needs_the_engine():
 
 def test_torch_is_installed(torch):
     assert torch.__version__.startswith("2.13.0")
+
+
+# --------------------------------------------------------------------------- hypothesis
+
+
+def test_hypothesis_is_deterministic_under_ci():
+    """CI=true loads the profile of tests/conftest.py: derandomized, no database, a fixed number
+    of examples; a test's own @settings (max_examples=...) keeps the other fields."""
+    from hypothesis import given, settings, strategies as st
+
+    import conftest
+    from mathcheck import in_ci
+
+    profile = settings.get_profile(conftest.HYPOTHESIS_CI)
+    assert profile.derandomize and profile.database is None and profile.max_examples == 50 and profile.deadline is None
+    if not in_ci():
+        pytest.skip("CI is not set: hypothesis runs with its default, random profile")
+    assert settings.default.derandomize and settings.default.database is None
+    assert settings(max_examples=7).derandomize  # what the tests' decorators build
+
+    seen: list[list[int]] = []
+
+    @settings(max_examples=20)
+    @given(st.lists(st.integers()))
+    def draw(xs):
+        seen[-1].append(hash(tuple(xs)))
+
+    for _ in range(2):
+        seen.append([])
+        draw()
+    assert seen[0] == seen[1] and len(seen[0]) == 20  # the same examples on every run

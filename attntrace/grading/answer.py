@@ -42,6 +42,7 @@ import numpy as np
 
 from attntrace.inputs import limits
 from attntrace.model.errors import BadInput
+from attntrace.inputs.safetext import clean_text
 from attntrace.inputs.spec import read_table_file
 from attntrace.model.trace import PER_HEAD_STEPS, STEP_IDS
 
@@ -339,7 +340,8 @@ def load_answer(answer: Any, steps: tuple[str, ...] | None = None) -> Answers:
         if key in META_KEYS:
             if not isinstance(raw, str):
                 raise BadInput(f"answer: {key} must be text")
-            out.meta[key] = raw
+            # cleaned where it enters: no control or format character reaches a report (issue 20)
+            out.meta[key] = " ".join(clean_text(raw).split())
             continue
         if key == HEAD_TABLE:
             if not isinstance(raw, Mapping):
@@ -409,9 +411,50 @@ def _head_number(text: str, where: str) -> int:
 
 
 # -- matrices and entries ----------------------------------------------------------------------
+def _in_own_precision(raw: Any) -> Any:
+    """A NumPy array, torch tensor or SymPy matrix -> nested lists. Floats other than float64
+    (float32, float16, bfloat16, longdouble) become the text of the shortest decimal that
+    reads back as the same value in their own type, because the tolerance follows the decimals
+    written: np.float32(-1.8) is "-1.8", not the -1.7999999523162842 of widening it to a
+    Python float (which a right answer then missed in its 16th decimal)."""
+    if type(raw).__module__.startswith("torch") and hasattr(raw, "detach"):
+        t = raw.detach().cpu()
+        if not t.is_floating_point() or t.dtype == _torch().float64:
+            return t.tolist()
+        if t.dtype == _torch().bfloat16:  # no NumPy type: search the shortest decimal
+            wide = t.float().numpy()  # exact
+            return _texts(wide, [_shortest_bfloat16(float(x)) for x in wide.flat])
+        raw = t.numpy()
+    if isinstance(raw, np.ndarray) and raw.dtype.kind == "f" and raw.dtype != np.float64:
+        return _texts(raw, [str(x) for x in raw.flat])  # NumPy prints a scalar's shortest decimal in its type
+    return raw.tolist()
+
+
+def _texts(array: np.ndarray, texts: list[str]) -> list:
+    return np.array(texts, dtype=object).reshape(array.shape).tolist()
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+def _shortest_bfloat16(x: float) -> str:
+    """The shortest decimal that rounds to the bfloat16 value `x` (given widened to a float)."""
+    if not math.isfinite(x):
+        return repr(x)
+    torch = _torch()
+    for digits in range(1, 18):
+        text = f"{x:.{digits}g}"
+        if torch.tensor(float(text), dtype=torch.bfloat16).item() == x:
+            return text
+    return repr(x)
+
+
 def _matrix(raw: Any, label: str, step_id: str, head: int | None) -> AnswerMatrix:
     if hasattr(raw, "tolist") and not isinstance(raw, (str, bytes)):
-        raw = raw.tolist()  # numpy array or SymPy matrix
+        raw = _in_own_precision(raw)  # numpy array, torch tensor or SymPy matrix
     if not isinstance(raw, (list, tuple)):
         raise BadInput(f"answer {label}: a matrix is a list of rows, not {_describe(raw)}")
     if not raw:
@@ -498,6 +541,10 @@ def parse_entry(x: Any, where: str) -> Entry:
     """One written number -> Entry (value, how it was written)."""
     if isinstance(x, bool):
         raise BadInput(f"{where}: {x!r} is not a number")
+    if type(x).__module__.startswith("torch") and getattr(x, "shape", None) == ():
+        x = _in_own_precision(x)  # a 0-d tensor: its value, as text in its own precision
+    if isinstance(x, np.floating) and not isinstance(x, np.float64):
+        return _text(str(x), where)  # float32, float16, longdouble: the decimals of their own type
     if isinstance(x, np.generic):
         x = x.item()
     if isinstance(x, int):

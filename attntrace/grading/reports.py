@@ -14,7 +14,7 @@ from typing import Any, Mapping, Sequence
 
 from attntrace.grading.checker import FORMATS, LANGS, Report, StepResult
 from attntrace.grading.diagnose import UNKNOWN
-from attntrace.inputs.usertext import clean_text, format_user_text, inline_math_for
+from attntrace.inputs.usertext import clean_output, clean_text, format_user_text, inline_math_for
 from attntrace.model.errors import BadInput
 from attntrace.model.trace import Trace
 from attntrace.rendering.jinja_env import user_template_errors
@@ -146,7 +146,7 @@ def _render_report(report: Report, format: str, lang: str, precision: int, templ
         n_wrong=len(wrong), n_carried=sum(r["status"] == "carried" and not r["code"] for r in rows),
         max_entries=options.get("max_size") or 8,
     )
-    return text.rstrip("\n") + "\n"
+    return clean_output(text.rstrip("\n") + "\n")  # whatever a template folder writes (issue 20)
 
 
 def _row(s: StepResult, trace: Trace, format: str, lang: str, precision: int, template_dir, options) -> dict:

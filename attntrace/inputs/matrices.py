@@ -245,13 +245,27 @@ def _from_array(raw: np.ndarray, mode: str, label: _Label):
         trusted = raw.dtype == np.float64 and not raw.flags.writeable
         if trusted and _FINITE.get(id(raw), _dead)() is raw:
             return raw, shape, None
-        value = _finish_numeric(raw if trusted else np.array(raw, dtype=np.float64), label)
+        value = _finish_numeric(raw if trusted else _as_float64(raw, label), label)
         if trusted:
             _FINITE[id(raw)] = weakref.ref(raw, lambda _, key=id(raw): _FINITE.pop(key, None))
         return value, shape, None
     if kind not in "iufOUS":
         raise BadInput(f"{label} has unsupported array type {raw.dtype}")
     return _convert_rows(raw.tolist(), shape, mode, label)
+
+
+def _as_float64(raw: np.ndarray, label: _Label) -> np.ndarray:
+    """A copy in float64. A wider float (longdouble) beyond float64's range is refused here,
+    in one line naming the entry, instead of NumPy's RuntimeWarning and an "inf"."""
+    if raw.dtype.kind != "f" or raw.dtype.itemsize <= 8:
+        return np.array(raw, dtype=np.float64)
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        out = np.array(raw, dtype=np.float64)
+    lost = np.isfinite(raw) & ~np.isfinite(out)
+    if lost.any():
+        i, j = (int(k) for k in np.argwhere(lost)[0])
+        raise BadInput(f"{label.at(i, j)} is {str(raw[i, j])}, beyond the range of a 64-bit float; inputs must be finite")
+    return out
 
 
 #: Read-only float64 arrays already found finite, by id (a weak reference each: an entry goes

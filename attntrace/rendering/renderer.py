@@ -10,13 +10,16 @@ primitives (headings, display math, matrices) and `prose/<lang>.j2` for all the 
 
 from __future__ import annotations
 
+import numbers
 import os
 from pathlib import Path
 from typing import Any
 
 import jinja2
+import numpy as np
 
 from attntrace.model.errors import BadInput
+from attntrace.inputs.safetext import clean_output
 from attntrace.rendering.layout import parse_width
 from attntrace.rendering.jinja_env import cached_environment, user_template_errors
 from attntrace.resources import templates_dir
@@ -61,16 +64,23 @@ def validate(options: dict[str, Any]) -> dict[str, Any]:
 
 def parse_rows(rows: Any) -> list[int] | str | None:
     """The rows to expand entry by entry: None (the default), 'all', '1,3' or [1, 3] (1-based)."""
-    if rows is None or rows == "all":
+    if hasattr(rows, "tolist") and not isinstance(rows, str):  # a NumPy array (or scalar) of row numbers
+        rows = rows.tolist()
+        rows = rows if isinstance(rows, list) else [rows]
+    if rows is None or (isinstance(rows, str) and rows == "all"):
         return rows
     if isinstance(rows, str):
         parts = [p.strip() for p in rows.split(",")]
         if not all(p.isdigit() for p in parts):
             raise BadInput(f"rows must be 'all' or row numbers like 1,3, not {rows!r}")
         rows = [int(p) for p in parts]
+    if isinstance(rows, (list, tuple)):  # NumPy integers count as integers
+        rows = [int(r) if isinstance(r, numbers.Integral) and not isinstance(r, (bool, np.bool_)) else r for r in rows]
     if not isinstance(rows, (list, tuple)) or not rows or len(rows) > 1000 or not all(
             isinstance(r, int) and not isinstance(r, bool) and 1 <= r <= 100_000 for r in rows):
-        raise BadInput(f"rows must be 'all' or a list of row numbers from 1, not {rows!r}")
+        shown = repr(rows)
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        raise BadInput(f"rows must be 'all' or a list of row numbers from 1, not {shown}")
     return sorted(set(rows))
 
 
@@ -99,9 +109,11 @@ _DISPLAY_START = ("\\[", "\\begin{align*}")
 def tidy(text: str, fmt: str = "md") -> str:
     """At most one blank line in a row; one newline at the end. In LaTeX a display never
     starts a paragraph: it stays with the lead-in line above it, so no page break falls
-    between them (and no empty paragraph opens above the display)."""
+    between them (and no empty paragraph opens above the display). The text is cleaned
+    first (`safetext.clean_output`): whatever a template folder writes, no control or format
+    character leaves (str.splitlines would also break lines at CR, VT, FF, NEL, U+2028...)."""
     lines, blank = [], 0
-    for line in text.splitlines():
+    for line in clean_output(text).split("\n"):
         line = line.rstrip()
         if fmt == "tex" and line.startswith(_DISPLAY_START) and lines and not lines[-1] and len(lines) > 1 \
                 and not lines[-2].startswith(("\\section", "\\subsection", "\\subsubsection", "\\paragraph", "\\end{itemize}", "\\begin{document}")):

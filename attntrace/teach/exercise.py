@@ -402,10 +402,12 @@ def prose_markup(text: str, format: str, brackets: bool = False) -> str:
     the format."""
     import html
 
+    from attntrace.inputs.safetext import clean_text
     from attntrace.rendering.viewmodel import escape_md, escape_tex
 
     out = []
-    for i, part in enumerate(_PROSE_PARTS.split(str(text))):
+    # cleaned where it enters: a template folder's sentence may hold controls or U+FFFF (issue 20)
+    for i, part in enumerate(_PROSE_PARTS.split(clean_text(text))):
         if not part:
             continue
         if i % 2 == 0:

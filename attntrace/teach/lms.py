@@ -31,8 +31,9 @@ ties). On answers typed with 4 decimals the LMS accepts exactly what `attntrace 
 accepts, except that a true value exactly halfway between two 4-decimal numbers is accepted
 rounded either way by the check and only as the key's rounding by the LMS.
 
-All XML is built with xml.etree; user text (titles) is HTML-escaped before it goes into
-the HTML of a question, and ElementTree escapes that for XML.
+All XML is built with xml.etree; user text (titles, a template folder's prose) is cleaned of
+controls and noncharacters (`attntrace.inputs.safetext`: U+FFFF made the XML unparseable) and
+HTML-escaped before it goes into the HTML of a question, and ElementTree escapes that for XML.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from dataclasses import dataclass
 from xml.etree import ElementTree as ET
 
 from attntrace.grading.answer import Entry
+from attntrace.inputs.safetext import clean_output, clean_text
 from attntrace.model.errors import BadInput
 from attntrace.model.trace import Trace
 from attntrace.teach import feedback
@@ -125,8 +127,8 @@ class Prose:
         from attntrace.teach.exercise import prose_markup
 
         p = self.p
-        head = f" ({html.escape(str(p.head))} {step.head})" if step.head else ""
-        number_text = f"{p.step} {number} 步" if self.lang == "zh" else f"{p.step} {number}"
+        head = f" ({html.escape(clean_text(p.head))} {step.head})" if step.head else ""
+        number_text = f"{clean_text(p.step)} {number} 步" if self.lang == "zh" else f"{clean_text(p.step)} {number}"
         return f"{html.escape(str(number_text))}: {prose_markup(p.names[step.id], 'html')}{head}"
 
 
@@ -140,7 +142,7 @@ def given_html(variant: Variant, prose: Prose, escape=lambda text: text) -> str:
     from attntrace.teach.exercise import worksheet_view
 
     view = worksheet_view(variant.spec, variant.trace)
-    parts = [f"<p>{html.escape(escape(variant.spec['title']), quote=False)}</p>",
+    parts = [f"<p>{html.escape(escape(clean_text(variant.spec['title'])), quote=False)}</p>",
              f"<p>{prose('intro')} " + _math("n = %d,\\ d_{\\text{model}} = %d,\\ h = %d,\\ d_k = %d"
                                               % (view["n"], view["d"], view["heads"], view["d_k"])) + "</p>",
              f"<p><strong>{prose('given')}</strong></p>"]
@@ -237,11 +239,17 @@ def moodle_quiz(variants: list[Variant], lang: str = "en", template_dir=None) ->
     return quiz
 
 
+def _document(root: ET.Element) -> str:
+    """The XML document of `root`, indented. ElementTree writes any character as it is, even
+    those XML 1.0 forbids (U+FFFF, U+FFFE, C0 controls): the text was cleaned where it entered
+    (prose, titles); `clean_output` removes them again, as the last line of defence."""
+    ET.indent(root)
+    return clean_output('<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n")
+
+
 def moodle_xml(variants: list[Variant], lang: str = "en", template_dir=None) -> str:
     """Moodle XML (Question bank > Import > Moodle XML format)."""
-    root = moodle_quiz(variants, lang, template_dir)
-    ET.indent(root)
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+    return _document(moodle_quiz(variants, lang, template_dir))
 
 
 # --------------------------------------------------------------------------- QTI 1.2
@@ -313,9 +321,7 @@ def _entry_label(lang: str, i: int, j: int) -> str:
 
 
 def qti_xml(variants: list[Variant], lang: str = "en", template_dir=None) -> str:
-    root = qti_assessment(variants, lang, template_dir)
-    ET.indent(root)
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+    return _document(qti_assessment(variants, lang, template_dir))
 
 
 def qti_manifest(ident: str, href: str) -> str:
@@ -328,8 +334,7 @@ def qti_manifest(ident: str, href: str) -> str:
     resources = ET.SubElement(root, "resources")
     resource = ET.SubElement(resources, "resource", {"identifier": ident, "type": "imsqti_xmlv1p2", "href": href})
     ET.SubElement(resource, "file", {"href": href})
-    ET.indent(root)
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+    return _document(root)
 
 
 def qti_package(variants: list[Variant], lang: str = "en", template_dir=None) -> bytes:
@@ -337,8 +342,7 @@ def qti_package(variants: list[Variant], lang: str = "en", template_dir=None) ->
     root = qti_assessment(variants, lang, template_dir)
     ident = root.find("assessment").get("ident")
     href = f"{ident}/{ident}.xml"
-    ET.indent(root)
-    quiz = '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+    quiz = _document(root)
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as z:
         for name, text in (("imsmanifest.xml", qti_manifest(ident, href)), (href, quiz)):

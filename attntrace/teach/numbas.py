@@ -30,6 +30,7 @@ import json
 
 import numpy as np
 
+from attntrace.inputs.safetext import clean_text, json_safe
 from attntrace.model.errors import BadInput
 from attntrace.model.trace import Trace
 
@@ -191,7 +192,7 @@ def question(variant, prose) -> dict:
     parts = [_part(p, index, step_html(variant, prose, number, p.step))
              for number, p in enumerate(plans, start=1)]
     return {
-        "name": html.unescape(variant.spec["title"]),
+        "name": clean_text(html.unescape(variant.spec["title"])),
         "tags": ["attntrace"],
         "metadata": {"description": "", "licence": "None specified"},
         "statement": given_html(variant, prose),
@@ -254,4 +255,4 @@ def exam(variants, lang: str = "en", template_dir=None) -> dict:
 
 def exam_text(variants, lang: str = "en", template_dir=None) -> str:
     """The .exam file: Numbas's version line, then the exam as JSON."""
-    return HEADER + "\n" + json.dumps(exam(variants, lang, template_dir), ensure_ascii=False, indent=1) + "\n"
+    return HEADER + "\n" + json_safe(json.dumps(exam(variants, lang, template_dir), ensure_ascii=False, indent=1)) + "\n"

@@ -285,9 +285,17 @@ def _has_chromium() -> str | None:
     return None if find_chromium() else "chromium is not installed"
 
 
+def _has_page_fonts() -> str | None:
+    from pagefit import missing_page_fonts  # same folder; imported late (pagefit imports us)
+
+    missing = missing_page_fonts()
+    return f"fontconfig does not know the font(s) {', '.join(missing)}" if missing else None
+
+
 _TOOLS = {
     "katex": _has_katex,
     "chromium": _has_chromium,
+    "page-fonts": _has_page_fonts,
     "node": lambda: _has_program("node"),
     "xelatex": _has_xelatex,
     "pdflatex": lambda: _has_program("pdflatex"),

@@ -25,23 +25,40 @@ Markdown + KaTeX
   span is typeset by KaTeX (``node_modules/katex/dist``, ``throwOnError: true``) inside a
   ``column_px`` wide column with 16px body text, all documents in ONE headless Chromium
   run, after every KaTeX font has loaded. One record per display equation, plus one per
-  inline span that sticks out of the column or does not parse::
+  inline span that sticks out of the column by more than ``INLINE_TOLERANCE_PX`` or does
+  not parse::
 
       {"kind": "display" | "inline", "index": k (k-th math span of the document),
        "tex": the TeX, "snippet": its first 100 characters on one line,
        "width": rendered width in px (None on error),
-       "overflow": px past the column's right edge (0 when inside),
-       "error": KaTeX's message or None}
+       "overflow": px past the column's edges (0 when inside),
+       "error": KaTeX's message or None,
+       "ink_overflow": inline only: the overflow of its spans (see below)}
 
   The width is the right edge of the spans inside ``.katex-html`` minus their left edge,
   leaving out ``.hide-tail`` (KaTeX's stretchy parts are 400em wide and clipped), ``svg``
   and the ``.katex-mathml`` copy (GUIDE.md section 5).
+  The overflow of a display equation is measured on those spans (strict: every span must
+  be inside the column). An inline formula is measured against its line box: the boxes it
+  occupies in its lines (``getClientRects`` of ``.katex-html``) must lie within the column.
+  Its spans may reach past that box: KaTeX ends every subscript with a 2px ``.vlist-s``
+  strut holding a zero-width space (nothing is drawn there), so ``g_{ij}`` placed by the
+  browser flush with the end of a line "sticks out 1.4px" by its spans while its box ends
+  inside the column. That is a wrapping artefact, not an overflow; the records also give
+  ``ink_overflow`` (the spans' overflow) for inline spans.
+- Fonts: the page names its fonts (``PAGE_FONTS``: DejaVu Serif for Latin text, Noto Serif
+  CJK SC for Chinese, DejaVu Sans Mono for code) instead of the generic ``serif``, whose
+  fallback for Chinese differs from machine to machine (``fc-match "sans-serif:lang=zh"``
+  gives DejaVu Sans on a fresh Debian, and Chinese lines then break elsewhere).
+  ``missing_page_fonts()`` names those fontconfig does not know; measuring refuses to run
+  without them (scripts/install-test-deps.sh installs fonts-dejavu-core and fonts-noto-cjk).
 - ``find_chromium()``: the browser to use ($CHROMIUM, else chromium / chromium-browser /
   google-chrome on PATH), or None.
 """
 
 from __future__ import annotations
 
+import functools
 import html
 import json
 import os
@@ -216,6 +233,30 @@ KATEX_DIST = NODE_MODULES / "katex" / "dist"
 _MATH_TOKENS = dict(mathcheck._MATH_TOKENS)
 
 
+#: Seconds before a Chromium run counts as hung: a guard, not a speed check. All documents of
+#: test_page_fit take about a minute alone, and over 3 minutes on a loaded 2-core machine.
+CHROMIUM_TIMEOUT = 900
+
+#: The fonts the test page names (never a generic family: its fallback depends on the machine).
+PAGE_FONTS = {"latin": "DejaVu Serif", "cjk": "Noto Serif CJK SC", "mono": "DejaVu Sans Mono"}
+
+
+@functools.lru_cache(maxsize=None)
+def missing_page_fonts() -> tuple[str, ...]:
+    """The families of ``PAGE_FONTS`` that fontconfig does not know (all of them when there
+    is no ``fc-list``): Chromium on Linux finds its fonts through fontconfig."""
+    exe = shutil.which("fc-list")
+    if exe is None:
+        return tuple(PAGE_FONTS.values())
+    missing = []
+    for family in PAGE_FONTS.values():
+        out = subprocess.run([exe, f":family={family}", "family"], capture_output=True, text=True,
+                             timeout=60, stdin=subprocess.DEVNULL).stdout
+        if family not in {name.strip() for line in out.splitlines() for name in line.split(",")}:
+            missing.append(family)
+    return tuple(missing)
+
+
 def find_chromium() -> str | None:
     """The Chromium binary: $CHROMIUM, else the first of chromium, chromium-browser,
     google-chrome on PATH; None when there is none."""
@@ -256,14 +297,14 @@ def _math_html_parser(spans: list[tuple[str, bool]]):
 
 
 _PAGE = """<!DOCTYPE html>
-<html><head><meta charset="utf-8">
+<html lang="en"><head><meta charset="utf-8">
 <link rel="stylesheet" href="{css}">
 <style>
   html, body {{ margin: 0; padding: 0; }}
-  body {{ font-family: "DejaVu Serif", "Noto Serif CJK SC", serif; font-size: 16px;
+  body {{ font-family: "{latin}", "{cjk}"; font-size: 16px;
           line-height: 1.5; color: #000; background: #fff; }}
   .pf-doc {{ margin: 0 20px 40px 20px; padding: 0; overflow: visible; }}
-  .pf-doc pre, .pf-doc code {{ font-family: "DejaVu Sans Mono", monospace; font-size: 14px; }}
+  .pf-doc pre, .pf-doc code {{ font-family: "{mono}", "{cjk}"; font-size: 14px; }}
   .pf-doc table {{ border-collapse: collapse; }}
   .pf-doc td, .pf-doc th {{ border: 1px solid #888; padding: 2px 6px; }}
 </style>
@@ -312,10 +353,16 @@ _SCRIPT = r"""
 
     for (const el of nodes) {
       const k = +el.dataset.k;
+      const display = spans[k][1];
       const col = el.closest('.pf-doc').getBoundingClientRect();
       const rec = {k: k, width: null, left: null, right: null, col_left: col.left,
                    col_right: col.right, error: el.dataset.error || null};
       const khtml = el.querySelector('.katex-html');
+      if (!rec.error && khtml && !display) {
+        // an inline formula: the boxes it takes in its line boxes (one per line it is on)
+        rec.boxes = Array.from(khtml.getClientRects()).filter(r => r.width > 0)
+                         .map(r => [r.left, r.right]);
+      }
       if (!rec.error && khtml) {
         let left = Infinity, right = -Infinity;
         // every span but KaTeX's clipped stretchy parts (.hide-tail: 400em wide svgs)
@@ -341,6 +388,10 @@ _SCRIPT = r"""
   document.body.appendChild(pre);
 })();
 """
+
+#: An inline formula is reported when its box in its line sticks out more than this: layout
+#: rounding, not a visible overflow (display math: every span within the column, strictly).
+INLINE_TOLERANCE_PX = 0.5
 
 _CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
 _RESULT = re.compile(r'<pre id="pagefit-result">(.*?)</pre>', re.S)
@@ -375,11 +426,12 @@ def build_page(docs: dict[str, str], column_px: int = 760) -> tuple[str, list[tu
         docs="\n".join(parts),
         spans=_json_for_script(spans),
         script=_SCRIPT,
+        **PAGE_FONTS,
     )
     return page, spans, owner
 
 
-def run_chromium(page_html: str, timeout: float = 180, keep: str | os.PathLike | None = None) -> str:
+def run_chromium(page_html: str, timeout: float = CHROMIUM_TIMEOUT, keep: str | os.PathLike | None = None) -> str:
     """Load ``page_html`` from a file:// URL in one headless Chromium and return the DOM
     it dumps. ``keep``: also write the page there (to look at it)."""
     exe = find_chromium()
@@ -411,7 +463,7 @@ def markdown_equation_widths(
     docs: dict[str, str],
     column_px: float = 760,
     *,
-    timeout: float = 180,
+    timeout: float = CHROMIUM_TIMEOUT,
     keep_html: str | os.PathLike | None = None,
 ) -> dict[str, list[dict]]:
     """Typeset the math of every Markdown document with KaTeX in ONE Chromium run and
@@ -421,6 +473,9 @@ def markdown_equation_widths(
     report, when a KaTeX font did not load, or when a span was not measured: a measuring
     tool must not pass by measuring nothing."""
     docs = dict(docs)
+    missing = missing_page_fonts()
+    if missing:
+        raise ToolMissing(f"fontconfig does not know the font(s) {', '.join(missing)} ({INSTALL_HINT})")
     page, spans, owner = build_page(docs, column_px)
     out = {name: [] for name in docs}
     if not spans:
@@ -453,9 +508,12 @@ def markdown_equation_widths(
         tex, display = spans[k]
         if r["error"] is None and r["width"] is None:
             raise RuntimeError(f"span {k} ({tex[:60]!r}) was typeset but has no .katex-html")
-        overflow = 0.0
+        ink = 0.0
         if r["right"] is not None:
-            overflow = max(0.0, r["right"] - r["col_right"], r["col_left"] - r["left"])
+            ink = max(0.0, r["right"] - r["col_right"], r["col_left"] - r["left"])
+        overflow = ink
+        if not display and r.get("boxes"):  # inline: its boxes in the line boxes
+            overflow = max(0.0, *(max(right - r["col_right"], r["col_left"] - left) for left, right in r["boxes"]))
         flat = " ".join(tex.split())
         rec = {
             "kind": "display" if display else "inline",
@@ -466,6 +524,8 @@ def markdown_equation_widths(
             "overflow": round(overflow, 2),
             "error": r["error"],
         }
-        if display or rec["error"] or overflow > 0.5:
+        if not display:
+            rec["ink_overflow"] = round(ink, 2)
+        if display or rec["error"] or overflow > INLINE_TOLERANCE_PX:
             out[owner[k]].append(rec)
     return out
