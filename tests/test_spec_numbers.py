@@ -98,3 +98,91 @@ def test_numbers_at_their_bound_are_accepted():
     assert attntrace.run({**QKV, "rope": {"positions": [0, 1, 10**9]}}).step("Q_rope") is not None
     assert attntrace.run({**QKV, "online": {"block_keys": 10**6}}).step("Z") is not None
     assert attntrace.run({**BLOCK, "norm1": {"eps": np.float32(0.5)}}).step("norm1") is not None
+
+
+# ------------------------------------------------------------------ the cost model (issue 20 B, specs)
+
+def _online(n: int, mode: str = "numeric", **blocks) -> dict:
+    if mode == "shape":
+        return {"mode": "shape", **{k: {"shape": [n, 2]} for k in "QKV"}, "online": blocks}
+    rng = np.random.default_rng(0)
+    q = rng.normal(size=(n, 2)).round(2).tolist()
+    return {"Q": q, "K": q, "V": q, "online": blocks}
+
+
+@pytest.mark.parametrize("spec, blocks", [
+    (_online(300, block_keys=1, block_queries=1), "90,000 blocks"),
+    (_online(100_000, "shape", block_keys=1, block_queries=1), "10,000,000,000 blocks"),
+    (_online(2000, block_keys=1), "2,000 blocks"),
+])
+def test_online_blocks_are_counted_before_any_work(spec, blocks, monkeypatch):
+    """1 x 1 blocks on 300 tokens are 360,000 steps; shape mode with 10^5 rows grew past 2 GB:
+    refused in one line naming the count, before the tracer builds anything."""
+    from attntrace import tracer
+
+    monkeypatch.setattr(tracer, "Context", None)  # any work at all would fail on this
+    with pytest.raises(BadInput) as info:
+        attntrace.run(spec)
+    message = str(info.value)
+    assert blocks in message and "online_blocks" in message and "\n" not in message
+
+
+def test_online_blocks_limit_can_be_raised(monkeypatch):
+    monkeypatch.setenv("ATTNTRACE_LIMITS", "online_blocks=1000")
+    t = attntrace.run(_online(30, block_keys=1, block_queries=1))
+    assert sum(s.id == "online_out" for s in t.steps) == 900
+
+
+def _backward(n: int, d: int, heads: int) -> dict:
+    rng = np.random.default_rng(n * 10 + d)
+    mats = {k: rng.integers(-2, 3, size=s).tolist() for k, s in
+            {"X": (n, d), "W_Q": (d, d), "W_K": (d, d), "W_V": (d, d)}.items()}
+    return {**mats, "num_heads": heads, "backward": True}
+
+
+@pytest.mark.parametrize("n, d, heads", [(4, 4, 2), (4, 4, 1), (3, 3, 1), (4, 2, 1)])
+def test_exact_backward_is_in_the_exact_cost_model(n, d, heads, monkeypatch):
+    """Exact backward on a 4 x 4 with 2 heads ran over 60 s: now refused with the estimate,
+    before the tracer builds anything; numeric mode still traces it."""
+    from attntrace import tracer
+
+    assert attntrace.run(_backward(n, d, heads)).step("dX") is not None
+    monkeypatch.setattr(tracer, "Context", None)
+    with pytest.raises(BadInput, match=r"this exact trace is too large .* units of work.*exact_cost"):
+        attntrace.run(_backward(n, d, heads), mode="exact")
+
+
+def test_the_backward_estimate_follows_sympy_node_counts():
+    """The model predicts the gradients' sizes: within a factor 3 of the nodes SymPy builds
+    (it may predict more, never far fewer), on traces small enough to run."""
+    import sympy
+
+    from attntrace.budget import _dims, work_estimate
+    from attntrace.inputs.spec import load_spec
+
+    for n, d, heads in [(2, 2, 1), (3, 2, 1), (2, 4, 1), (3, 2, 2)]:
+        spec = _backward(n, d, heads)
+        with_grad = load_spec(spec, mode="exact")
+        without = load_spec({**spec, "backward": None}, mode="exact")
+        predicted = 8 * (work_estimate(with_grad, [_dims(o, with_grad.shared) for o in with_grad.heads])[0]
+                         - work_estimate(without, [_dims(o, without.shared) for o in without.heads])[0])
+        t = attntrace.run(spec, mode="exact")
+        nodes = sum(sum(1 for _ in sympy.preorder_traversal(e)) for s in t.steps if s.id.startswith("d") for e in s.value)
+        assert nodes / 3 < predicted < nodes * 3, (n, d, heads, nodes, predicted)
+
+
+@pytest.mark.parametrize("n, blocks", [(16, {"block_keys": 1, "block_queries": 1}), (16, {"block_keys": 1})])
+def test_exact_online_softmax_is_in_the_exact_cost_model(n, blocks, monkeypatch):
+    from attntrace import tracer
+
+    monkeypatch.setattr(tracer, "Context", None)
+    spec = _online(n, **blocks)
+    spec = {**spec, **{k: np.round(np.asarray(spec[k]) * 2).astype(int).tolist() for k in "QKV"}}
+    with pytest.raises(BadInput, match="this exact trace is too large"):
+        attntrace.run(spec, mode="exact")
+
+
+def test_the_built_in_backward_examples_stay_within_the_limits():
+    for name in ("backward-2x2", "backward-2x2-symbolic"):
+        for mode in ("exact", "symbolic"):
+            assert attntrace.run(name, mode=mode).step("dQ") is not None
