@@ -180,6 +180,8 @@ def work_estimate(p: Problem, dims: list[dict]) -> tuple[int, int]:
             total += n * dk * q[0] + m * dk * kk[0] + m * dv * v[0]
         else:
             q, kk, v = st.get("Q", one), st.get("K", one), st.get("V", one)
+        if not named:
+            total += _position_work(p, n, m, d, dk)
         if "scores" in st or "Q" in st or "X" in p.shared:
             s = st["scores"] if "scores" in st else prod(one if named else q, one if named else kk, dk)
             total += n * m * s[0] * (2 if p.scale is not False else 1)
@@ -216,6 +218,23 @@ def work_estimate(p: Problem, dims: list[dict]) -> tuple[int, int]:
 #: two-head trace in 1.2 s), an eighth of a forward unit (0.2-0.5 ms); the report evaluates
 #: each entry once more for its decimal.
 BACKWARD_NODES_PER_UNIT = 8
+
+
+def _position_work(p: Problem, n: int, m: int, d: int, dk: int) -> int:
+    """Exact mode, the position kinds (measured on this machine, 4 x 4 inputs of -2..2):
+
+    - RoPE: each rotated entry is q cos(m theta) + q' sin(m theta), a different angle per
+      position and pair, and every score is rewritten over the angle differences (cos(a - b)):
+      about (2 d_k)^2 work per score (6 tokens, d_k = 6: 50 s before this estimate refused it);
+    - sinusoidal positions: E = X + P puts a different sin or cos in every entry, and every
+      later product and softmax carries them all (4 tokens, d = 4: 17 s).
+    """
+    work = 0
+    if p.extra.get("rope") is not None:
+        work += 3 * n * m * (2 * dk) ** 2 // 2
+    if p.extra.get("position") == "sinusoidal":
+        work += 30 * n * m * d * d
+    return work
 
 
 def _online_work(p: Problem, named: bool, n: int, m: int, dv: int, s: int, v: int) -> int:

@@ -186,3 +186,18 @@ def test_the_built_in_backward_examples_stay_within_the_limits():
     for name in ("backward-2x2", "backward-2x2-symbolic"):
         for mode in ("exact", "symbolic"):
             assert attntrace.run(name, mode=mode).step("dQ") is not None
+
+
+@pytest.mark.parametrize("extra, n, d", [({"rope": True}, 8, 4), ({"rope": True}, 6, 6), ({"position": "sinusoidal"}, 4, 4)])
+def test_exact_position_kinds_are_in_the_exact_cost_model(extra, n, d, monkeypatch):
+    """RoPE over 6 tokens with d_k = 6 took 50 s in exact mode, sinusoidal positions on 4 x 4
+    17 s: refused up front with the estimate; numeric mode traces them."""
+    from attntrace import tracer
+
+    rng = np.random.default_rng(n + d)
+    w = rng.integers(-1, 2, size=(d, d)).tolist()
+    spec = {"X": rng.integers(-2, 3, size=(n, d)).tolist(), "W_Q": w, "W_K": w, "W_V": w, **extra}
+    assert attntrace.run(spec).step("Z") is not None
+    monkeypatch.setattr(tracer, "Context", None)
+    with pytest.raises(BadInput, match=r"this exact trace is too large .* units of work"):
+        attntrace.run(spec, mode="exact")
