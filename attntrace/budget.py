@@ -22,15 +22,17 @@ def check_budget(p: Problem) -> None:
     against exact_cost, symbolic_cost or expanded_cost, and in exact mode the digits
     the values grow to against limit digits.
     """
+    dims = [_dims(ops, p.shared) for ops in p.heads]
+    _check_online_blocks(p, dims)
     if p.mode == "shape":
         return
-    dims = [_dims(ops, p.shared) for ops in p.heads]
     if p.mode == "numeric":
         total, biggest = 0, (0, "")
+        backward = 2 if p.extra.get("backward") is not None else 1  # a gradient per forward matrix
         for h, dm in enumerate(dims, start=1):
             n, m, dk, dv = dm["n"], dm["m"], dm["dk"], dm["dv"]
             sizes = {"Q": n * dk, "K": m * dk, "V": m * dv, "scores": 6 * n * m, "Z": n * dv}
-            total += sum(sizes.values())
+            total += sum(sizes.values()) * backward + _online_entries(p, n, m, dv)
             biggest = max(biggest, (n * m, f"scores ({n}x{m})"), (n * dk, f"Q ({n}x{dk})"))
         n0 = dims[0]["n"]
         dz = sum(dm["dv"] for dm in dims)
@@ -53,6 +55,39 @@ def check_budget(p: Problem) -> None:
         raise limits.refuse(f"exact values in this trace would grow to about {digits:,} digits; use --mode numeric", "digits")
 
 
+def online_blocks(p: Problem, dims: list[dict]) -> int:
+    """How many (query block, key block) pairs the online softmax runs over all heads: each
+    records four steps (m, P, l, O), which the report lays out one by one."""
+    online = p.extra.get("online")
+    if online is None:
+        return 0
+    total = 0
+    for dm in dims:
+        n, m = dm["n"], dm["m"]
+        total += -(-n // (online.get("block_queries") or n)) * -(-m // online["block_keys"])
+    return total
+
+
+def _check_online_blocks(p: Problem, dims: list[dict]) -> None:
+    """Refuse, in any mode (shape mode too: 10^5 rows in 1 x 1 blocks are 10^10 steps), an
+    online softmax with more blocks than limit online_blocks."""
+    blocks = online_blocks(p, dims)
+    if blocks > limits.get("online_blocks"):
+        online = p.extra["online"]
+        raise limits.refuse(f"the online softmax would run {blocks:,} blocks ({4 * blocks:,} steps) with block_keys = "
+                            f"{online['block_keys']}, block_queries = {online.get('block_queries') or 'all rows'}; "
+                            "give larger blocks", "online_blocks")
+
+
+def _online_entries(p: Problem, n: int, m: int, dv: int) -> int:
+    """Numeric entries the online softmax's steps hold for one head: P is n x m in all, and
+    each key block adds a column of m and l and n x dv of O."""
+    online = p.extra.get("online")
+    if online is None:
+        return 0
+    blocks = -(-m // online["block_keys"])
+    return n * m + blocks * n * (2 + dv) + 2 * n * dv
+
 
 def _dims(ops, shared) -> dict:
     """Sizes of one head: n queries, m keys, d input width, dk key width, dv value width, out."""
@@ -66,6 +101,8 @@ def _dims(ops, shared) -> dict:
         n, m = sh.get("scores", sh.get("weights"))
     else:
         n, m = sh.get("Z", (1, 1))[0], 1
+    if "K_past" in sh:  # a KV cache: the new queries also read the cached keys
+        m += sh["K_past"][0]
     d = x.shape[1] if x is not None else 1
     dk = sh.get("W_Q", sh.get("Q", (1, 1)))[1]
     dv = sh.get("W_V", sh.get("V", sh.get("Z", (1, 0))))[1]
@@ -143,6 +180,8 @@ def work_estimate(p: Problem, dims: list[dict]) -> tuple[int, int]:
             total += n * dk * q[0] + m * dk * kk[0] + m * dv * v[0]
         else:
             q, kk, v = st.get("Q", one), st.get("K", one), st.get("V", one)
+        if not named:
+            total += _position_work(p, n, m, d, dk)
         if "scores" in st or "Q" in st or "X" in p.shared:
             s = st["scores"] if "scores" in st else prod(one if named else q, one if named else kk, dk)
             total += n * m * s[0] * (2 if p.scale is not False else 1)
@@ -154,13 +193,99 @@ def work_estimate(p: Problem, dims: list[dict]) -> tuple[int, int]:
             top_bits = max(top_bits, s[2])
         else:
             a, s = 1, one
+        zs = 0
         if "V" in st or "X" in p.shared:
             zs = 2 * m if named else m * (a + v[0])
             total += n * dv * zs
+            total += _online_work(p, named, n, m, dv, s[0], v[0])
             top_bits = max(top_bits, v[2] + s[2] + m)
+        if p.extra.get("backward") is not None:
+            x = st.get("X", one)
+            w = max(st.get(k, one)[0] for k in ("W_Q", "W_K", "W_V")) if "X" in p.shared else 1
+            sizes = {"q": q[0], "k": kk[0], "v": v[0], "a": a, "z": zs, "x": x[0], "w": w}
+            work = _backward_work(p, named, dm, sizes, stats)
+            total += work if named else work // BACKWARD_NODES_PER_UNIT
     if "W_O" in p.shared:
         wo, n0 = stats["W_O"], dims[0]["n"]
         width = sum(dm["dv"] for dm in dims)
         total += n0 * dims[0]["out"] * width * (2 if named else wo[0] * (m + 1))
         top_bits += wo[2] + math.log2(width + 1)
     return int(total), int(top_bits / math.log2(10)) + 1 if p.mode == "exact" else 0
+
+
+#: Exact mode: predicted nodes of the backward pass's entries per unit of work. SymPy builds the
+#: gradients' unexpanded sums at about 0.04 ms a node (measured: 27,000 nodes of a (3, 2)
+#: two-head trace in 1.2 s), an eighth of a forward unit (0.2-0.5 ms); the report evaluates
+#: each entry once more for its decimal.
+BACKWARD_NODES_PER_UNIT = 8
+
+
+def _position_work(p: Problem, n: int, m: int, d: int, dk: int) -> int:
+    """Exact mode, the position kinds (measured on this machine, 4 x 4 inputs of -2..2):
+
+    - RoPE: each rotated entry is q cos(m theta) + q' sin(m theta), a different angle per
+      position and pair, and every score is rewritten over the angle differences (cos(a - b)):
+      about (2 d_k)^2 work per score (6 tokens, d_k = 6: 50 s before this estimate refused it);
+    - sinusoidal positions: E = X + P puts a different sin or cos in every entry, and every
+      later product and softmax carries them all (4 tokens, d = 4: 17 s).
+    """
+    work = 0
+    if p.extra.get("rope") is not None:
+        work += 3 * n * m * (2 * dk) ** 2 // 2
+    if p.extra.get("position") == "sinusoidal":
+        work += 30 * n * m * d * d
+    return work
+
+
+def _online_work(p: Problem, named: bool, n: int, m: int, dv: int, s: int, v: int) -> int:
+    """The online softmax of one head, exact mode: for each row and key block j, the running
+    max, sum and output hold the j blocks seen so far (m^(j) a max over j Bc scores, O^(j) a sum
+    of j Bc terms per column), so the work grows as the square of the number of blocks."""
+    online = p.extra.get("online")
+    if online is None or named:
+        return 0
+    bc = online["block_keys"]
+    blocks = -(-m // bc)
+    seen = bc * blocks * (blocks + 1) // 2  # keys seen, summed over the blocks
+    return 2 * n * (seen * (2 * s + dv * (s + v)) + m * s)  # 2: measured about twice a forward unit's time
+
+
+def _backward_work(p: Problem, named: bool, dm: dict, z: dict, stats: dict) -> int:
+    """The backward pass of one head: entries x predicted size of each gradient.
+
+    Exact mode keeps SymPy's own arithmetic (kinds.backward): a product's entry is an
+    unexpanded sum of k products, whose size is k (size(a) + size(b)), and the softmax
+    backward A o (dA - r 1^T), r_i = sum_j a_ij dA_ij, holds m + 1 copies of a and dA. From
+    the seed (2 Z for the sum of squares) back to dX the sizes compound: measured on random
+    integer and half-integer inputs the predicted sizes are within a factor 2 of SymPy's node
+    counts (SymPy merges equal terms, so small masked or d_k = 1 cases predict up to 15 times
+    too many); a (4, 4) two-head trace predicts about 420,000 (its trace alone takes 13 s).
+    Symbolic mode names every gradient's entries, so each costs its k terms.
+    """
+    n, m, d, dk, dv = dm["n"], dm["m"], dm["d"], dm["dk"], dm["dv"]
+    from_x = "X" in p.shared
+    if named:
+        work = n * dv * 2 * n + n * m * 2 * dv + 2 * n * m * 2 * m + n * dk * 2 * m + m * dk * 2 * n
+        if from_x:
+            work += 3 * d * dk * 2 * n + n * d * 2 * 3 * dk
+        return work
+    back = p.extra["backward"]
+    if "dO" in back:
+        seed = _entry_stats(back["dO"], named)[0]
+    else:
+        seed = 1 if back["loss"] == "sum" else z["z"]
+    if "W_O" in p.shared:  # dO W_O^T: a sum over the output's columns
+        out = dm["out"]
+        seed = out * (seed + stats["W_O"][0])
+    dz, a, v, q, k = seed, z["a"], z["v"], z["q"], z["k"]
+    dv_ = n * (a + dz)
+    da = dv * (dz + v)
+    dt = (m + 1) * (a + da)
+    ds = dt + 1
+    dq, dk_ = m * (ds + k), n * (ds + q)
+    work = n * dv * (dz + dv_) + n * m * (da + dt + ds) + n * dk * dq + m * dk * dk_
+    if from_x:
+        x, w = z["x"], z["w"]
+        work += d * dk * n * (2 * x + dq + dk_) + d * dv * n * (x + dv_)  # dW_Q, dW_K, dW_V
+        work += n * d * 3 * dk * (max(dq, dk_) + w)  # this head's three paths into dX
+    return work

@@ -67,7 +67,7 @@ if __name__ == "__main__":
 import numpy as np  # noqa: E402
 
 GOALS = {"class_answers_per_s": 300.0, "numeric": 1.3, "symbolic_speed": 10.0, "symbolic_text": 20.0, "symbolic_16": 40.0, "symbolic_fresh": 30.0,
-         "startup": 1.3, "html_bytes": 300_000, "html_render_s": 1.0}
+         "startup": 1.3, "layout_300_s": 10.0, "html_bytes": 300_000, "html_render_s": 1.0}
 
 
 def _attntrace():
@@ -513,6 +513,31 @@ def bench_startup(repeats=7) -> dict:
             "sympy_imported": chain is not None, "sympy_chain": chain}
 
 
+# -- layout: --max-size on a long sequence ------------------------------------------------------
+def layout_spec(n: int, d: int = 4) -> dict:
+    """n tokens of width d: the scores and weights are n x n."""
+    rng = np.random.default_rng(0)
+    w = rng.normal(size=(d, d)).round(2)
+    return {"X": rng.normal(size=(n, d)).round(2), "W_Q": w, "W_K": w, "W_V": w}
+
+
+def bench_layout(n=300, small=60, repeats=3) -> dict:
+    """Markdown of an n-token trace with max_size 1000 (every row printed, columns cut to fit
+    the page) against the same report at max_size 8, and against `small` tokens at max_size
+    1000: the cost follows what is printed (n rows), not n x n cells laid out again per column
+    dropped (issue 20: over 5 minutes for 300 tokens before)."""
+    at = _attntrace()
+    traces = {k: at.run(layout_spec(size)) for k, size in (("big", n), ("small", small))}
+    out = {}
+
+    def fn(key, max_size):
+        return lambda: out.setdefault((key, max_size), len(at.render(traces[key], "md", max_size=max_size)))
+    med = _alternate({"big_1000": fn("big", 1000), "big_8": fn("big", 8), "small_1000": fn("small", 1000)}, repeats)
+    return {"n": n, "small": small, "big_1000_s": med["big_1000"], "big_8_s": med["big_8"], "small_1000_s": med["small_1000"],
+            "chars_ratio": out[("big", 1000)] / out[("small", 1000)], "time_ratio": med["big_1000"] / med["small_1000"],
+            "max8_ratio": med["big_1000"] / med["big_8"], "goal_s": GOALS["layout_300_s"]}
+
+
 _TIMING = ("<script>addEventListener('load', function () { document.body.offsetHeight;"
            " var p = document.createElement('pre'); p.id = 'bench-ms'; p.textContent = performance.now();"
            " document.body.appendChild(p); });</script>")
@@ -758,6 +783,13 @@ def markdown(results: dict) -> str:
                      f"| {_ok(sf['speedup'], GOALS['symbolic_fresh'], le=False)} |")
         lines.append(f"| - first run ever (every template compiled: no template cache) | {sf['first_s']:.3f} s | {sf['naive_s']:.3f} s "
                      f"| {sf['first_speedup']:.1f}x faster | - | - |")
+    la = results.get("layout")
+    if la:
+        lines.append(f"| layout: {la['n']} tokens, Markdown, --max-size 1000 vs {la['small']} tokens (report {la['chars_ratio']:.1f}x "
+                     f"longer) | {la['big_1000_s']:.2f} s | {la['small_1000_s']:.2f} s | {la['time_ratio']:.1f}x "
+                     f"| <= {la['goal_s']} s | {_ok(la['big_1000_s'], la['goal_s'])} |")
+        lines.append(f"| - the same {la['n']} tokens with --max-size 8 | {la['big_8_s']:.2f} s | {la['big_1000_s']:.2f} s "
+                     f"| {la['big_8_s'] / la['big_1000_s']:.2f}x | - | - |")
     st = results.get("startup")
     if st:
         lo, hi = st["ratio_range"]
@@ -795,7 +827,7 @@ def markdown(results: dict) -> str:
 
 def run_all(quick: bool = False, only=None) -> dict:
     results = {}
-    only = set(only or ("numeric", "symbolic", "startup", "html", "class"))
+    only = set(only or ("numeric", "symbolic", "startup", "layout", "html", "class"))
     if "numeric" in only:
         results["numeric"] = bench_numeric(repeats=9 if quick else 21)
         results["numeric_malloc_reuse"] = bench_numeric_malloc_reuse(repeats=9 if quick else 21)
@@ -804,6 +836,8 @@ def run_all(quick: bool = False, only=None) -> dict:
         results["symbolic_fresh"] = bench_symbolic_fresh(repeats=1 if quick else 3)
     if "startup" in only:
         results["startup"] = bench_startup(repeats=3 if quick else 11)
+    if "layout" in only:
+        results["layout"] = bench_layout(repeats=1 if quick else 3)
     if "html" in only:
         results["html"] = bench_html(repeats=3 if quick else 7)
     if "class" in only:
@@ -817,7 +851,7 @@ def main(argv=None) -> int:
     ap.add_argument("--markdown", type=Path, default=None, help="also write the table to FILE")
     ap.add_argument("--json", type=Path, default=None, help="also write the raw numbers to FILE")
     ap.add_argument("--quick", action="store_true", help="fewer repeats")
-    ap.add_argument("--only", action="append", choices=("numeric", "symbolic", "startup", "html", "class"), help="run only these (repeatable)")
+    ap.add_argument("--only", action="append", choices=("numeric", "symbolic", "startup", "layout", "html", "class"), help="run only these (repeatable)")
     ap.add_argument("--profile", action="store_true", help="print a cProfile of the numeric trace")
     ap.add_argument("--profile-class", action="store_true", help="print a cProfile of grading a class in one process")
     ap.add_argument("--clock", choices=("cpu", "wall"), default="cpu", help="CPU time of this process (default) or wall time")

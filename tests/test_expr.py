@@ -255,7 +255,7 @@ def test_entry_name_round_trip(canonical, i, j, head):
         ("2 3", "missing operator"),
         ("x1", "missing operator"),
         ("abc", 'unknown name "abc"'),
-        ("sin(x)", 'unknown name "sin"'),
+        ("tan(x)", 'unknown name "tan"'),  # sin, cos, log, ... read back exported entries (issue 20)
         ("1/0", "division by zero"),
         ("1/(x - x)", "division by zero"),
         ("0^-1", "division by zero"),
@@ -521,9 +521,8 @@ def test_to_plain_examples():
 def test_to_plain_unsupported():
     for bad in [
         sympy.Float(0.5),
-        sympy.pi,
         sympy.I,
-        sympy.sin(x),
+        sympy.tan(x),  # sin, cos, log, tanh, erf, Max and pi (acos(-1)) are written (issue 20: every mode exports)
         Symbol("foo"),
         Symbol("x", positive=True),
         sympy.nan,

@@ -164,9 +164,13 @@ def _past(cache, layer: int, h_kv: int, d: int) -> tuple[np.ndarray, np.ndarray]
         return None
     torch = _torch()
     if hasattr(cache, "layers"):  # transformers' DynamicCache
+        if not cache.layers or all(getattr(c, "keys", None) is None for c in cache.layers):
+            return None  # empty (the first decoding step: DynamicCache() or one whose layers hold nothing yet): P = 0
         if not 0 <= layer < len(cache.layers):
             raise BadInput(f"the cache holds {len(cache.layers)} layers, not layer {layer}")
         cache = (cache.layers[layer].keys, cache.layers[layer].values)
+        if cache[0] is None or cache[1] is None:
+            return None
     if not isinstance(cache, (tuple, list)) or len(cache) != 2:
         raise BadInput("cache must be a DynamicCache or a (keys, values) pair of (h_kv, P, head_dim) arrays")
     out = []
@@ -176,8 +180,10 @@ def _past(cache, layer: int, h_kv: int, d: int) -> tuple[np.ndarray, np.ndarray]
             a = a[0]
         if a.ndim != 3 or a.shape[0] != h_kv or a.shape[2] != d:
             raise BadInput(f"cached {what} must be ({h_kv}, P, {d}) (one block per key/value head), not {a.shape}")
-        out.append(np.ascontiguousarray(a.transpose(1, 0, 2).reshape(a.shape[1], -1)))
-    return out[0], out[1]
+        out.append(np.ascontiguousarray(a.transpose(1, 0, 2).reshape(a.shape[1], h_kv * d)))
+    if out[0].shape[0] != out[1].shape[0]:
+        raise BadInput(f"the cache holds {out[0].shape[0]} keys but {out[1].shape[0]} values; one of each per past token")
+    return None if out[0].shape[0] == 0 else (out[0], out[1])  # P = 0: no cache
 
 
 def llama_attention_spec(layer_or_model, hidden_states, *, position_ids=None, attention_mask=None, layer: int = 0,
@@ -187,7 +193,9 @@ def llama_attention_spec(layer_or_model, hidden_states, *, position_ids=None, at
     With `cache` (a DynamicCache after the earlier tokens, or a (keys, values) pair of
     (h_kv, P, head_dim) arrays, keys after RoPE as HF stores them) the hidden states are the
     new tokens': the spec holds K_past and V_past (steps K_cache, V_cache), the new tokens'
-    positions default to P, P + 1, ..., and several new tokens get the bottom-right causal mask."""
+    positions default to P, P + 1, ..., and several new tokens get the bottom-right causal mask.
+    An empty cache (the first decoding step: a fresh DynamicCache, or arrays with P = 0) is no
+    cache: the prompt's causal self-attention from position 0."""
     if start not in ("x", "qkv"):
         raise BadInput(f"start must be \"x\" (from the hidden states, RoPE traced) or \"qkv\" (from q, k after RoPE), not {start!r}")
     attn = attention_module(layer_or_model, layer)

@@ -16,9 +16,9 @@ listed in the report's Given section; the options go to Problem.extra.
 
 from __future__ import annotations
 
-import math
 from typing import Any, Callable, Mapping
 
+from attntrace.inputs.numbers import real_number
 from attntrace.model.errors import BadInput
 
 BLOCK_KEYS = {"block", "block_part", "position", "P", "norm1", "norm2", "ffn"}
@@ -45,9 +45,7 @@ def _vector(raw: Any) -> Any:
 
 
 def _eps(value: Any, key: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 <= float(value) < 1) or not math.isfinite(value):
-        raise BadInput(f"{key}.eps must be a number in [0, 1), not {value!r}"[:200])
-    return float(value)
+    return float(real_number(value, f"{key}.eps", "a number in [0, 1)", low_closed=True, high=1, text=False))
 
 
 def block_options(data: Mapping[str, Any], mode: str, operand: Callable) -> tuple[dict, dict]:

@@ -13,7 +13,8 @@ Grammar (whitespace between tokens is ignored)::
     unary := ("+" | "-")* power
     power := atom (("^" | "**") unary)?          right-associative, binds tighter than
                                                  unary minus: -2^2 = -4, 2^-1 = 1/2
-    atom  := number | name | "oo" | ("sqrt" | "exp") "(" expr ")" | "(" expr ")"
+    atom  := number | name | "oo" | func "(" expr ")" | "Max" "(" expr ("," expr)* ")" | "(" expr ")"
+    func  := "sqrt" | "exp" | "log" | "sin" | "cos" | "tanh" | "erf" | "acos"
 
 - Numbers: 3, -0.25, .5, 1., 1e-3, 2.5E+4. Decimals become exact rationals (0.25 -> 1/4).
 - Names: a single Latin letter or a Greek letter name (alpha ... omega, Alpha ... Omega),
@@ -26,7 +27,11 @@ Grammar (whitespace between tokens is ignored)::
   So ``x^y`` (no spaces, one letter) is the *name* x^{y}; ``x ^ y``, ``x**y`` and
   ``x^(y)`` are powers.
 - ``e`` and ``E`` are ordinary symbols, not Euler's number: write ``exp(1)``.
-  ``pi`` is the symbol pi, not 3.14159...
+  ``pi`` is the symbol pi, not 3.14159... (the number is ``acos(-1)``).
+- The names attntrace gives its own quantities read back too: a Greek letter in LaTeX
+  (``\\mu_{1}``, ``\\varepsilon``) and a tilde, hat or bar over a letter (``\\tilde{q}_{11}``,
+  ``\\tilde{k}^{(2)}_{11}``), so that every exported entry parses to the same expression
+  (the functions above are those of the RoPE, norm, GELU and online-softmax kinds).
 - Implicit multiplication is refused: ``2a`` and ``2(a+1)`` are errors; write ``2*a``.
 - ``oo`` (infinity) is accepted only with ``allow_infinity=True``.
 
@@ -82,7 +87,11 @@ _GREEK_LOWER = (
 )  # fmt: skip
 #: Greek letter names usable as symbol bases (SymPy's spellings, lower and capitalised).
 GREEK = frozenset(_GREEK_LOWER + tuple(g.capitalize() for g in _GREEK_LOWER))
-_FUNCTIONS = ("sqrt", "exp")
+_FUNCTIONS = ("sqrt", "exp", "log", "sin", "cos", "tanh", "erf", "acos", "Max")
+#: LaTeX spellings of names attntrace writes itself: \mu, \varepsilon, \tilde{q} (never a command of any other kind).
+_LATEX_GREEK = frozenset(_GREEK_LOWER + tuple(g.capitalize() for g in _GREEK_LOWER)
+                         + ("varepsilon", "vartheta", "varphi", "varrho", "varsigma"))
+_ACCENTS = ("tilde", "hat", "bar")
 
 _NUMBER = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE]([+-]?[0-9]+))?", re.ASCII)
 _WORD = re.compile(r"[A-Za-z]+", re.ASCII)
@@ -91,7 +100,7 @@ _SUP_CONTENT = re.compile(r"[A-Za-z0-9(),]+", re.ASCII)
 _SUB_DIGITS = re.compile(r"_([0-9]+)", re.ASCII)
 _SUB_CONTENT = re.compile(r"[0-9]+(?:,[0-9]+)*", re.ASCII)
 _SPACE = " \t"
-_OPERATORS = "+-*/^()"
+_OPERATORS = "+-*/^(),"
 
 
 def _show(text: str, limit: int = 60) -> str:
@@ -216,6 +225,11 @@ def _tokenize(text: str) -> list[_Tok]:
                 )
             toks.append(_Tok("num", m.group(0), pos))
             pos = m.end()
+        elif c == "\\":
+            base, end = _latex_base(text, pos)
+            name, end = _read_name(text, end, base)
+            toks.append(_Tok("name", name, pos))
+            pos = end
         elif c.isascii() and c.isalpha():
             word = _WORD.match(text, pos).group(0)
             end = pos + len(word)
@@ -234,12 +248,27 @@ def _tokenize(text: str) -> list[_Tok]:
                     f"unknown name {_show(word)}",
                     pos,
                     "names are one letter or a Greek letter name; write products as a*b; "
-                    "functions: sqrt, exp",
+                    "functions: " + ", ".join(_FUNCTIONS),
                 )
         else:
             raise _Fail(f"unexpected {c!r}", pos)
     toks.append(_Tok("end", "", n))
     return toks
+
+
+def _latex_base(text: str, pos: int) -> tuple[str, int]:
+    """A name base in attntrace's LaTeX spelling at text[pos] (a backslash): \\nu or \\tilde{q}."""
+    m = _WORD.match(text, pos + 1)
+    word = m.group(0) if m else ""
+    end = pos + 1 + len(word)
+    if word in _LATEX_GREEK:
+        return "\\" + word, end
+    if word in _ACCENTS and text.startswith("{", end):
+        close = text.find("}", end + 1)
+        inner = text[end + 1 : close] if close > 0 else ""
+        if len(inner) == 1 and inner.isascii() and inner.isalpha() or inner[:1] == "\\" and inner[1:] in _LATEX_GREEK:
+            return f"\\{word}{{{inner}}}", close + 1
+    raise _Fail(f"unknown name {_show(text[pos:end + 3])}", pos, "after a backslash: a Greek letter, or tilde, hat or bar over a letter")
 
 
 def _describe(tok: _Tok) -> str:
@@ -281,8 +310,9 @@ def _radicand_bits(expr: sympy.Expr) -> int:
 
 
 class _Parser:
-    def __init__(self, text: str, allow_symbols: bool, allow_infinity: bool) -> None:
+    def __init__(self, text: str, allow_symbols: bool, allow_infinity: bool, max_exp: float = MAX_EXP_ARGUMENT) -> None:
         self.text = text
+        self.max_exp = max_exp
         self.toks = _tokenize(text)
         self.i = 0
         self.depth = 0
@@ -309,8 +339,7 @@ class _Parser:
         if self.depth > MAX_DEPTH:
             raise _Fail(f"nested too deeply (at most {MAX_DEPTH} levels)", pos)
 
-    @staticmethod
-    def check(result: sympy.Expr, pos: int) -> sympy.Expr:
+    def check(self, result: sympy.Expr, pos: int) -> sympy.Expr:
         """Refuse undefined results and exp of huge numbers.
 
         Bounding every numeric exp argument keeps all values below e^1000 in size, so the
@@ -326,13 +355,13 @@ class _Parser:
         if _max_bits(result) > _bits_of_digits(digits):
             raise _Fail(f"a number with more than {digits} digits", pos,
                         f"limit digits = {digits:,}; raise it with {limits.ENV}=digits=N")
-        for node in result.atoms(sympy.exp):
+        for node in result.atoms(sympy.exp, sympy.sin, sympy.cos, sympy.tanh, sympy.erf, sympy.log):
             arg = node.args[0]
             if arg.free_symbols or arg.has(sympy.oo, -sympy.oo):
                 continue
             size = arg.evalf(5)
-            if not size.is_Number or abs(size) > MAX_EXP_ARGUMENT:
-                raise _Fail(f"exp of a number larger than {MAX_EXP_ARGUMENT}", pos)
+            if not size.is_Number or abs(size) > self.max_exp:
+                raise _Fail(f"{type(node).__name__} of a number larger than {self.max_exp}", pos)
         return result
 
     # -- grammar
@@ -451,15 +480,25 @@ class _Parser:
         if tok.kind == "func":
             self.expect("(", f"'(' after {tok.value}")
             self.enter(tok.pos)
-            arg = self.expr()
+            args = [self.expr()]
+            while self.peek().kind == ",":
+                comma = self.take()
+                if tok.value != "Max":
+                    raise _Fail("unexpected ','", comma.pos, f"{tok.value} takes one argument")
+                args.append(self.expr())
             self.expect(")", f"')' closing {tok.value}(")
             self.depth -= 1
+            arg = args[0]
             if tok.value == "sqrt":
                 if arg.is_number and arg.is_negative:
                     raise _Fail("not a real number (square root of a negative number)", tok.pos)
                 if _total_bits(arg) > MAX_ROOT_BITS:
                     raise _Fail(f"root of numbers with more than {MAX_ROOT_BITS} bits", tok.pos)
-            return self.check(sympy.sqrt(arg) if tok.value == "sqrt" else sympy.exp(arg), tok.pos)
+            if tok.value in ("log", "acos") and arg.is_number and (arg <= 0 if tok.value == "log" else abs(arg) > 1):
+                raise _Fail(f"not a real number ({tok.value} of {arg})", tok.pos)
+            functions = {"sqrt": sympy.sqrt, "exp": sympy.exp, "log": sympy.log, "sin": sympy.sin, "cos": sympy.cos,
+                         "tanh": sympy.tanh, "erf": sympy.erf, "acos": sympy.acos}
+            return self.check(sympy.Max(*args) if tok.value == "Max" else functions[tok.value](arg), tok.pos)
         if tok.kind == "(":
             self.enter(tok.pos)
             inner = self.expr()
@@ -469,20 +508,31 @@ class _Parser:
         raise _Fail(f"unexpected {_describe(tok)}", tok.pos)
 
 
-def parse_expr(text: str, *, allow_symbols: bool = True, allow_infinity: bool = False) -> sympy.Expr:
+#: Exported text (`parse_expr(..., exported=True)`): entries attntrace wrote itself, e.g. a
+#: softmax of raw scores in the thousands, e^(1785) in a weight: longer and larger, still bounded.
+EXPORTED_LENGTH = 1_000_000
+EXPORTED_EXP_ARGUMENT = 100_000
+
+
+def parse_expr(text: str, *, allow_symbols: bool = True, allow_infinity: bool = False,
+               exported: bool = False) -> sympy.Expr:
     """Parse an entry string into a SymPy expression (see the module docstring for the grammar).
 
     allow_symbols=False refuses every name ("x is not a number"); allow_infinity=True
-    accepts ``oo`` (and so ``-oo``). Raises BadInput with a one-line message.
+    accepts ``oo`` (and so ``-oo``). `exported`: text of a trace's JSON (`to_plain`), which
+    may be longer than a hand-written answer's 200 characters and hold exponentials of
+    numbers beyond 1000 (EXPORTED_LENGTH, EXPORTED_EXP_ARGUMENT). Raises BadInput with a
+    one-line message.
     """
+    max_length = EXPORTED_LENGTH if exported else MAX_LENGTH
     if not isinstance(text, str):
         raise BadInput(f"expected an expression as text, got {type(text).__name__}")
-    if len(text) > MAX_LENGTH:
-        raise BadInput(f"bad expression {_show(text)}: too long ({len(text)} characters, at most {MAX_LENGTH})")
+    if len(text) > max_length:
+        raise BadInput(f"bad expression {_show(text)}: too long ({len(text)} characters, at most {max_length})")
     if not text.strip(_SPACE):
         raise BadInput("bad expression: empty")
     try:
-        return _Parser(text, allow_symbols, allow_infinity).parse()
+        return _Parser(text, allow_symbols, allow_infinity, EXPORTED_EXP_ARGUMENT if exported else MAX_EXP_ARGUMENT).parse()
     except _Fail as exc:
         raise BadInput(f"bad expression {_show(text)}: {exc}") from None
     except (ArithmeticError, ValueError, TypeError, RecursionError) as exc:
@@ -566,6 +616,9 @@ def _plain_printer():
         def _print_Exp1(self, expr) -> str:  # noqa: N802 - SymPy printer protocol
             return "exp(1)"
 
+        def _print_Pi(self, expr) -> str:  # noqa: N802 - pi would read back as the symbol pi
+            return "acos(-1)"
+
         def _print_Mul(self, expr) -> str:  # noqa: N802
             # SymPy prints 2*(x + 1)*y/(3*(z + 1)); read back, 2*(x + 1) and 3*(z + 1) are
             # two-factor products that SymPy distributes (2*x + 2), a different expression.
@@ -598,16 +651,18 @@ def _valid_name(name: str) -> bool:
 def to_plain(expr) -> str:
     """Plain text for an expression that `parse_expr` reads back to the same expression.
 
-    Supported: integers, rationals, symbols with valid names, + - * / **, sqrt, exp, E
-    (printed exp(1)), oo and -oo (read back with allow_infinity=True). Anything else (floats,
-    pi, I, other functions) raises Unsupported. Long results may exceed parse_expr's
-    200-character limit.
+    Supported: integers, rationals, symbols with valid names (attntrace's LaTeX names such as
+    \\tilde{q}_{11} included), + - * / **, sqrt, exp, log, sin, cos, tanh, erf, Max, E
+    (printed exp(1)), pi (printed acos(-1)), oo and -oo (read back with allow_infinity=True).
+    Anything else (floats, I, other functions) raises Unsupported. Long results may exceed
+    parse_expr's 200-character limit: read them with `exported=True`.
     """
     import sympy
 
     plain_types = (sympy.Integer, sympy.Rational, sympy.core.numbers.Infinity,
-                   sympy.core.numbers.NegativeInfinity, sympy.core.numbers.Exp1,
-                   sympy.Add, sympy.Mul, sympy.Pow, sympy.exp)  # fmt: skip
+                   sympy.core.numbers.NegativeInfinity, sympy.core.numbers.Exp1, sympy.core.numbers.Pi,
+                   sympy.Add, sympy.Mul, sympy.Pow, sympy.exp, sympy.log, sympy.sin, sympy.cos, sympy.tanh,
+                   sympy.erf, sympy.Max)  # fmt: skip
     if isinstance(expr, int) and not isinstance(expr, bool):
         expr = sympy.Integer(expr)
     if not isinstance(expr, sympy.Expr):

@@ -18,6 +18,7 @@ list of name=value pairs::
 | exact_cost | 8000 | exact mode: predicted work (operations of the entries times their count) |
 | symbolic_cost | 200000 | symbolic mode, named entries: predicted work |
 | expanded_cost | 15000 | symbolic mode with expand = "full": predicted work (terms of the expansion) |
+| online_blocks | 500 | the online softmax: (query block, key block) pairs over all heads, four steps each |
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ DEFAULTS: dict[str, int] = {
     "exact_cost": 8_000,
     "symbolic_cost": 200_000,
     "expanded_cost": 15_000,
+    "online_blocks": 500,
 }
 
 #: digits cannot go higher: Python refuses to print integers of more than 4300 digits.

@@ -12,42 +12,26 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any, Mapping
 
-from attntrace.inputs.expr import parse_expr
+from attntrace.inputs.numbers import MAX_INDEX, real_number, shown, whole_number
 from attntrace.model.errors import BadInput
 
 ROPE_LAYOUTS = ("half", "interleaved")
 ROPE_KEYS = ("base", "layout", "positions", "kv_positions")
 ALIBI_KEYS = ("slopes",)
 #: Largest position: angles m * theta stay well inside float64's exact integers.
-MAX_POSITION = 10**9
-
-
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
+MAX_POSITION = MAX_INDEX
 
 
 def positive_number(value: Any, key: str, what: str):
     """A positive finite number given as an int, a float or an exact string ("1/2", "2^-3")."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise BadInput(f"{key} must be {what}, not {_shown(value)}")
-    number = parse_expr(value, allow_symbols=False) if isinstance(value, str) else value
-    try:
-        size = float(number)
-    except (OverflowError, TypeError, ValueError):
-        size = float("nan")
-    if not 0 < size < float("inf"):
-        raise BadInput(f"{key} must be {what}, not {_shown(value)}")
-    return number
+    return real_number(value, key, what)
 
 
 def _positions(value: Any, key: str) -> tuple[int, ...]:
     if not isinstance(value, (list, tuple)) or not value:
-        raise BadInput(f"rope.{key} must be a non-empty list of token positions (integers from 0), not {_shown(value)}")
-    for m in value:
-        if isinstance(m, bool) or not isinstance(m, int) or not 0 <= m <= MAX_POSITION:
-            raise BadInput(f"rope.{key} must list integer positions from 0 to 10^9, not {_shown(m)}")
-    return tuple(int(m) for m in value)
+        raise BadInput(f"rope.{key} must be a non-empty list of token positions (integers from 0), not {shown(value)}")
+    return tuple(whole_number(m, f"rope.{key}", low=0, high=MAX_POSITION, what="list integer positions from 0 to 10^9")
+                 for m in value)
 
 
 def parse_rope(value: Any) -> dict | None:
@@ -58,13 +42,13 @@ def parse_rope(value: Any) -> dict | None:
     if value is True:
         value = {}
     if not isinstance(value, Mapping):
-        raise BadInput(f"rope must be a table (base, layout, positions) or true, not {_shown(value)}")
+        raise BadInput(f"rope must be a table (base, layout, positions) or true, not {shown(value)}")
     unknown = sorted(set(value) - set(ROPE_KEYS))
     if unknown:
         raise BadInput(f"unknown key {unknown[0]!r} in rope; allowed: {', '.join(ROPE_KEYS)}")
     layout = value.get("layout", "half")
     if layout not in ROPE_LAYOUTS:
-        raise BadInput(f"rope.layout must be \"half\" (Hugging Face rotate_half) or \"interleaved\" (adjacent pairs), not {_shown(layout)}")
+        raise BadInput(f"rope.layout must be \"half\" (Hugging Face rotate_half) or \"interleaved\" (adjacent pairs), not {shown(layout)}")
     base = positive_number(value.get("base", 10000), "rope.base", "a positive number")
     return {
         "base": base, "layout": layout,
@@ -94,7 +78,7 @@ def parse_alibi(value: Any) -> dict | None:
     if value is True:
         return {"slopes": None}
     if not isinstance(value, Mapping):
-        raise BadInput(f"alibi must be true or a table {{slopes = [...]}}, not {_shown(value)}")
+        raise BadInput(f"alibi must be true or a table {{slopes = [...]}}, not {shown(value)}")
     unknown = sorted(set(value) - set(ALIBI_KEYS))
     if unknown:
         raise BadInput(f"unknown key {unknown[0]!r} in alibi; allowed: {', '.join(ALIBI_KEYS)}")
@@ -102,7 +86,7 @@ def parse_alibi(value: Any) -> dict | None:
     if slopes is None:
         return {"slopes": None}
     if not isinstance(slopes, (list, tuple)) or not slopes:
-        raise BadInput(f"alibi.slopes must be a non-empty list of positive numbers, one per head, not {_shown(slopes)}")
+        raise BadInput(f"alibi.slopes must be a non-empty list of positive numbers, one per head, not {shown(slopes)}")
     return {"slopes": tuple(positive_number(s, "alibi.slopes", "a list of positive numbers") for s in slopes)}
 
 

@@ -21,6 +21,7 @@ from attntrace.inputs import limits
 from attntrace.model.errors import BadInput
 from attntrace.inputs.safetext import clean_text
 from attntrace.inputs.matrices import to_matrix
+from attntrace.inputs.numbers import shown, whole_number
 from attntrace.inputs.blockspec import BLOCK_KEYS, block_options, check_block
 from attntrace.inputs.positional import check_positional, positional_options, positive_number
 from attntrace.kinds.mask import MASK_NAMES, parse_mask_options
@@ -212,19 +213,9 @@ def _scale(value: Any) -> Any:
 MAX_COUNT = 10**12
 
 
-def _short(n: int) -> str:
-    """An integer for a one-line message: at most 20 digits, then how many there are."""
-    text = str(n)
-    return text if len(text) <= 20 else f"{text[:12]}... ({len(text)} digits)"
-
-
 def _positive_int(value: Any, key: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
-        raise BadInput(f"{key} must be a positive integer, not {shown}")
-    if key == "d_k" and value > MAX_COUNT:
-        raise BadInput(f"{key} = {_short(value)} is too large (at most 10^12)")
-    return value
+    """d_k at most 10^12; the head counts are checked against the width they split."""
+    return whole_number(value, key, high=MAX_COUNT if key == "d_k" else None, what="be a positive integer")
 
 
 def _mask(value: Any) -> Any:
@@ -308,7 +299,7 @@ def load_spec(spec: Any, *, mode: str | None = None, **overrides: Any) -> Proble
             if len(heads_raw) > limits.get("heads"):
                 raise limits.refuse(f"heads lists {len(heads_raw)} tables, too many heads", "heads")
             if num_heads is not None and num_heads != len(heads_raw):
-                raise BadInput(f"num_heads = {_short(num_heads)} but heads lists {len(heads_raw)} tables")
+                raise BadInput(f"num_heads = {shown(num_heads)} but heads lists {len(heads_raw)} tables")
             multi = len(heads_raw) > 1
             heads_list = []
             for i, table in enumerate(heads_raw, start=1):
@@ -327,9 +318,9 @@ def load_spec(spec: Any, *, mode: str | None = None, **overrides: Any) -> Proble
                     parts = num_kv_heads if k in KV_KEYS else num_heads
                     if op.shape[1] % parts:
                         raise BadInput(f"{'num_kv_heads' if k in KV_KEYS and num_kv_heads != num_heads else 'num_heads'} = "
-                                       f"{_short(parts)} does not divide the width of {k} {op.shape}")
+                                       f"{shown(parts)} does not divide the width of {k} {op.shape}")
                 if num_heads > limits.get("heads"):
-                    raise limits.refuse(f"num_heads = {_short(num_heads)} is too many heads", "heads")
+                    raise limits.refuse(f"num_heads = {shown(num_heads)} is too many heads", "heads")
                 _check_key_width(single, num_heads, num_kv_heads)
                 per_head = [dict() for _ in range(num_heads)]
                 group = num_heads // num_kv_heads  # query heads per key/value head (repeat_interleave order)
@@ -411,7 +402,7 @@ def _kv_heads(data: Mapping[str, Any], num_heads: int | None) -> int:
         return h
     h_kv = _positive_int(data["num_kv_heads"], "num_kv_heads")
     if h % h_kv:
-        raise BadInput(f"num_kv_heads = {_short(h_kv)} does not divide num_heads = {h} (each key/value head serves h / h_kv query heads)")
+        raise BadInput(f"num_kv_heads = {shown(h_kv)} does not divide num_heads = {h} (each key/value head serves h / h_kv query heads)")
     if h_kv != h and ("heads" in data or "Z" in data):
         raise BadInput("num_kv_heads splits full-width W_K, W_V (or K, V) given at the top level with num_heads; not heads or Z")
     return h_kv

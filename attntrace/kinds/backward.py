@@ -309,6 +309,24 @@ def _source(ctx, which: str) -> str:
     return "X_kv" if which in ("K", "V") and "X_kv" in ctx.p.shared else "X"
 
 
+def new_rows(ctx, which: str, d: Flow, head) -> tuple[Flow, str, str]:
+    """(the rows of dK or dV that the projection made, their LaTeX and plain names).
+
+    With a KV cache, K is [K_past; X W_K]: dK = dS^T Q is the gradient of every cached key,
+    but only the last rows (the new tokens') depend on W_K and X; the past rows are given
+    numbers. Without a cache, dK itself."""
+    h, ph = sup(head), plain_sup(head)
+    rows = ctx.p.shared[_source(ctx, which)].shape[0]
+    past = d.shape[0] - rows
+    if which == "Q" or past <= 0:
+        return d, f"\\mathrm{{d}}{which}{h}", f"d{which}{ph}"
+    value = ctx.alg.block(d.value, past, d.shape[0], 0, d.shape[1])
+    span = f"{past + 1}" if rows == 1 else f"{past + 1}{{:}}{past + rows}"
+    pspan = f"{past + 1}" if rows == 1 else f"{past + 1}..{past + rows}"
+    return (Flow(value, (rows, d.shape[1]), d.ref, d.letter, d.entry),
+            f"\\mathrm{{d}}{which}{h}_{{{span},\\,:}}", f"d{which}{ph}[{pspan}, :]")
+
+
 class ProjectionGrad(Grad):
     """dW_Q = X^T dQ and db_Q = 1^T dQ (the same for K, V; X_kv for K and V in cross-attention).
 
@@ -334,6 +352,7 @@ class ProjectionGrad(Grad):
             flows = [s.get(g) for s in state["states"]]
             if any(f is None for f in flows):
                 return None
+            flows = [new_rows(ctx, self.which, f, i)[0] for i, f in enumerate(flows, start=1)]
             n = len(flows)
             stacked = ctx.alg.hstack([f.value for f in flows])
             parts = f"\\mathrm{{d}}{self.which}^{{(1)}}, \\ldots, \\mathrm{{d}}{self.which}^{{({n})}}" if n > 2 else \
@@ -351,13 +370,12 @@ class ProjectionGrad(Grad):
         d = state.get(g)
         if d is None:
             return None
-        h, ph = sup(head), plain_sup(head)
+        d, name, pname = new_rows(ctx, self.which, d, head)
         if self.bias:
-            return self.emit(ctx, head, [d.ref], f"\\mathbf{{1}}^{{\\top}} \\mathrm{{d}}{self.which}{h}", f"1^T d{self.which}{ph}",
+            return self.emit(ctx, head, [d.ref], f"\\mathbf{{1}}^{{\\top}} {name}", f"1^T {pname}",
                              ctx.alg.colsum(d.value), (1, d.shape[1]), "colsum", factor_shapes=(d.shape,))
         x = ctx.operand(ctx.p.shared[src])
-        return self.product(ctx, head, x, d, True, False, (f"{src_tex}^{{\\top}}", f"\\mathrm{{d}}{self.which}{h}"),
-                            (f"{src}^T", f"d{self.which}{ph}"))
+        return self.product(ctx, head, x, d, True, False, (f"{src_tex}^{{\\top}}", name), (f"{src}^T", pname))
 
 
 class InputGrad(Grad):
@@ -384,6 +402,7 @@ class InputGrad(Grad):
                 d = st.get(f"d{w}")
                 if d is None:
                     return None
+                d = new_rows(ctx, w, d, hd)[0]
                 grads.append(d.value)
                 weights.append(ctx.operand(st[f"W_{w}"]).value)
                 inputs += [d.ref if hd is None else f"{d.ref}@{hd}", f"W_{w}" if hd is None else f"W_{w}@{hd}"]
@@ -399,7 +418,7 @@ class InputGrad(Grad):
             rhs = "\\sum_{i,\\,M} \\mathrm{d}M^{(i)} W_M^{(i)\\top}"
             prhs = f"sum_i sum_(M in {{{ms}}}) dM(i) W_M(i)^T"
         x = ctx.p.shared["X_kv" if self.kv else "X"]
-        d_first = states[0][f"d{which[0]}"].shape  # the shapes of one term of the sum
+        d_first = new_rows(ctx, which[0], states[0][f"d{which[0]}"], None)[0].shape  # the shapes of one term of the sum
         return self.emit(ctx, None, inputs, rhs, prhs, total, x.shape, "paths", heads=len(states), projections=which,
                          factor_shapes=(d_first, (d_first[1], x.shape[1])))
 

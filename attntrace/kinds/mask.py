@@ -25,6 +25,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from attntrace.inputs.numbers import MAX_INDEX, whole_number
 from attntrace.kinds.base import Kind, plain_math, plain_sup, sup
 from attntrace.model.errors import BadInput
 
@@ -118,13 +119,12 @@ def parse_mask_options(data: Mapping[str, Any]) -> dict[str, Any]:
     """The spec's `window` and `key_padding`, validated (they go to Problem.extra)."""
     out: dict[str, Any] = {}
     if data.get("window") is not None:
-        w = data["window"]
-        if isinstance(w, bool) or not isinstance(w, (int, np.integer)) or w < 1:
-            raise BadInput(f"window must be a positive integer (keys i - W < j <= i), not {w!r}"[:160])
+        w = whole_number(data["window"], "window", high=MAX_INDEX,
+                         what="be a positive integer (keys i - W < j <= i; at most 10^9)")
         if not (data.get("mask") is None or data.get("mask") in MASK_NAMES):
             raise BadInput("window works with mask = \"causal\" or \"causal_bottom_right\", not a mask matrix; "
                            "write the window into the matrix instead")
-        out["window"] = int(w)
+        out["window"] = w
     if data.get("key_padding") is not None:
         pad = data["key_padding"]
         items = pad.tolist() if isinstance(pad, np.ndarray) else pad

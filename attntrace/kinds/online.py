@@ -22,6 +22,7 @@ Numeric, exact and shape mode. Not symbolic: a running maximum of symbols cannot
 
 from __future__ import annotations
 
+from attntrace.inputs.numbers import whole_number
 from attntrace.kinds.base import Kind, plain_math
 from attntrace.kinds.weighted_sum import WeightedSum
 from attntrace.model.errors import BadInput
@@ -41,10 +42,7 @@ def parse_online(value) -> dict | None:
     out = {}
     for key in ("block_keys", "block_queries"):
         if key in value:
-            x = value[key]
-            if isinstance(x, bool) or not isinstance(x, int) or not 0 < x <= 10**6:
-                raise BadInput(f"online {key} must be a positive integer, not {str(x)[:40]!r}")
-            out[key] = x
+            out[key] = whole_number(value[key], f"online {key}", high=10**6)
     return out
 
 

@@ -239,15 +239,46 @@ class _Out:
 
         With a `budget` (em), columns are elided further until the matrix fits it."""
         ri = pick(rows, self.max_size)
-        limit = self.max_size
-        while True:
+
+        def build(limit: int) -> tuple[str, int]:
             ci = pick(cols, limit)
             body = [[self.dots(i, j) if i is None or j is None else cell(i, j) for j in ci] for i in ri]
-            text = self.layout(body)
-            real = sum(c is not None for c in ci)
-            if budget is None or real <= 2 or self.measure(text) <= budget:
-                return text
-            limit = real - 1  # one column fewer: the first limit-1, dots, the last
+            return self.layout(body), sum(c is not None for c in ci)
+
+        return self.widest(build, budget)[0]
+
+    def widest(self, build, budget: float | None):
+        """build(limit) -> (text, shown columns, ...) with the most columns, up to max_size, whose
+        text fits `budget` (em); two columns (the first, dots, the last) when none fits.
+
+        Widths grow with the columns, so the limit is found by doubling from 2 and then
+        bisecting: O(log) texts, none much wider than the one returned, so the cost follows
+        what is printed (a 300 x 300 matrix with max_size 1000 is not laid out 300 times)."""
+        if budget is None:
+            return build(self.max_size)
+        lo, hi = 2, self.max_size  # the limit known to be taken (2 always is), the largest one left to try
+        fits = {}  # limit -> its build, for the limits that fit
+        probe = min(4, hi)
+        while True:
+            got = build(probe)
+            ok = self.measure(got[0]) <= budget
+            if got[1] < probe or probe == hi:  # every column shown, or max_size reached: the full text
+                if ok or got[1] <= 2:
+                    return got
+                hi = got[1] - 1
+                break
+            if not ok:
+                hi = probe - 1
+                break
+            lo, fits[probe], probe = probe, got, min(probe * 2, hi)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            got = build(mid)
+            if self.measure(got[0]) <= budget:
+                lo, fits[mid] = mid, got
+            else:
+                hi = mid - 1
+        return fits.get(lo) or build(lo)
 
     def matrix(self, value: Any, shape: tuple[int, int], budget: float | None = None) -> str:
         if isinstance(value, np.ndarray):
@@ -263,16 +294,16 @@ class _Out:
         an entry whose float is not its true value (an exponential that underflowed to 0,
         a weight of 1 - 1e-30), log10 of the true value, else None."""
         ri = pick(shape[0], self.max_size)
-        limit = self.max_size
-        while True:
+
+        def build(limit: int) -> tuple[str, int, int]:
             ci = pick(shape[1], limit)
             cells = [(i, j) for i in ri if i is not None for j in ci if j is not None]
             text, n = self._numeric_cells(value, ri, ci, cells, true_log10, pad=True)
-            real = sum(c is not None for c in ci)
-            if budget is None or real <= 2 or self.measure(text) <= budget:
-                STATS["entries"] += n
-                return text
-            limit = real - 1
+            return text, sum(c is not None for c in ci), n
+
+        text, _, n = self.widest(build, budget)
+        STATS["entries"] += n
+        return text
 
     def _numeric_cells(self, value, ri, ci, cells, true_log10, pad: bool):
         shown = [float(value[i, j]) for i, j in cells]
