@@ -181,15 +181,19 @@ def _past(cache, layer: int, h_kv: int, d: int) -> tuple[np.ndarray, np.ndarray]
 
 
 def llama_attention_spec(layer_or_model, hidden_states, *, position_ids=None, attention_mask=None, layer: int = 0,
-                         start: str = "x", cache=None) -> dict:
+                         start: str = "x", cache=None, rope_float64: bool = True) -> dict:
     """The attntrace spec of the layer's self-attention on `hidden_states` (see the module docstring).
 
     With `cache` (a DynamicCache after the earlier tokens, or a (keys, values) pair of
     (h_kv, P, head_dim) arrays, keys after RoPE as HF stores them) the hidden states are the
     new tokens': the spec holds K_past and V_past (steps K_cache, V_cache), the new tokens'
-    positions default to P, P + 1, ..., and several new tokens get the bottom-right causal mask."""
+    positions default to P, P + 1, ..., and several new tokens get the bottom-right causal mask.
+    rope_float64=False (start="qkv" only) takes q and k turned with HF's own float32 angles."""
     if start not in ("x", "qkv"):
         raise BadInput(f"start must be \"x\" (from the hidden states, RoPE traced) or \"qkv\" (from q, k after RoPE), not {start!r}")
+    if not rope_float64 and start != "qkv":
+        raise BadInput("rope_float64=False takes HF's float32 rotary angles, which only start=\"qkv\" can use "
+                       "(start=\"x\" traces RoPE itself, in float64)")
     attn = attention_module(layer_or_model, layer)
     h, h_kv, d = _layout(attn)
     x = _hidden(hidden_states, attn.q_proj.in_features)
@@ -216,7 +220,7 @@ def llama_attention_spec(layer_or_model, hidden_states, *, position_ids=None, at
                 spec[f"b_{name}"] = b
         spec["rope"] = {"base": _rope_base(attn.config), "layout": "half", "positions": pos}
     else:
-        r = llama_qkv(attn, x, position_ids=pos)
+        r = llama_qkv(attn if rope_float64 else layer_or_model, x, position_ids=pos, layer=layer, rope_float64=rope_float64)
         full = lambda a: np.ascontiguousarray(a.transpose(1, 0, 2).reshape(n, -1))  # noqa: E731 - (H, n, d) -> (n, H d)
         spec.update(Q=full(r["q"]), K=full(r["k"]), V=full(r["v"]))
     if h > 1:
@@ -230,7 +234,7 @@ def llama_attention_spec(layer_or_model, hidden_states, *, position_ids=None, at
 
 
 def from_hf_llama_attention(layer_or_model, hidden_states, *, position_ids=None, attention_mask=None, layer: int = 0,
-                            start: str = "x", cache=None, **run_overrides) -> Trace:
+                            start: str = "x", cache=None, rope_float64: bool = True, **run_overrides) -> Trace:
     """Trace the self-attention of a Llama-style layer of a Hugging Face model.
 
     layer_or_model: a LlamaAttention, a decoder layer, a LlamaModel or LlamaForCausalLM
@@ -240,11 +244,20 @@ def from_hf_llama_attention(layer_or_model, hidden_states, *, position_ids=None,
     padding). start: "x" (projections and RoPE traced) or "qkv" (from q and k after RoPE).
     cache: a DynamicCache (or (keys, values) arrays) of the earlier tokens: one decoding step,
     hidden_states then being the new token's, traced with the KV-cache steps.
-    The trace's weights and output equal the layer's (float64 model, eager or SDPA) at 1e-10.
+    rope_float64: True (default) turns q and k with float64 angles; False (with start="qkv" and
+    the model, whose rotary_emb is read) with HF's own float32 angles.
+
+    What agrees at what tolerance (float64 model, transformers 5.24; tests/test_hf_bridge.py):
+    - at 1e-10: the weights and `trace.output` against the layer run with SDPA attention and
+      its rotary module computing the angles in float64 (HF computes them in float32 even in a
+      float64 model), which is the same computation;
+    - at 1e-6: `trace.output` against the unmodified layer. HF's eager attention takes its
+      softmax in float32 and its rotary angles are float32: measured 1.4e-8 to 5.3e-8 in the
+      weights, up to 2e-7 in the output of the tiny test models.
     Extra keyword arguments go to `attntrace.run` (title, mode, ...).
     """
     from attntrace import run
 
     spec = llama_attention_spec(layer_or_model, hidden_states, position_ids=position_ids, attention_mask=attention_mask,
-                                layer=layer, start=start, cache=cache)
+                                layer=layer, start=start, cache=cache, rope_float64=rope_float64)
     return run(spec, **run_overrides)

@@ -75,5 +75,6 @@ def trace_to_dict(trace) -> dict:
         entry = {"name": o.name, "head": o.head, "shape": list(o.shape)}
         entry.update(value_to_json(o.value, trace.mode))
         operands.append(entry)
+    # "output": the key of the step holding the forward result (Trace.output_step), never a gradient
     return {"attntrace": __version__, "mode": trace.mode, "title": trace.title, "num_heads": trace.num_heads,
-            "steps": steps, "operands": operands}
+            "output": trace.output_step.key if trace.steps else None, "steps": steps, "operands": operands}
