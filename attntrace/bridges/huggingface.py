@@ -15,7 +15,8 @@ spec keys (every step, RoPE included). start="qkv" exposes the queries and keys 
 RoPE (and the values), computed with Hugging Face's own `apply_rotary_pos_emb`, and traces
 from them (scores onwards). Hugging Face computes the rotary angles in float32 (even in a
 float64 model); attntrace's cos and sin are float64, so the two agree to ~1e-7 in the
-angles; `llama_qkv(..., rope_float64=False)` returns HF's float32-angle values instead.
+angles; `rope_float64=False` (llama_qkv, and from_hf_llama_attention with start="qkv") uses
+HF's float32-angle values instead.
 """
 
 from __future__ import annotations
@@ -145,9 +146,7 @@ def llama_qkv(layer_or_model, hidden_states, *, position_ids=None, layer: int = 
         emb = np.concatenate([np.outer(pos, inv_freq)] * 2, axis=1)
         cos, sin = torch.from_numpy(np.cos(emb))[None], torch.from_numpy(np.sin(emb))[None]
     else:
-        rot = getattr(getattr(layer_or_model, "model", layer_or_model), "rotary_emb", None)
-        if rot is None:
-            raise BadInput("rope_float64=False needs the model (its rotary_emb), not the attention layer alone")
+        rot = getattr(getattr(layer_or_model, "model", layer_or_model), "rotary_emb", None) or _rotary_module(attn)
         with torch.no_grad():
             cos, sin = rot(torch.zeros(1, dtype=torch.float64), torch.tensor([pos]))
         cos, sin = cos.to(torch.float64), sin.to(torch.float64)
@@ -155,6 +154,19 @@ def llama_qkv(layer_or_model, hidden_states, *, position_ids=None, layer: int = 
         q, k = apply_rotary_pos_emb(torch.from_numpy(proj["q"])[None], torch.from_numpy(proj["k"])[None], cos, sin)
     return {"q": q[0].numpy().copy(), "k": k[0].numpy().copy(), "v": proj["v"].copy(), "positions": pos,
             "num_heads": h, "num_kv_heads": h_kv, "head_dim": d}
+
+
+def _rotary_module(attn):
+    """The rotary module Hugging Face builds for this attention's model (LlamaRotaryEmbedding, or
+    its kin in the attention's own modeling module), from the attention's config: its float32
+    angles, as the model computes them, for an attention module given alone."""
+    import sys
+
+    mod = sys.modules.get(type(attn).__module__)
+    cls = next((getattr(mod, n) for n in dir(mod) if n.endswith("RotaryEmbedding")), None) if mod else None
+    if cls is None:
+        raise Unsupported(f"rope_float64=False: no rotary module found next to {type(attn).__name__}; pass the model")
+    return cls(config=attn.config)
 
 
 def _past(cache, layer: int, h_kv: int, d: int) -> tuple[np.ndarray, np.ndarray] | None:
@@ -244,16 +256,16 @@ def from_hf_llama_attention(layer_or_model, hidden_states, *, position_ids=None,
     padding). start: "x" (projections and RoPE traced) or "qkv" (from q and k after RoPE).
     cache: a DynamicCache (or (keys, values) arrays) of the earlier tokens: one decoding step,
     hidden_states then being the new token's, traced with the KV-cache steps.
-    rope_float64: True (default) turns q and k with float64 angles; False (with start="qkv" and
-    the model, whose rotary_emb is read) with HF's own float32 angles.
+    rope_float64: True (default) turns q and k with float64 angles; False (with start="qkv")
+    with HF's own float32 angles (the model's rotary_emb, or one built from the layer's config).
 
     What agrees at what tolerance (float64 model, transformers 5.24; tests/test_hf_bridge.py):
     - at 1e-10: the weights and `trace.output` against the layer run with SDPA attention and
       its rotary module computing the angles in float64 (HF computes them in float32 even in a
       float64 model), which is the same computation;
-    - at 1e-6: `trace.output` against the unmodified layer. HF's eager attention takes its
-      softmax in float32 and its rotary angles are float32: measured 1.4e-8 to 5.3e-8 in the
-      weights, up to 2e-7 in the output of the tiny test models.
+    - at 1e-7 in the weights and 1e-6 in `trace.output` against the unmodified layer: HF's
+      eager attention takes its softmax in float32 and its rotary angles are float32 (measured
+      on the tiny test models: 2.9e-8 to 6.7e-8 in the weights, 5e-8 to 1.8e-7 in the output).
     Extra keyword arguments go to `attntrace.run` (title, mode, ...).
     """
     from attntrace import run
