@@ -265,3 +265,12 @@ def test_rope_float64_false_uses_hugging_faces_float32_angles():
 def test_json_has_output_and_blocks():
     d = json.loads(json.dumps(_online().to_dict()))
     assert d["output"] == "Z"
+
+
+def test_rope_float64_false_on_a_layer_is_one_line():
+    model, x, _ = ob.hf_llama_decoder_layer(seed=7)
+    with pytest.raises(Unsupported, match=r"^rope_float64=False: a traced layer turns q and k with RoPE itself") as info:
+        attntrace.from_torch(model, x, layer=0, rope_float64=False)
+    assert "\n" not in str(info.value)
+    with pytest.raises(BadInput, match="has no rotary embedding"):
+        attntrace.from_torch(ob.tiny_gpt2(seed=0), np.zeros((3, 8)), layer=0, rope_float64=False)

@@ -109,6 +109,12 @@ def _rms(norm, what: str) -> dict[str, Any]:
     return {"gain": _np(norm.weight, f"{what}.weight")[None, :], "eps": float(eps)}
 
 
+def _rope_float64_only(rope_float64: bool) -> None:
+    if not rope_float64:
+        raise Unsupported("rope_float64=False: a traced layer turns q and k with RoPE itself, in float64; HF's float32 angles "
+                          "are taken by from_hf_llama_attention(..., start=\"qkv\", rope_float64=False)")
+
+
 def llama_layer_spec(model_or_layer, hidden_states, *, layer: int = 0, position_ids=None, attention_mask=None) -> dict:
     """The attntrace block spec (block = "llama") of a Llama-style decoder layer on its input.
 
@@ -131,7 +137,8 @@ def llama_layer_spec(model_or_layer, hidden_states, *, layer: int = 0, position_
     return spec
 
 
-def from_hf_llama_layer(model_or_layer, hidden_states, *, layer: int = 0, position_ids=None, attention_mask=None, **run_overrides):
+def from_hf_llama_layer(model_or_layer, hidden_states, *, layer: int = 0, position_ids=None, attention_mask=None,
+                        rope_float64: bool = True, **run_overrides):
     """Trace a whole Llama-style decoder layer of a Hugging Face model (a LlamaDecoderLayer, or a
     LlamaModel / LlamaForCausalLM and `layer`) on its input hidden states: RMSNorm, attention
     with RoPE and grouped-query heads, the residual, RMSNorm, SwiGLU, the residual. The last
@@ -140,6 +147,7 @@ def from_hf_llama_layer(model_or_layer, hidden_states, *, layer: int = 0, positi
     and then they agree at 1e-6 (measured 8e-8 to 1.7e-7 on the tiny test models)."""
     from attntrace import run
 
+    _rope_float64_only(rope_float64)
     return run(llama_layer_spec(model_or_layer, hidden_states, layer=layer, position_ids=position_ids,
                                 attention_mask=attention_mask), **run_overrides)
 
@@ -179,7 +187,11 @@ def _hf_padding(attention_mask, hidden_states) -> dict:
     return {} if pad is None else {"key_padding": pad}
 
 
-def _no_positions(position_ids, what: str) -> None:
+def _no_positions(position_ids, what: str, rope_float64: bool = True) -> None:
+    if not rope_float64:
+        from attntrace.model.errors import BadInput
+
+        raise BadInput(f"a {what} has no rotary embedding: rope_float64 has no meaning for it")
     if position_ids is not None:
         from attntrace.model.errors import BadInput
 
@@ -255,14 +267,16 @@ def gpt2_block_spec(model_or_block, hidden_states, *, layer: int = 0, attention_
     return spec
 
 
-def from_hf_layer(model_or_layer, hidden_states, *, layer: int = 0, attention_mask=None, position_ids=None, **run_overrides):
+def from_hf_layer(model_or_layer, hidden_states, *, layer: int = 0, attention_mask=None, position_ids=None, rope_float64: bool = True,
+                  **run_overrides):
     """Trace one layer of a Hugging Face BERT, GPT-2 or Llama-style model on its input hidden
     states (eval mode): the model picks the spec (bert_layer_spec, gpt2_block_spec,
     llama_layer_spec). attention_mask: HF's 1 = token, 0 = padding (padding keys are ignored);
     position_ids: the Llama-style layer's RoPE positions (BERT and GPT-2 layers take none).
     Agreement with the layer in float64: BERT and GPT-2 at 1e-10; a Llama-style layer at 1e-10
     when its RMSNorms and rotary angles run in float64 (tests/oracles_block.py), else at 1e-6
-    (HF's float32 RMSNorm and angles; see from_hf_llama_layer). Extra keyword arguments go to `attntrace.run`."""
+    (HF's float32 RMSNorm and angles; see from_hf_llama_layer). rope_float64=False is refused
+    here (the layer's RoPE is traced in float64). Extra keyword arguments go to `attntrace.run`."""
     from attntrace import run
 
     obj = model_or_layer
@@ -270,11 +284,12 @@ def from_hf_layer(model_or_layer, hidden_states, *, layer: int = 0, attention_ma
     stack = next((getattr(base, a) for a in ("layer", "h", "layers") if hasattr(base, a)), None)
     probe = stack[0] if stack is not None and len(stack) else obj
     if hasattr(probe, "intermediate"):
-        _no_positions(position_ids, "BERT layer")
+        _no_positions(position_ids, "BERT layer", rope_float64)
         spec = bert_layer_spec(base, hidden_states, layer=layer, attention_mask=attention_mask)
     elif hasattr(probe, "ln_1"):
-        _no_positions(position_ids, "GPT-2 block")
+        _no_positions(position_ids, "GPT-2 block", rope_float64)
         spec = gpt2_block_spec(base, hidden_states, layer=layer, attention_mask=attention_mask)
     else:
+        _rope_float64_only(rope_float64)
         spec = llama_layer_spec(obj, hidden_states, layer=layer, position_ids=position_ids, attention_mask=attention_mask)
     return run(spec, **run_overrides)
