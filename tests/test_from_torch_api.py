@@ -274,3 +274,92 @@ def test_rope_float64_false_on_a_layer_is_one_line():
     assert "\n" not in str(info.value)
     with pytest.raises(BadInput, match="has no rotary embedding"):
         attntrace.from_torch(ob.tiny_gpt2(seed=0), np.zeros((3, 8)), layer=0, rope_float64=False)
+
+
+# -- torch's additive float masks: the bias step ------------------------------------------------------
+def _float_mask(L, S, seed, heads=None):
+    """Random finite biases with some -inf (never a whole row), as torch adds them to the scores."""
+    rng = np.random.default_rng(seed)
+    shape = (L, S) if heads is None else (heads, L, S)
+    m = rng.standard_normal(shape) * 2
+    m[..., 0, 1:] = -np.inf  # row 1 keeps key 1 only
+    m[..., 2, 1] = -np.inf
+    return torch.tensor(m)
+
+
+def test_multihead_attention_float_mask_is_a_bias_step():
+    torch.manual_seed(1)
+    m = torch.nn.MultiheadAttention(8, 2, batch_first=True, dtype=torch.float64).eval()
+    x = _x(4, 8, 5)
+    mask = _float_mask(4, 4, 0)
+    t = attntrace.from_torch(m, x, attn_mask=mask)
+    with torch.no_grad():
+        out, w = m(x, x, x, attn_mask=mask, average_attn_weights=False)
+    np.testing.assert_allclose(t.output, out[0].numpy(), rtol=0, atol=TOL)
+    for h in (1, 2):
+        np.testing.assert_allclose(t.step("weights", h).value, w[0, h - 1].numpy(), rtol=0, atol=TOL)
+        bias = t.step("bias", h)
+        np.testing.assert_array_equal(bias.details["bias"], np.where(np.isneginf(mask.numpy()), 0, mask.numpy()))
+        assert bias.inputs == ("scaled",)
+    assert t.step("masked", 1).details["keep"][0].tolist() == [1, 0, 0, 0]
+
+
+def test_sdpa_float_mask_per_head():
+    rng = np.random.default_rng(3)
+    q, k, v = (torch.tensor(rng.standard_normal((1, 2, 4, 3))) for _ in range(3))
+    mask = _float_mask(4, 4, 1, heads=2)[None]  # (1, H, L, S), a different bias per head
+    t = attntrace.from_qkv(q, k, v, attn_mask=mask)
+    want = oracles.sdpa(q[0].numpy(), k[0].numpy(), v[0].numpy(), mask=mask[0].numpy())
+    np.testing.assert_allclose(t.output, want.transpose(1, 0, 2).reshape(4, -1), rtol=0, atol=TOL)
+    assert not np.array_equal(t.step("bias", 1).details["bias"], t.step("bias", 2).details["bias"])
+
+
+def test_encoder_layer_float_src_mask():
+    layer = ob.random_encoder_layer(8, 2, 16, seed=8)
+    x = _x(4, 8, 6)
+    mask = _float_mask(4, 4, 2)
+    t = attntrace.from_torch(layer, x, src_mask=mask)
+    with torch.enable_grad():  # the Python path: torch's fused no_grad kernel gives NaN for this float mask
+        want = layer(x, src_mask=mask)[0].detach().numpy()
+    assert np.isfinite(want).all()
+    np.testing.assert_allclose(t.output, want, rtol=0, atol=TOL)
+
+
+@pytest.mark.parametrize("mode", ["numeric", "exact", "symbolic", "shape"])
+def test_attn_bias_spec_in_every_mode_and_format(mode):
+    spec = {"Q": [[1, 0], [0, 1], [1, 1]], "K": [[1, 2], [0, 1], [1, 0]], "V": [[1, 0], [0, 1], [2, 2]],
+            "attn_bias": [["1/2", 0, -1], [0, 0, "1/4"], [2, 1, 0]], "mask": "causal"}
+    t = attntrace.run(spec, mode=mode)
+    assert t.has("bias")
+    for fmt in ("md", "tex", "text"):
+        for lang in ("en", "zh"):
+            text = attntrace.render(t, format=fmt, lang=lang)
+            assert ("attention bias" in text.lower()) if lang == "en" else ("注意力偏置" in text)
+    if mode == "exact":
+        import sympy as sp
+
+        num = attntrace.run(spec, mode="numeric")
+        np.testing.assert_allclose(np.array(t.step("weights").value.evalf(30), dtype=float), num.step("weights").value, atol=1e-14)
+        assert t.step("bias").value[0, 0] == sp.Rational(1, 2) + sp.Rational(1, 1) / sp.sqrt(2)
+
+
+def test_attn_bias_is_checked_with_carry_forward():
+    spec = {"scores": [[1.0, 2.0], [0.5, 0.0]], "scale": False, "attn_bias": [[0.5, -1.0], [0.0, 2.0]]}
+    t = attntrace.run(spec)
+    right = t.step("bias").value.round(4).tolist()
+    assert attntrace.check(spec, {"bias": right}).ok
+    wrong = attntrace.check(spec, {"bias": [[1.0, 2.0], [0.5, 0.0]]})  # the bias forgotten
+    assert not wrong.ok and wrong.first_wrong == "bias"
+
+
+@pytest.mark.parametrize("extra, message", [
+    ({"attn_bias": [[0, 1], [1, 0]], "alibi": True}, "alibi or attn_bias, not both"),
+    ({"attn_bias": [[0, 1, 2], [1, 0, 2]]}, "attn_bias is 2 x 3 but the scores are 2 x 2"),
+    ({"attn_bias": [[[0, 1], [1, 0]]] * 3, "num_heads": 2}, "attn_bias lists 3 matrices but there are 2 heads"),
+    ({"attn_bias": [[0, float("inf")], [1, 0]]}, r"attn_bias\[1,2\] is inf; inputs must be finite"),
+])
+def test_bad_attn_bias_is_one_line(extra, message):
+    spec = {"Q": [[1, 0, 1, 0], [0, 1, 0, 1]], "K": [[1, 0, 0, 0], [0, 1, 1, 0]], "V": [[1, 0, 0, 0], [0, 1, 0, 0]], **extra}
+    with pytest.raises(BadInput, match=message) as info:
+        attntrace.run(spec)
+    assert "\n" not in str(info.value)
