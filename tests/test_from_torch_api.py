@@ -363,3 +363,45 @@ def test_bad_attn_bias_is_one_line(extra, message):
     with pytest.raises(BadInput, match=message) as info:
         attntrace.run(spec)
     assert "\n" not in str(info.value)
+
+
+# -- answer files name an online block ------------------------------------------------------------------
+def test_answer_file_checks_every_online_block():
+    t = _online(block_queries=2)
+    spec_t = t
+    answer = {}
+    for s in t.steps:
+        if s.id in ("online_max", "online_sum") and s.details.get("query_block") == 1:
+            answer[f"{s.id}#1.{s.details['block']}"] = s.value.round(4).tolist()
+    answer["online_max#2.1"] = t.step("online_max", query_block=2, block=1).value.round(4).tolist()
+    report = attntrace.check(spec_t, answer)
+    assert report.ok and len(report.steps) == len(answer)
+    # block 2's running sum not updated (the student wrote block 1's again): found in block 2, not in the last block
+    bad = dict(answer)
+    bad["online_sum#1.2"] = answer["online_sum#1.1"]
+    report = attntrace.check(spec_t, bad)
+    assert not report.ok and report.first_wrong == "online_sum#1.2"
+    assert [s.key for s in report.steps if s.status == "wrong"] == ["online_sum#1.2"]
+    assert "online_sum#1.2" in report.render("text")
+
+
+def test_answer_block_key_spellings():
+    t = _online()  # one query block: online_max#2
+    want = t.step("online_max", block=2).value.round(4).tolist()
+    for key in ("online_max#2", "online_max#1.2"):
+        assert attntrace.check(t, {key: want}).ok
+    with pytest.raises(BadInput, match="no step online_max#9"):
+        attntrace.check(t, {"online_max#9": want})
+    d = t.to_dict()
+    assert [s["address"] for s in d["steps"] if s["id"] == "online_max"] == ["online_max#1", "online_max#2", "online_max#3"]
+
+
+def test_answer_block_key_with_heads():
+    rng = np.random.default_rng(5)
+    spec = {"Q": rng.standard_normal((3, 4)).round(2).tolist(), "K": rng.standard_normal((3, 4)).round(2).tolist(),
+            "V": rng.standard_normal((3, 4)).round(2).tolist(), "num_heads": 2, "online": {"block_keys": 2}}
+    t = attntrace.run(spec)
+    want = t.step("online_sum", 2, block=1).value.round(4).tolist()
+    for key in ("online_sum#1@2", "online_sum@2#1"):
+        report = attntrace.check(spec, {key: want})
+        assert report.ok and report.steps[0].key == "online_sum#1@2"

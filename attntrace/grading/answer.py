@@ -268,8 +268,8 @@ def load_answer(answer: Any, steps: tuple[str, ...] | None = None) -> Answers:
                                        f"per-head steps are {', '.join(PER_HEAD_STEPS)} (and per-head steps of the trace)")
                     put(step_id, head, value)
             continue
-        step_id, sep, h = key.partition("@")
-        if step_id not in known:
+        step_id, sep, h = _block_key(key).partition("@")
+        if step_id.partition("#")[0] not in known:
             raise BadInput(f"answer: unknown step {key!r}; steps are {listed} "
                            f"(per head: weights@2 or a [{HEAD_TABLE}.2] table)")
         head = None
@@ -281,6 +281,19 @@ def load_answer(answer: Any, steps: tuple[str, ...] | None = None) -> Answers:
     if not out:
         raise BadInput("the answer gives no steps; give any of " + listed)
     return out
+
+
+def _block_key(key: str) -> str:
+    """An online-softmax block's key, 'online_max#2@1' or 'online_max@1#2' (head 1, key block 2;
+    '#1.2': query block 1, key block 2), written one way: 'online_max#2@1'. The trace resolves
+    the address (`Trace.step`); other keys are unchanged."""
+    if "#" not in key:
+        return key
+    head_part, hash_, block = key.partition("#")
+    if "@" in head_part:  # online_max@1#2 -> online_max#2@1
+        step_id, _, h = head_part.partition("@")
+        return f"{step_id}#{block}@{h}"
+    return key
 
 
 def _known_ids() -> frozenset:

@@ -26,6 +26,26 @@ def _frozen(mapping: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return MappingProxyType(dict(mapping or {}))
 
 
+def block_address(step: "Step") -> str | None:
+    """An online-softmax step's address with its block, `online_max#2` (query block 1) or
+    `online_max#2.3` (query block 2, key block 3); None for a step without blocks."""
+    block = step.details.get("block")
+    if block is None:
+        return None
+    qb = step.details.get("query_block", 1)
+    return f"{step.id}#{block}" if step.details.get("query_blocks", 1) == 1 else f"{step.id}#{qb}.{block}"
+
+
+def _block_address(text: str, block, query_block):
+    """'online_max#2' -> ('online_max', 2, None); 'online_max#1.2' -> ('online_max', 2, 1)."""
+    id, _, where = text.partition("#")
+    qb, dot, kb = where.partition(".")
+    parts = (qb, kb) if dot else (kb or qb,)
+    if not all(p.isdigit() and int(p) > 0 for p in parts) or block is not None or query_block is not None:
+        raise KeyError(f"{text!r}: a block address is id#j (key block j) or id#i.j (query block i, key block j)")
+    return (id, int(kb), int(qb)) if dot else (id, int(qb), None)
+
+
 @dataclass(frozen=True)
 class Operand:
     """A matrix the trace started from (X, W_Q, b_O, or a given Q, scores, Z_i, ...).
@@ -126,8 +146,12 @@ class Trace:
         Online softmax (`online`): online_max, online_exp, online_sum and online_out are emitted
         once per key block j (and query block i): `block=j` (and `query_block=i`, default 1)
         picks one; without `block` the last block is returned, the one whose values an answer
-        file gives when it names no block. A KeyError lists the steps there are.
+        file gives when it names no block. The address `online_max#j` (key block j of query
+        block 1) or `online_max#i.j` (query block i) says the same in one string, as answer
+        files and the JSON's `address` write it. A KeyError lists the steps there are.
         """
+        if isinstance(id, str) and "#" in id:  # an address with its block: online_max#2, online_max#1.2
+            id, block, query_block = _block_address(id, block, query_block)
         if query_head is not None or kv_head is not None:
             head = self._resolve_head(id, head, query_head, kv_head)
         elif head == 1 and self.num_heads == 1 and (id, None) in self._step_index and (id, 1) not in self._step_index:
@@ -193,6 +217,12 @@ class Trace:
         return self.output_step.value
 
     def has(self, id: str, head: int | None = None) -> bool:
+        if isinstance(id, str) and "#" in id:
+            try:
+                self.step(id, head)
+                return True
+            except KeyError:
+                return False
         try:
             return (id, head) in self._step_index
         except TypeError:

@@ -15,6 +15,7 @@ import numpy as np
 from attntrace import __version__
 from attntrace.inputs.expr import to_plain
 from attntrace.kinds import kind_of
+from attntrace.model.trace import block_address
 
 
 def _number(x: float) -> Any:
@@ -69,6 +70,9 @@ def trace_to_dict(trace) -> dict:
         if s.expansion is not None:
             entry["expansion"] = value_to_json(s.expansion, trace.mode)["value"]
         entry.update(kind_of(s.id).json_details(s.details))
+        address = block_address(s)
+        if address is not None:  # an online-softmax block: trace.step(address) and answer files name it so
+            entry["address"] = address
         steps.append(entry)
     operands = []
     for o in trace.operands:
