@@ -382,6 +382,7 @@ def test_answer_file_checks_every_online_block():
     report = attntrace.check(spec_t, bad)
     assert not report.ok and report.first_wrong == "online_sum#1.2"
     assert [s.key for s in report.steps if s.status == "wrong"] == ["online_sum#1.2"]
+    assert report.step("online_sum#1.2").diagnosis.code == "unknown"  # no mistake is planted per block: named, not guessed
     assert "online_sum#1.2" in report.render("text")
 
 

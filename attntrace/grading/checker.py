@@ -189,7 +189,7 @@ def check(spec_or_trace: Any, answer: Any, *, mode: str | None = None, atol: flo
         key = (step.id, step.head)
         block_key = named_blocks.get(id(step))
         if block_key is not None:  # one block, compared with its own value
-            results[block_key] = _check_block(step, block_key, answers[block_key], policy)
+            results[block_key] = _check_block(world, step, block_key, answers[block_key], policy)
         if key not in answers:
             continue
         a = answers[key]
@@ -221,7 +221,7 @@ def check(spec_or_trace: Any, answer: Any, *, mode: str | None = None, atol: flo
                   tolerance=policy.to_dict(), student=answers.student, policy=policy)
 
 
-def _check_block(step, key: tuple, a: AnswerMatrix, policy: Policy) -> StepResult:
+def _check_block(world: World, step, key: tuple, a: AnswerMatrix, policy: Policy) -> StepResult:
     """One online-softmax block an answer names (online_max#2): right or wrong entry by entry
     against that block's value. Carried-forward and the diagnoses work on the step ids, whose
     value is the last block's (the plain key online_max)."""
@@ -233,7 +233,8 @@ def _check_block(step, key: tuple, a: AnswerMatrix, policy: Policy) -> StepResul
         return StepResult(status="correct", **common)
     wrong = () if a.shape != tuple(expected.shape) else tuple(
         WrongEntry(i + 1, j + 1, float(expected[i, j]), e.value, e.text) for i, j, e in a.misfits(expected, expected, policy))
-    return StepResult(status="wrong", wrong_entries=wrong, **common)
+    code = WRONG_SHAPE if a.shape != tuple(expected.shape) else UNKNOWN
+    return StepResult(status="wrong", wrong_entries=wrong, diagnosis=_diagnosis(world, step, code, shape=a.shape), **common)
 
 
 def _written(world: World, answers: Answers) -> dict:
