@@ -117,18 +117,19 @@ class Trace:
         # dataclasses.replace ignore them (replace rebuilds them).
         steps: dict[tuple[str, int | None], Step] = {}
         blocks: dict[tuple, Step] = {}
+        last: dict[tuple[str, int | None], Step] = {}
         for s in self.steps:
+            steps.setdefault((s.id, s.head), s)
             block = s.details.get("block")
-            if block is None:
-                steps.setdefault((s.id, s.head), s)
-            else:  # an online-softmax block: (id, head) names the last block, as an answer gives it
-                steps[(s.id, s.head)] = s
+            if block is not None:  # an online-softmax block: step(id, head) gives the last, as an answer means it
+                last[(s.id, s.head)] = s
                 blocks[(s.id, s.head, s.details.get("query_block", 1), block)] = s
         operands: dict[tuple[str, int | None], Operand] = {}
         for o in self.operands:
             operands.setdefault((o.name, o.head), o)
         object.__setattr__(self, "_step_index", MappingProxyType(steps))
         object.__setattr__(self, "_block_index", MappingProxyType(blocks))
+        object.__setattr__(self, "_last_block", MappingProxyType(last))
         object.__setattr__(self, "_operand_index", MappingProxyType(operands))
 
     def step(self, id: str, head: int | None = None, *, block: int | None = None, query_block: int | None = None,
@@ -146,7 +147,7 @@ class Trace:
         Online softmax (`online`): online_max, online_exp, online_sum and online_out are emitted
         once per key block j (and query block i): `block=j` (and `query_block=i`, default 1)
         picks one; without `block` the last block is returned, the one whose values an answer
-        file gives when it names no block. The address `online_max#j` (key block j of query
+        file gives when it names no block (a step without blocks is its own block 1). The address `online_max#j` (key block j of query
         block 1) or `online_max#i.j` (query block i) says the same in one string, as answer
         files and the JSON's `address` write it. A KeyError lists the steps there are.
         """
@@ -157,10 +158,14 @@ class Trace:
         elif head == 1 and self.num_heads == 1 and (id, None) in self._step_index and (id, 1) not in self._step_index:
             head = None  # a single-head trace: head 1 is its only head
         try:
-            if block is not None or query_block is not None:
-                return self._block_index[(id, head, 1 if query_block is None else query_block,
-                                          block if block is not None else self._last_block(id, head, query_block))]
-            return self._step_index[(id, head)]
+            if block is None and query_block is None:
+                return self._last_block.get((id, head)) or self._step_index[(id, head)]
+            qb = 1 if query_block is None else query_block
+            found = self._block_index.get((id, head, qb, block if block is not None else self._last_of(id, head, qb)))
+            if found is None and block in (None, 1) and qb == 1 and (id, head) not in self._last_block:
+                found = self._step_index[(id, head)]  # a step without blocks is its own block 1
+            if found is not None:
+                return found
         except (KeyError, TypeError):  # TypeError: an unhashable id or head
             pass
         keys = [s.key for s in self.steps]
@@ -169,8 +174,7 @@ class Trace:
             f" query block {query_block}" if query_block is not None else "")
         raise KeyError(f"no step {id!r}{where} (steps: {have})")
 
-    def _last_block(self, id: str, head, query_block) -> int | None:
-        qb = 1 if query_block is None else query_block
+    def _last_of(self, id: str, head, qb: int) -> int | None:
         return max((k[3] for k in self._block_index if k[:3] == (id, head, qb)), default=None)
 
     def _resolve_head(self, id: str, head, query_head, kv_head):
