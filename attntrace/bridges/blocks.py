@@ -181,9 +181,9 @@ def _hf_padding(attention_mask, hidden_states) -> dict:
     """HF's 2-D attention_mask (1 = token, 0 = padding) as the spec's key_padding, or nothing."""
     if attention_mask is None:
         return {}
-    from attntrace.bridges.huggingface import _padding
+    from attntrace.bridges.huggingface import key_padding_of
 
-    pad = _padding(attention_mask, int(np.shape(_np(hidden_states, "hidden_states"))[-2]))
+    pad = key_padding_of(attention_mask, int(np.shape(_np(hidden_states, "hidden_states"))[-2]))
     return {} if pad is None else {"key_padding": pad}
 
 

@@ -35,9 +35,11 @@ class Route(NamedTuple):
 
 def _torch_type(name: str) -> Callable[[Any], bool]:
     def matches(obj) -> bool:
-        from attntrace.bridges.pytorch import _torch
-
-        return isinstance(obj, getattr(_torch().nn, name))
+        try:
+            import torch
+        except ImportError:  # pragma: no cover - depends on the environment
+            raise Unsupported("PyTorch is not installed: pip install 'attntrace[torch]'") from None
+        return isinstance(obj, getattr(torch.nn, name))
 
     return matches
 

@@ -95,7 +95,7 @@ def _positions(position_ids, n: int) -> list[int]:
     return [int(p) for p in pos]
 
 
-def _padding(attention_mask, n: int) -> list[bool] | None:
+def key_padding_of(attention_mask, n: int) -> list[bool] | None:
     """HF's 2-D attention_mask (1 = token, 0 = padding) as the spec's key_padding (true = padding)."""
     if attention_mask is None:
         return None
@@ -239,7 +239,7 @@ def llama_attention_spec(layer_or_model, hidden_states, *, position_ids=None, at
         spec["num_heads"] = h
     if h_kv != h:
         spec["num_kv_heads"] = h_kv
-    pad = _padding(attention_mask, P + n)
+    pad = key_padding_of(attention_mask, P + n)
     if pad is not None:
         spec["key_padding"] = pad
     return spec
