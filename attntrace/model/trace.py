@@ -29,9 +29,9 @@ def _frozen(mapping: Mapping[str, Any] | None) -> Mapping[str, Any]:
 def block_address(step: "Step") -> str | None:
     """An online-softmax step's address with its block, `online_max#2` (query block 1) or
     `online_max#2.3` (query block 2, key block 3); None for a step without blocks."""
-    block = step.details.get("block")
-    if block is None:
+    if "query_block" not in step.details:  # the Transformer block's steps say "block" = their arrangement
         return None
+    block = step.details["block"]
     qb = step.details.get("query_block", 1)
     return f"{step.id}#{block}" if step.details.get("query_blocks", 1) == 1 else f"{step.id}#{qb}.{block}"
 
@@ -120,7 +120,7 @@ class Trace:
         last: dict[tuple[str, int | None], Step] = {}
         for s in self.steps:
             steps.setdefault((s.id, s.head), s)
-            block = s.details.get("block")
+            block = s.details.get("block") if "query_block" in s.details else None  # (a layer's "block" is its arrangement)
             if block is not None:  # an online-softmax block: step(id, head) gives the last, as an answer means it
                 last[(s.id, s.head)] = s
                 blocks[(s.id, s.head, s.details.get("query_block", 1), block)] = s
@@ -147,9 +147,9 @@ class Trace:
         Online softmax (`online`): online_max, online_exp, online_sum and online_out are emitted
         once per key block j (and query block i): `block=j` (and `query_block=i`, default 1)
         picks one; without `block` the last block is returned, the one whose values an answer
-        file gives when it names no block (a step without blocks is its own block 1). The address `online_max#j` (key block j of query
-        block 1) or `online_max#i.j` (query block i) says the same in one string, as answer
-        files and the JSON's `address` write it. A KeyError lists the steps there are.
+        file gives when it names no block (a step without blocks is its own block 1). The
+        address `online_max#j` (key block j of query block 1) or `online_max#i.j` (query block
+        i) says the same in one string, as answer files and the JSON's `address` write it. A KeyError lists the steps there are.
         """
         if isinstance(id, str) and "#" in id:  # an address with its block: online_max#2, online_max#1.2
             id, block, query_block = _block_address(id, block, query_block)
