@@ -406,3 +406,17 @@ def test_answer_block_key_with_heads():
     for key in ("online_sum#1@2", "online_sum@2#1"):
         report = attntrace.check(spec, {key: want})
         assert report.ok and report.steps[0].key == "online_sum#1@2"
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_attn_bias_report_parses_in_katex_and_compiles(lang, katex, xelatex):
+    """The bias step's math through real KaTeX (Markdown) and a whole report through xelatex."""
+    from mathcheck import markdown_math_spans
+
+    spec = {"Q": [[1, 0], [0, 1], [1, 1]], "K": [[1, 2], [0, 1], [1, 0]], "V": [[1, 0], [0, 1], [2, 2]], "num_heads": 2,
+            "attn_bias": [[[0.5, 0, -1], [0, 0, 0.25], [2, 1, 0]], [[0, 0, 0], [1, 0, 0], [2, 1, 0]]], "mask": "causal"}
+    t = attntrace.run(spec, mode="exact")
+    md = attntrace.render(t, format="md", lang=lang)
+    assert katex(markdown_math_spans(md)) == []
+    ok, log, _ = xelatex(attntrace.render(t, format="tex", lang=lang, standalone=True))
+    assert ok, log
