@@ -64,11 +64,23 @@ def check_class(spec_or_trace, answers, **options):
 __all__ = ["run", "render", "check", "check_class", "Trace", "Step", "Operand", "STEP_IDS", "AttntraceError", "BadInput", "Unsupported", "__version__"]
 
 
-def from_torch(module, query, key=None, value=None, **kwargs) -> Trace:
-    """Trace a `torch.nn.MultiheadAttention` module on the given inputs (needs attntrace[torch])."""
-    from attntrace.bridges.pytorch import from_torch as _from_torch
+def from_torch(module, x, *args, **kwargs) -> Trace:
+    """Trace a module on its input x, whichever attntrace can trace (needs attntrace[torch]):
 
-    return _from_torch(module, query, key, value, **kwargs)
+    - `nn.MultiheadAttention`: from_torch(mha, query, key=None, value=None, attn_mask=..., ...)
+    - `nn.TransformerEncoderLayer`: the whole layer, as `from_torch_layer`
+    - `nn.TransformerDecoderLayer`: its self-attention sublayer, as `from_torch_decoder_self_attention`
+    - a Hugging Face Llama-style attention module: as `from_hf_llama_attention`
+    - a Hugging Face layer (LlamaDecoderLayer and kin, BertLayer, GPT2Block): as `from_hf_layer`
+    - a Hugging Face model with layer=i: its layer i, as `from_hf_layer`
+
+    Keyword arguments go to that function (masks, positions, then `attntrace.run`'s title,
+    mode, ...). Anything else is refused with one line naming what can be traced.
+    `trace.output` is the module's output (for one sequence: (n, d) where torch gives (1, n, d)).
+    """
+    from attntrace.bridges.dispatch import from_torch as _from_torch
+
+    return _from_torch(module, x, *args, **kwargs)
 
 
 def from_qkv(q, k, v, **kwargs) -> Trace:

@@ -171,6 +171,7 @@ def _run(ctx: Context) -> Trace:
         _run_layer(ctx, block_post, {**layer, "O": state.get("O") or state.get("Z")})
     if p.start == "Z" and not multi and "W_O" not in p.shared:
         raise BadInput("a single Z needs W_O or more heads to trace anything")
+    forward_steps = len(ctx.steps)  # Trace.output: the last of these, never a gradient
     if p.extra.get("backward") is not None:
         _run_backward(ctx, heads, states, state)
     # the report's "Given" order: the inputs, then each head's matrices, then W_O and b_O
@@ -181,7 +182,7 @@ def _run(ctx: Context) -> Trace:
     settings = {
         "start": p.start, "scale": p.scale, "d_k": p.d_k, "mask": mask_setting(p),
         "cross": "X_kv" in p.shared, "full_expansion": p.full_expansion, "description": p.description,
-        "tokens": p.tokens, "kv_tokens": p.kv_tokens, "source": p.source, **p.localized,
+        "tokens": p.tokens, "kv_tokens": p.kv_tokens, "source": p.source, "forward_steps": forward_steps, **p.localized,
         **({"kv_groups": kv_groups(p)} if "num_kv_heads" in p.extra else {}),
     }
     return Trace(mode=p.mode, steps=tuple(ctx.steps), operands=operands, title=p.title, num_heads=len(p.heads), settings=settings)

@@ -380,7 +380,7 @@ def test_hf_llama_decoder_layer_with_its_float32_norm():
 
     model, x, y = ob.hf_llama_decoder_layer(seed=1, float64_norms=False)
     got = from_hf_llama_layer(model, x).steps[-1].value
-    assert 1e-12 < np.abs(got - y).max() < 1e-5
+    assert 1e-12 < np.abs(got - y).max() < 1e-6  # the tolerance from_hf_llama_layer's docstring and the README state
 
 
 def test_hf_llama_layer_refuses_other_modules():

@@ -193,7 +193,8 @@ def test_bad_inputs_are_one_line_errors(torch):
     cases = [
         (lambda: attntrace.from_torch(m, torch.randn(3, 2, 4, dtype=torch.float64)), Unsupported, "batch of 2"),
         (lambda: attntrace.from_torch(m, x, torch.randn(2, 4), torch.randn(2, 4)), Unsupported, "key and value"),
-        (lambda: attntrace.from_torch(m, x, attn_mask=torch.full((3, 3), 0.5)), Unsupported, "0 \\(keep\\) or -inf"),
+            # a float mask's finite entries are a bias now (issue 23, tests/test_from_torch_api.py); +inf is not
+            (lambda: attntrace.from_torch(m, x, attn_mask=torch.full((3, 3), float("inf"))), BadInput, r"NaN or \+inf"),
         (lambda: attntrace.from_torch(m, x, attn_mask=torch.rand(2, 3, 3) < 0.5), Unsupported, "differs between heads"),
         (lambda: attntrace.from_torch(m, x, attn_mask=torch.zeros(2, 2, dtype=torch.bool)), BadInput, "shape"),
         (lambda: attntrace.from_torch(m, torch.randn(3, 5)), BadInput, "embed_dim"),
@@ -271,5 +272,5 @@ def test_from_qkv_refusals(torch):
         attntrace.from_qkv(q, q, q, attn_mask=torch.ones(3, 3, dtype=torch.bool), is_causal=True)
     with pytest.raises(Unsupported, match="positive"):
         attntrace.from_qkv(q, q, q, scale=-1.0)
-    with pytest.raises(Unsupported, match="0 \\(keep\\) or -inf"):
-        attntrace.from_qkv(q, q, q, attn_mask=torch.randn(3, 3))
+    with pytest.raises(BadInput, match=r"NaN or \+inf"):  # finite float entries are a bias now (issue 23)
+        attntrace.from_qkv(q, q, q, attn_mask=torch.full((3, 3), float("nan")))

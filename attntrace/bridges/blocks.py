@@ -50,16 +50,19 @@ def _norm(norm) -> dict[str, Any]:
     return table
 
 
-def encoder_layer_spec(layer, x, *, src_mask=None, is_causal=False) -> dict:
-    """The attntrace block spec equivalent to `layer(x, src_mask=..., is_causal=...)` in eval mode.
+def encoder_layer_spec(layer, x, *, src_mask=None, src_key_padding_mask=None, is_causal=False) -> dict:
+    """The attntrace block spec equivalent to `layer(x, src_mask=..., src_key_padding_mask=...,
+    is_causal=...)` in eval mode.
 
-    x: (L, E), or a batch of one ((1, L, E) with batch_first, else (L, 1, E))."""
+    x: (L, E), or a batch of one ((1, L, E) with batch_first, else (L, 1, E)).
+    src_key_padding_mask: (L,) or (1, L), True = padding (torch's polarity): those keys are
+    ignored by every query (the spec's key_padding); the padded rows are still computed, as torch does."""
     torch = _torch()
     if not isinstance(layer, torch.nn.TransformerEncoderLayer):
         raise Unsupported(f"from_torch_layer traces torch.nn.TransformerEncoderLayer, not {type(layer).__name__}")
     if layer.training and (layer.dropout.p > 0 or layer.self_attn.dropout > 0):
         raise Unsupported("TransformerEncoderLayer in training mode applies dropout at random; call layer.eval() first")
-    spec = multihead_spec(layer.self_attn, x, attn_mask=src_mask, is_causal=is_causal)
+    spec = multihead_spec(layer.self_attn, x, attn_mask=src_mask, is_causal=is_causal, key_padding_mask=src_key_padding_mask)
     ffn: dict[str, Any] = {"W_1": np.ascontiguousarray(_np(layer.linear1.weight, "linear1.weight").T),
                            "W_2": np.ascontiguousarray(_np(layer.linear2.weight, "linear2.weight").T),
                            "activation": _activation(layer)}
@@ -71,13 +74,16 @@ def encoder_layer_spec(layer, x, *, src_mask=None, is_causal=False) -> dict:
     return spec
 
 
-def from_torch_layer(layer, x, *, src_mask=None, is_causal=False, **run_overrides):
+def from_torch_layer(layer, x, *, src_mask=None, src_key_padding_mask=None, is_causal=False, **run_overrides):
     """Trace `torch.nn.TransformerEncoderLayer` on x (eval mode): attention, residuals, norms, FFN.
 
+    src_mask, src_key_padding_mask and is_causal as the layer takes them (bool True = masked).
+    `trace.output` equals `layer(x, ...)` at 1e-10 in float64 (tests/test_from_torch_api.py).
     Extra keyword arguments go to `attntrace.run` (title, mode, ...)."""
     from attntrace import run
 
-    return run(encoder_layer_spec(layer, x, src_mask=src_mask, is_causal=is_causal), **run_overrides)
+    return run(encoder_layer_spec(layer, x, src_mask=src_mask, src_key_padding_mask=src_key_padding_mask,
+                                  is_causal=is_causal), **run_overrides)
 
 
 # -- Hugging Face: a whole Llama-style decoder layer -------------------------------------------------
@@ -103,6 +109,12 @@ def _rms(norm, what: str) -> dict[str, Any]:
     return {"gain": _np(norm.weight, f"{what}.weight")[None, :], "eps": float(eps)}
 
 
+def _rope_float64_only(rope_float64: bool) -> None:
+    if not rope_float64:
+        raise Unsupported("rope_float64=False: a traced layer turns q and k with RoPE itself, in float64; HF's float32 angles "
+                          "are taken by from_hf_llama_attention(..., start=\"qkv\", rope_float64=False)")
+
+
 def llama_layer_spec(model_or_layer, hidden_states, *, layer: int = 0, position_ids=None, attention_mask=None) -> dict:
     """The attntrace block spec (block = "llama") of a Llama-style decoder layer on its input.
 
@@ -125,14 +137,17 @@ def llama_layer_spec(model_or_layer, hidden_states, *, layer: int = 0, position_
     return spec
 
 
-def from_hf_llama_layer(model_or_layer, hidden_states, *, layer: int = 0, position_ids=None, attention_mask=None, **run_overrides):
+def from_hf_llama_layer(model_or_layer, hidden_states, *, layer: int = 0, position_ids=None, attention_mask=None,
+                        rope_float64: bool = True, **run_overrides):
     """Trace a whole Llama-style decoder layer of a Hugging Face model (a LlamaDecoderLayer, or a
     LlamaModel / LlamaForCausalLM and `layer`) on its input hidden states: RMSNorm, attention
     with RoPE and grouped-query heads, the residual, RMSNorm, SwiGLU, the residual. The last
-    step equals the layer's output (float64 model, SDPA attention; HF's LlamaRMSNorm casts to
-    float32 inside, so compare at 1e-6, or at 1e-10 with its forward run in float64)."""
+    step, `trace.output`, equals the layer's output (float64 model, SDPA attention) at 1e-10 when
+    HF's LlamaRMSNorm runs its forward in float64; the unmodified norm casts to float32 inside,
+    and then they agree at 1e-6 (measured 8e-8 to 1.7e-7 on the tiny test models)."""
     from attntrace import run
 
+    _rope_float64_only(rope_float64)
     return run(llama_layer_spec(model_or_layer, hidden_states, layer=layer, position_ids=position_ids,
                                 attention_mask=attention_mask), **run_overrides)
 
@@ -162,11 +177,33 @@ def _act_name(fn) -> str:
     raise Unsupported(f"activation {name} is not relu, gelu or a tanh GELU")
 
 
-def bert_layer_spec(model_or_layer, hidden_states, *, layer: int = 0) -> dict:
+def _hf_padding(attention_mask, hidden_states) -> dict:
+    """HF's 2-D attention_mask (1 = token, 0 = padding) as the spec's key_padding, or nothing."""
+    if attention_mask is None:
+        return {}
+    from attntrace.bridges.huggingface import key_padding_of
+
+    pad = key_padding_of(attention_mask, int(np.shape(_np(hidden_states, "hidden_states"))[-2]))
+    return {} if pad is None else {"key_padding": pad}
+
+
+def _no_positions(position_ids, what: str, rope_float64: bool = True) -> None:
+    if not rope_float64:
+        from attntrace.model.errors import BadInput
+
+        raise BadInput(f"a {what} has no rotary embedding: rope_float64 has no meaning for it")
+    if position_ids is not None:
+        from attntrace.model.errors import BadInput
+
+        raise BadInput(f"a {what} takes no position_ids: its absolute positions are added to the embeddings before the first layer")
+
+
+def bert_layer_spec(model_or_layer, hidden_states, *, layer: int = 0, attention_mask=None) -> dict:
     """A BertLayer (or `layer` of a BertModel / its `encoder`) on its input hidden states, as a
     post_ln block spec: self-attention with biases, output dense + LayerNorm(+ input), the
     intermediate dense + activation, the output dense + LayerNorm(+ attention output).
-    No attention mask (every token attends to every token)."""
+    Every token attends to every token, but with `attention_mask` (HF's 1 = token, 0 = padding)
+    no token attends to a padding key (the spec's key_padding), as BERT's extended mask does."""
     obj = getattr(model_or_layer, "encoder", model_or_layer)
     if hasattr(obj, "layer"):
         from attntrace.model.errors import BadInput
@@ -180,7 +217,7 @@ def bert_layer_spec(model_or_layer, hidden_states, *, layer: int = 0) -> dict:
     d = sa.query.in_features
     w = lambda lin, what: np.ascontiguousarray(_np(lin.weight, what).T)  # noqa: E731 - (in, out)
     b = lambda lin, what: _np(lin.bias, what)[None, :]  # noqa: E731
-    spec: dict[str, Any] = {"X": _hf_seq(hidden_states, d), "block": "post_ln"}
+    spec: dict[str, Any] = {"X": _hf_seq(hidden_states, d), "block": "post_ln", **_hf_padding(attention_mask, hidden_states)}
     for name, lin in (("Q", sa.query), ("K", sa.key), ("V", sa.value)):
         spec[f"W_{name}"], spec[f"b_{name}"] = w(lin, name), b(lin, name)
     spec["W_O"], spec["b_O"] = w(so.dense, "attention.output.dense"), b(so.dense, "attention.output.dense")
@@ -193,11 +230,13 @@ def bert_layer_spec(model_or_layer, hidden_states, *, layer: int = 0) -> dict:
     return spec
 
 
-def gpt2_block_spec(model_or_block, hidden_states, *, layer: int = 0) -> dict:
+def gpt2_block_spec(model_or_block, hidden_states, *, layer: int = 0, attention_mask=None) -> dict:
     """A GPT2Block (or block `layer` of a GPT2Model) on its input hidden states, as a pre_ln
     block spec: ln_1, causal self-attention (c_attn split into Q, K, V; Conv1D weights are
     already (in, out)), c_proj, the residual, ln_2, the MLP (c_fc, gelu_new = tanh GELU,
-    c_proj), the residual. The model's final ln_f is not part of a block."""
+    c_proj), the residual. The model's final ln_f is not part of a block. attention_mask (1 =
+    token, 0 = padding) adds key padding to the causal mask; a query row that then keeps no key
+    (left padding's first rows) has no softmax and is refused."""
     obj = model_or_block
     base = getattr(obj, "transformer", obj)
     if hasattr(base, "h"):
@@ -213,7 +252,7 @@ def gpt2_block_spec(model_or_block, hidden_states, *, layer: int = 0) -> dict:
         raise Unsupported("GPT-2 attention with scale_attn_by_inverse_layer_idx, reorder_and_upcast_attn or without scale_attn_weights is not supported")
     d = attn.c_attn.weight.shape[0]
     wa, ba = _np(attn.c_attn.weight, "c_attn.weight"), _np(attn.c_attn.bias, "c_attn.bias")
-    spec: dict[str, Any] = {"X": _hf_seq(hidden_states, d), "block": "pre_ln", "mask": "causal"}
+    spec: dict[str, Any] = {"X": _hf_seq(hidden_states, d), "block": "pre_ln", "mask": "causal", **_hf_padding(attention_mask, hidden_states)}
     for k, name in enumerate("QKV"):
         spec[f"W_{name}"] = np.ascontiguousarray(wa[:, k * d:(k + 1) * d])
         spec[f"b_{name}"] = ba[None, k * d:(k + 1) * d].copy()
@@ -228,10 +267,16 @@ def gpt2_block_spec(model_or_block, hidden_states, *, layer: int = 0) -> dict:
     return spec
 
 
-def from_hf_layer(model_or_layer, hidden_states, *, layer: int = 0, **run_overrides):
+def from_hf_layer(model_or_layer, hidden_states, *, layer: int = 0, attention_mask=None, position_ids=None, rope_float64: bool = True,
+                  **run_overrides):
     """Trace one layer of a Hugging Face BERT, GPT-2 or Llama-style model on its input hidden
-    states (eval mode; float64 for 1e-10 agreement): the model picks the spec (bert_layer_spec,
-    gpt2_block_spec, llama_layer_spec). Extra keyword arguments go to `attntrace.run`."""
+    states (eval mode): the model picks the spec (bert_layer_spec, gpt2_block_spec,
+    llama_layer_spec). attention_mask: HF's 1 = token, 0 = padding (padding keys are ignored);
+    position_ids: the Llama-style layer's RoPE positions (BERT and GPT-2 layers take none).
+    Agreement with the layer in float64: BERT and GPT-2 at 1e-10; a Llama-style layer at 1e-10
+    when its RMSNorms and rotary angles run in float64 (tests/oracles_block.py), else at 1e-6
+    (HF's float32 RMSNorm and angles; see from_hf_llama_layer). rope_float64=False is refused
+    here (the layer's RoPE is traced in float64). Extra keyword arguments go to `attntrace.run`."""
     from attntrace import run
 
     obj = model_or_layer
@@ -239,9 +284,12 @@ def from_hf_layer(model_or_layer, hidden_states, *, layer: int = 0, **run_overri
     stack = next((getattr(base, a) for a in ("layer", "h", "layers") if hasattr(base, a)), None)
     probe = stack[0] if stack is not None and len(stack) else obj
     if hasattr(probe, "intermediate"):
-        spec = bert_layer_spec(base, hidden_states, layer=layer)
+        _no_positions(position_ids, "BERT layer", rope_float64)
+        spec = bert_layer_spec(base, hidden_states, layer=layer, attention_mask=attention_mask)
     elif hasattr(probe, "ln_1"):
-        spec = gpt2_block_spec(base, hidden_states, layer=layer)
+        _no_positions(position_ids, "GPT-2 block", rope_float64)
+        spec = gpt2_block_spec(base, hidden_states, layer=layer, attention_mask=attention_mask)
     else:
-        spec = llama_layer_spec(obj, hidden_states, layer=layer)
+        _rope_float64_only(rope_float64)
+        spec = llama_layer_spec(obj, hidden_states, layer=layer, position_ids=position_ids, attention_mask=attention_mask)
     return run(spec, **run_overrides)

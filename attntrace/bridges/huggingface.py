@@ -15,7 +15,8 @@ spec keys (every step, RoPE included). start="qkv" exposes the queries and keys 
 RoPE (and the values), computed with Hugging Face's own `apply_rotary_pos_emb`, and traces
 from them (scores onwards). Hugging Face computes the rotary angles in float32 (even in a
 float64 model); attntrace's cos and sin are float64, so the two agree to ~1e-7 in the
-angles; `llama_qkv(..., rope_float64=False)` returns HF's float32-angle values instead.
+angles; `rope_float64=False` (llama_qkv, and from_hf_llama_attention with start="qkv") uses
+HF's float32-angle values instead.
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ def _positions(position_ids, n: int) -> list[int]:
     return [int(p) for p in pos]
 
 
-def _padding(attention_mask, n: int) -> list[bool] | None:
+def key_padding_of(attention_mask, n: int) -> list[bool] | None:
     """HF's 2-D attention_mask (1 = token, 0 = padding) as the spec's key_padding (true = padding)."""
     if attention_mask is None:
         return None
@@ -145,9 +146,7 @@ def llama_qkv(layer_or_model, hidden_states, *, position_ids=None, layer: int = 
         emb = np.concatenate([np.outer(pos, inv_freq)] * 2, axis=1)
         cos, sin = torch.from_numpy(np.cos(emb))[None], torch.from_numpy(np.sin(emb))[None]
     else:
-        rot = getattr(getattr(layer_or_model, "model", layer_or_model), "rotary_emb", None)
-        if rot is None:
-            raise BadInput("rope_float64=False needs the model (its rotary_emb), not the attention layer alone")
+        rot = getattr(getattr(layer_or_model, "model", layer_or_model), "rotary_emb", None) or _rotary_module(attn)
         with torch.no_grad():
             cos, sin = rot(torch.zeros(1, dtype=torch.float64), torch.tensor([pos]))
         cos, sin = cos.to(torch.float64), sin.to(torch.float64)
@@ -155,6 +154,19 @@ def llama_qkv(layer_or_model, hidden_states, *, position_ids=None, layer: int = 
         q, k = apply_rotary_pos_emb(torch.from_numpy(proj["q"])[None], torch.from_numpy(proj["k"])[None], cos, sin)
     return {"q": q[0].numpy().copy(), "k": k[0].numpy().copy(), "v": proj["v"].copy(), "positions": pos,
             "num_heads": h, "num_kv_heads": h_kv, "head_dim": d}
+
+
+def _rotary_module(attn):
+    """The rotary module Hugging Face builds for this attention's model (LlamaRotaryEmbedding, or
+    its kin in the attention's own modeling module), from the attention's config: its float32
+    angles, as the model computes them, for an attention module given alone."""
+    import sys
+
+    mod = sys.modules.get(type(attn).__module__)
+    cls = next((getattr(mod, n) for n in dir(mod) if n.endswith("RotaryEmbedding")), None) if mod else None
+    if cls is None:
+        raise Unsupported(f"rope_float64=False: no rotary module found next to {type(attn).__name__}; pass the model")
+    return cls(config=attn.config)
 
 
 def _past(cache, layer: int, h_kv: int, d: int) -> tuple[np.ndarray, np.ndarray] | None:
@@ -187,7 +199,7 @@ def _past(cache, layer: int, h_kv: int, d: int) -> tuple[np.ndarray, np.ndarray]
 
 
 def llama_attention_spec(layer_or_model, hidden_states, *, position_ids=None, attention_mask=None, layer: int = 0,
-                         start: str = "x", cache=None) -> dict:
+                         start: str = "x", cache=None, rope_float64: bool = True) -> dict:
     """The attntrace spec of the layer's self-attention on `hidden_states` (see the module docstring).
 
     With `cache` (a DynamicCache after the earlier tokens, or a (keys, values) pair of
@@ -195,9 +207,13 @@ def llama_attention_spec(layer_or_model, hidden_states, *, position_ids=None, at
     new tokens': the spec holds K_past and V_past (steps K_cache, V_cache), the new tokens'
     positions default to P, P + 1, ..., and several new tokens get the bottom-right causal mask.
     An empty cache (the first decoding step: a fresh DynamicCache, or arrays with P = 0) is no
-    cache: the prompt's causal self-attention from position 0."""
+    cache: the prompt's causal self-attention from position 0. rope_float64=False (start="qkv"
+    only) takes q and k turned with HF's own float32 angles."""
     if start not in ("x", "qkv"):
         raise BadInput(f"start must be \"x\" (from the hidden states, RoPE traced) or \"qkv\" (from q, k after RoPE), not {start!r}")
+    if not rope_float64 and start != "qkv":
+        raise BadInput("rope_float64=False takes HF's float32 rotary angles, which only start=\"qkv\" can use "
+                       "(start=\"x\" traces RoPE itself, in float64)")
     attn = attention_module(layer_or_model, layer)
     h, h_kv, d = _layout(attn)
     x = _hidden(hidden_states, attn.q_proj.in_features)
@@ -224,21 +240,21 @@ def llama_attention_spec(layer_or_model, hidden_states, *, position_ids=None, at
                 spec[f"b_{name}"] = b
         spec["rope"] = {"base": _rope_base(attn.config), "layout": "half", "positions": pos}
     else:
-        r = llama_qkv(attn, x, position_ids=pos)
+        r = llama_qkv(attn if rope_float64 else layer_or_model, x, position_ids=pos, layer=layer, rope_float64=rope_float64)
         full = lambda a: np.ascontiguousarray(a.transpose(1, 0, 2).reshape(n, -1))  # noqa: E731 - (H, n, d) -> (n, H d)
         spec.update(Q=full(r["q"]), K=full(r["k"]), V=full(r["v"]))
     if h > 1:
         spec["num_heads"] = h
     if h_kv != h:
         spec["num_kv_heads"] = h_kv
-    pad = _padding(attention_mask, P + n)
+    pad = key_padding_of(attention_mask, P + n)
     if pad is not None:
         spec["key_padding"] = pad
     return spec
 
 
 def from_hf_llama_attention(layer_or_model, hidden_states, *, position_ids=None, attention_mask=None, layer: int = 0,
-                            start: str = "x", cache=None, **run_overrides) -> Trace:
+                            start: str = "x", cache=None, rope_float64: bool = True, **run_overrides) -> Trace:
     """Trace the self-attention of a Llama-style layer of a Hugging Face model.
 
     layer_or_model: a LlamaAttention, a decoder layer, a LlamaModel or LlamaForCausalLM
@@ -248,11 +264,20 @@ def from_hf_llama_attention(layer_or_model, hidden_states, *, position_ids=None,
     padding). start: "x" (projections and RoPE traced) or "qkv" (from q and k after RoPE).
     cache: a DynamicCache (or (keys, values) arrays) of the earlier tokens: one decoding step,
     hidden_states then being the new token's, traced with the KV-cache steps.
-    The trace's weights and output equal the layer's (float64 model, eager or SDPA) at 1e-10.
+    rope_float64: True (default) turns q and k with float64 angles; False (with start="qkv")
+    with HF's own float32 angles (the model's rotary_emb, or one built from the layer's config).
+
+    What agrees at what tolerance (float64 model, transformers 5.24; tests/test_hf_bridge.py):
+    - at 1e-10: the weights and `trace.output` against the layer run with SDPA attention and
+      its rotary module computing the angles in float64 (HF computes them in float32 even in a
+      float64 model), which is the same computation;
+    - at 1e-7 in the weights and 1e-6 in `trace.output` against the unmodified layer: HF's
+      eager attention takes its softmax in float32 and its rotary angles are float32 (measured
+      on the tiny test models: 2.9e-8 to 6.7e-8 in the weights, 5e-8 to 1.8e-7 in the output).
     Extra keyword arguments go to `attntrace.run` (title, mode, ...).
     """
     from attntrace import run
 
     spec = llama_attention_spec(layer_or_model, hidden_states, position_ids=position_ids, attention_mask=attention_mask,
-                                layer=layer, start=start, cache=cache)
+                                layer=layer, start=start, cache=cache, rope_float64=rope_float64)
     return run(spec, **run_overrides)

@@ -7,8 +7,8 @@ attntrace's row-vector convention before tracing:
 - torch's `nn.Linear` / `in_proj_weight` store (out, in) and compute x W^T + b; attntrace
   writes Q = X W_Q + b_Q with W_Q (d_model, d_k), so every weight is transposed.
 - `nn.MultiheadAttention` masks: bool True = *masked* (the opposite of attntrace's 0/1 keep
-  matrix, where 1 = kept); float masks are added to the scores, so only 0 (keep) and -inf
-  (mask) have an attntrace equivalent.
+  matrix, where 1 = kept); float masks are added to the scores: their -inf entries become
+  the mask, their finite entries the spec's `attn_bias` (the step `bias`, T-hat = T + B).
 - `scaled_dot_product_attention` masks: bool True = *kept* (the opposite of MHA!); float
   masks as above. Its `scale` multiplies the scores; attntrace's `scale` divides them.
 """
@@ -69,6 +69,33 @@ def _keep_from_mask(mask, *, what: str, bool_true_means_keep: bool) -> np.ndarra
         raise Unsupported(f"{what} is a float mask with the entry {bad!r}; attntrace masks are 0 (keep) or -inf (mask) only, "
                           "not additive biases")
     return zero
+
+
+def _mask_and_bias(mask, L: int, S: int, *, what: str, heads: int, bool_true_means_keep: bool) -> tuple[np.ndarray | None, list | None]:
+    """A torch attn_mask as (keep, bias): a bool mask is all keep; a float mask is added to the
+    scores, so its -inf entries are the mask (keep = False there) and its finite entries a bias
+    per (query, key) pair, the spec's attn_bias (None when every finite entry is 0): one (L, S)
+    matrix for every head, or one per head when they differ."""
+    torch = _torch()
+    is_bool = (mask.dtype == torch.bool) if isinstance(mask, torch.Tensor) else np.asarray(mask).dtype == np.bool_
+    if is_bool:
+        return _one_mask(_keep_from_mask(mask, what=what, bool_true_means_keep=bool_true_means_keep), L, S, what=what, heads=heads), None
+    arr = _np(mask, what)
+    if np.isnan(arr).any() or np.isposinf(arr).any():
+        raise BadInput(f"{what} contains NaN or +inf")
+    keep = _one_mask(~np.isneginf(arr), L, S, what=what, heads=heads)
+    finite = np.where(np.isneginf(arr), 0.0, arr)
+    if not finite.any():
+        return keep, None
+    if finite.ndim < 2 or finite.ndim > 4 or finite.shape[-2:] != (L, S) and finite.shape[-2:] not in ((1, S), (L, 1)):
+        raise BadInput(f"{what} has shape {tuple(finite.shape)}; expected (..., {L}, {S})")
+    lead = finite.shape[:-2]
+    if any(d not in (1, heads) for d in lead):
+        raise Unsupported(f"{what} of shape {tuple(finite.shape)} is for a batch of more than one; attntrace traces one sequence")
+    flat = np.broadcast_to(finite, lead + (L, S)).reshape(-1, L, S)
+    if all(np.array_equal(flat[0], b) for b in flat[1:]):
+        return keep, [np.ascontiguousarray(flat[0])]
+    return keep, [np.ascontiguousarray(b) for b in np.broadcast_to(flat, (heads, L, S))]
 
 
 def _one_mask(keep: np.ndarray, L: int, S: int, *, what: str, heads: int) -> np.ndarray:
@@ -210,7 +237,9 @@ def multihead_spec(module, query, key=None, value=None, *, attn_mask=None, is_ca
     L, S = X.shape[0], Y.shape[0]
     keep = None
     if attn_mask is not None:
-        keep = _one_mask(_keep_from_mask(attn_mask, what="attn_mask", bool_true_means_keep=False), L, S, what="attn_mask", heads=h)
+        keep, bias = _mask_and_bias(attn_mask, L, S, what="attn_mask", heads=h, bool_true_means_keep=False)
+        if bias is not None:  # finite entries of a float mask: added to the scores (attntrace.kinds.bias)
+            spec["attn_bias"] = bias[0] if len(bias) == 1 else bias
     if key_padding_mask is not None:
         pad = _keep_from_mask(key_padding_mask, what="key_padding_mask", bool_true_means_keep=False)
         if pad.ndim == 2 and pad.shape[0] == 1:
@@ -231,7 +260,8 @@ def from_torch(module, query, key=None, value=None, *, attn_mask=None, is_causal
 
     query/key/value: (L, E) or a batch of one ((1, L, E) with batch_first, else (L, 1, E)).
     key defaults to query (self-attention), value to key. attn_mask follows torch: bool True =
-    masked, or a float mask of 0 / -inf; (L, S) or (num_heads, L, S) with the same mask per head.
+    masked, or a float mask added to the scores (-inf: masked; other entries: the `bias` step);
+    (L, S) or (num_heads, L, S), the -inf entries the same for every head.
     The trace's output and per-head weights equal the module's (need_weights=True,
     average_attn_weights=False). Extra keyword arguments go to `attntrace.run` (title, mode, ...).
     """
@@ -274,8 +304,9 @@ def qkv_spec(q, k, v, *, attn_mask=None, is_causal=False, scale=None, enable_gqa
     if attn_mask is not None and is_causal:
         raise BadInput("give attn_mask or is_causal=True, not both (as scaled_dot_product_attention)")
     keep = _causal_bias(attn_mask, L, S)  # torch.nn.attention.bias.causal_lower_right / causal_upper_left
+    bias = None
     if keep is None and attn_mask is not None:
-        keep = _one_mask(_keep_from_mask(attn_mask, what="attn_mask", bool_true_means_keep=True), L, S, what="attn_mask", heads=h)
+        keep, bias = _mask_and_bias(attn_mask, L, S, what="attn_mask", heads=h, bool_true_means_keep=True)
     mask = _mask_spec("causal" if is_causal else keep)
     if h_kv != h:
         full = lambda a: np.ascontiguousarray(a.transpose(1, 0, 2).reshape(a.shape[1], -1))  # noqa: E731 - (H, L, E) -> (L, H*E)
@@ -288,6 +319,8 @@ def qkv_spec(q, k, v, *, attn_mask=None, is_causal=False, scale=None, enable_gqa
         if not scale > 0 or math.isinf(scale):
             raise Unsupported(f"scale={scale!r}: attntrace divides the scores by a positive number, so the SDPA scale must be positive")
         spec["scale"] = 1.0 / scale  # SDPA multiplies by scale; attntrace divides by its factor
+    if bias is not None:  # finite entries of a float mask: added to the scores (attntrace.kinds.bias)
+        spec["attn_bias"] = bias[0] if len(bias) == 1 else bias
     spec.update(_named_mask(mask, L, S))
     return spec
 
@@ -297,7 +330,8 @@ def from_qkv(q, k, v, *, attn_mask=None, is_causal=False, scale=None, enable_gqa
 
     q, k, v: (L, E), (1, L, E) or (1, H, L, E); H > 1 gives a multi-head trace (one head per
     slice; its concat step is SDPA's output transposed to (L, H*E); no W_O, SDPA has none). attn_mask follows SDPA: bool
-    True = kept, or a float mask of 0 / -inf. Tensors or NumPy arrays. With `enable_gqa`, k and
+    True = kept, or a float mask added to the scores (-inf: masked; other entries: the `bias`
+    step, per head when they differ). Tensors or NumPy arrays. With `enable_gqa`, k and
     v may have fewer heads than q (grouped-query attention; one head: multi-query).
     """
     from attntrace import run

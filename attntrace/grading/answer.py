@@ -360,12 +360,12 @@ def load_answer(answer: Any, steps: tuple[str, ...] | None = None) -> Answers:
                                        + _did_you_mean(str(step_id), known))
                     put(step_id, head, value)
             continue
-        step_id, sep, h = key.partition("@")
-        if step_id not in known:
-            if not _near(step_id, known):  # date = "...", notes = "...": not meant as a step
+        step_id, sep, h = _block_key(key).partition("@")
+        if step_id.partition("#")[0] not in known:
+            if not _near(step_id.partition("#")[0], known):  # date = "...", notes = "...": not meant as a step
                 ignored.append(key)
                 continue
-            raise BadInput(f"answer: unknown step {key!r}{_did_you_mean(step_id, known)}; steps are {listed} "
+            raise BadInput(f"answer: unknown step {key!r}{_did_you_mean(step_id.partition('#')[0], known)}; steps are {listed} "
                            f"(per head: weights@2 or a [{HEAD_TABLE}.2] table)")
         head = None
         if sep:
@@ -395,6 +395,19 @@ def _near(key: str, known: frozenset) -> bool:
 def _did_you_mean(key: str, known: frozenset) -> str:
     close = difflib.get_close_matches(key, _names(known), n=1, cutoff=NEAR_MISS)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _block_key(key: str) -> str:
+    """An online-softmax block's key, 'online_max#2@1' or 'online_max@1#2' (head 1, key block 2;
+    '#1.2': query block 1, key block 2), written one way: 'online_max#2@1'. The trace resolves
+    the address (`Trace.step`); other keys are unchanged."""
+    if "#" not in key:
+        return key
+    head_part, hash_, block = key.partition("#")
+    if "@" in head_part:  # online_max@1#2 -> online_max#2@1
+        step_id, _, h = head_part.partition("@")
+        return f"{step_id}#{block}@{h}"
+    return key
 
 
 def _known_ids() -> frozenset:

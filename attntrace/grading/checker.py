@@ -219,9 +219,14 @@ def check(spec_or_trace: Any, answer: Any, *, mode: str | None = None, atol: flo
 
     mutated: dict = {}  # the mutated worlds, each computed when a wrong step it can reach needs it
 
+    # online-softmax blocks the answer names by address (online_max#2): the step each one is
+    named_blocks = {id(trace.step(*k)): k for k in answers if "#" in k[0]}
     results: dict[tuple, StepResult] = {}
     for step in trace.steps:
         key = (step.id, step.head)
+        block_key = named_blocks.get(id(step))
+        if block_key is not None:  # one block, compared with its own value
+            results[block_key] = _check_block(world, step, block_key, answers[block_key], policy)
         if key not in answers:
             continue
         a = answers[key]
@@ -250,6 +255,22 @@ def check(spec_or_trace: Any, answer: Any, *, mode: str | None = None, atol: flo
     return Report(ok=first is None, first_wrong=first, steps=steps, trace=trace, lang=lang,
                   tolerance=policy.to_dict(), student=answers.student, policy=policy,
                   ignored=tuple(getattr(answers, "ignored", ())))
+
+
+def _check_block(world: World, step, key: tuple, a: AnswerMatrix, policy: Policy) -> StepResult:
+    """One online-softmax block an answer names (online_max#2): right or wrong entry by entry
+    against that block's value. Carried-forward and the diagnoses work on the step ids, whose
+    value is the last block's (the plain key online_max)."""
+    from attntrace.grading.diagnose import to_float
+
+    expected = to_float(step.value)
+    common = {"id": key[0], "head": step.head, "expected_shape": tuple(expected.shape), "given_shape": a.shape}
+    if a.fits(expected, expected, policy):
+        return StepResult(status="correct", **common)
+    wrong = () if a.shape != tuple(expected.shape) else tuple(
+        WrongEntry(i + 1, j + 1, float(expected[i, j]), e.value, e.text) for i, j, e in a.misfits(expected, expected, policy))
+    code = WRONG_SHAPE if a.shape != tuple(expected.shape) else UNKNOWN
+    return StepResult(status="wrong", wrong_entries=wrong, diagnosis=_diagnosis(world, step, code, shape=a.shape), **common)
 
 
 def _written(world: World, answers: Answers) -> dict:

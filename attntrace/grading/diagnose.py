@@ -194,7 +194,7 @@ class World:
         out: set[Key] = set()
         for ref in step.inputs:
             k = self.key_of(ref, step.head, self.truth)
-            if k in self.truth and k not in out:
+            if k in self.truth and k not in out and k != key:  # an online block reads the one before it, same id
                 out.add(k)
                 out |= self.ancestors(k)
         self._ancestors[key] = out

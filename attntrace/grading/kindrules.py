@@ -446,7 +446,7 @@ def masked_keep(step, m) -> np.ndarray | None:
         raise _impossible() from None
 
 
-RULES = {"Q_rope": _rope, "K_rope": _rope, "biased": _biased, "K_cache": _cache, "V_cache": _cache,
+RULES = {"Q_rope": _rope, "K_rope": _rope, "biased": _biased, "bias": _biased, "K_cache": _cache, "V_cache": _cache,
          "embed": _sum, "residual1": _sum, "residual2": _sum,
          "online_out": _online_out, "lse": _lse, "norm1": _norm, "norm2": _norm, "ffn_act": _activation,
          "pos_enc": _pos_enc, "ffn_hidden": _ffn_linear, "ffn_up": _ffn_linear, "ffn_out": _ffn_linear,

@@ -24,6 +24,7 @@ from attntrace.inputs.matrices import to_matrix
 from attntrace.inputs.numbers import shown, whole_number
 from attntrace.inputs.blockspec import BLOCK_KEYS, block_options, check_block
 from attntrace.inputs.positional import check_positional, positional_options, positive_number
+from attntrace.kinds.bias import parse_attn_bias
 from attntrace.kinds.mask import MASK_NAMES, parse_mask_options
 from attntrace.model.trace import MODES, Operand
 
@@ -37,7 +38,7 @@ HEAD_KEYS = {
 #: Matrices shared by all heads.
 SHARED_KEYS = {"X": "x", "X_kv": "y", "W_O": "w^{O}", "b_O": "b^{O}"}
 OPTION_KEYS = {"title", "description", "title_zh", "description_zh", "mode", "scale", "d_k", "mask", "num_heads", "heads", "Z", "expand", "tokens", "kv_tokens",
-               "num_kv_heads", "window", "key_padding", "backward", "online", "rope", "alibi"}
+               "num_kv_heads", "window", "key_padding", "backward", "online", "rope", "alibi", "attn_bias"}
 ALLOWED_KEYS = set(HEAD_KEYS) | set(SHARED_KEYS) | OPTION_KEYS | BLOCK_KEYS
 #: Keys that `num_heads` splits into column blocks, one per head.
 SPLITTABLE = ("W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "Q", "K", "V", "K_past", "V_past")
@@ -346,6 +347,11 @@ def load_spec(spec: Any, *, mode: str | None = None, **overrides: Any) -> Proble
     mask_opts = parse_mask_options(data)  # window, key_padding (attntrace.kinds.mask)
     positional = positional_options(data)  # rope, alibi (attntrace.inputs.positional)
     check_positional(positional, start, heads, shared)
+    attn_bias = parse_attn_bias(data.get("attn_bias"), len(heads), mode, _operand)  # attntrace.kinds.bias
+    if attn_bias and "alibi" in positional:
+        raise BadInput("give alibi or attn_bias, not both: each adds its own B to the scores")
+    if attn_bias and start not in ("X", "QKV", "scores"):
+        raise BadInput("attn_bias is added to the scores: give X, Q/K/V or scores, not a later step")
     expand = data.get("expand", "named")
     if expand not in ("named", "full"):
         raise BadInput(f"expand must be \"named\" or \"full\", not {expand!r}")
@@ -364,7 +370,7 @@ def load_spec(spec: Any, *, mode: str | None = None, **overrides: Any) -> Proble
         tokens=tokens,
         kv_tokens=kv_tokens,
         source=source,
-        extra={**mask_opts, **positional, "full_width": full_width, **({"num_kv_heads": num_kv_heads} if num_kv_heads != (num_heads or 1) else {}),
+        extra={**mask_opts, **positional, **attn_bias, "full_width": full_width, **({"num_kv_heads": num_kv_heads} if num_kv_heads != (num_heads or 1) else {}),
                **block_extra,
                **_passes(data, mode)},
     )

@@ -12,6 +12,7 @@ from attntrace.kinds.base import Flow, Kind
 from attntrace.kinds.cache import K_CACHE, V_CACHE
 from attntrace.kinds.block import BLOCK_KINDS, BLOCK_PIPELINES, block_pipelines  # noqa: F401 - PRE/POST of the block
 from attntrace.kinds.alibi import BIASED
+from attntrace.kinds.bias import SCORE_BIAS
 from attntrace.kinds.backward import BACKWARD_COMBINE, BACKWARD_HEAD, BACKWARD_INPUTS
 from attntrace.kinds.heads import CONCAT, OUTPUT
 from attntrace.kinds.mask import MASKED
@@ -22,7 +23,7 @@ from attntrace.kinds.scores import SCORES
 from attntrace.kinds.softmax import WEIGHTS
 from attntrace.kinds.online import ONLINE_KINDS, ONLINE_Z
 
-HEAD_PIPELINE: tuple[Kind, ...] = (Q, K, V, Q_ROPE, K_ROPE, K_CACHE, V_CACHE, SCORES, SCALED, BIASED, MASKED, WEIGHTS, ONLINE_Z)
+HEAD_PIPELINE: tuple[Kind, ...] = (Q, K, V, Q_ROPE, K_ROPE, K_CACHE, V_CACHE, SCORES, SCALED, BIASED, SCORE_BIAS, MASKED, WEIGHTS, ONLINE_Z)
 COMBINE_PIPELINE: tuple[Kind, ...] = (CONCAT, OUTPUT)
 
 #: The backward pass (spec key `backward`, `run --backward`), after the forward steps: the kinds

@@ -26,6 +26,26 @@ def _frozen(mapping: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return MappingProxyType(dict(mapping or {}))
 
 
+def block_address(step: "Step") -> str | None:
+    """An online-softmax step's address with its block, `online_max#2` (query block 1) or
+    `online_max#2.3` (query block 2, key block 3); None for a step without blocks."""
+    if "query_block" not in step.details:  # the Transformer block's steps say "block" = their arrangement
+        return None
+    block = step.details["block"]
+    qb = step.details.get("query_block", 1)
+    return f"{step.id}#{block}" if step.details.get("query_blocks", 1) == 1 else f"{step.id}#{qb}.{block}"
+
+
+def _block_address(text: str, block, query_block):
+    """'online_max#2' -> ('online_max', 2, None); 'online_max#1.2' -> ('online_max', 2, 1)."""
+    id, _, where = text.partition("#")
+    qb, dot, kb = where.partition(".")
+    parts = (qb, kb) if dot else (kb or qb,)
+    if not all(p.isdigit() and int(p) > 0 for p in parts) or block is not None or query_block is not None:
+        raise KeyError(f"{text!r}: a block address is id#j (key block j) or id#i.j (query block i, key block j)")
+    return (id, int(kb), int(qb)) if dot else (id, int(qb), None)
+
+
 @dataclass(frozen=True)
 class Operand:
     """A matrix the trace started from (X, W_Q, b_O, or a given Q, scores, Z_i, ...).
@@ -96,25 +116,117 @@ class Trace:
         # as a scan in order would find it. Not dataclass fields: equality, repr and
         # dataclasses.replace ignore them (replace rebuilds them).
         steps: dict[tuple[str, int | None], Step] = {}
+        blocks: dict[tuple, Step] = {}
+        last: dict[tuple[str, int | None], Step] = {}
         for s in self.steps:
             steps.setdefault((s.id, s.head), s)
+            block = s.details.get("block") if "query_block" in s.details else None  # (a layer's "block" is its arrangement)
+            if block is not None:  # an online-softmax block: step(id, head) gives the last, as an answer means it
+                last[(s.id, s.head)] = s
+                blocks[(s.id, s.head, s.details.get("query_block", 1), block)] = s
         operands: dict[tuple[str, int | None], Operand] = {}
         for o in self.operands:
             operands.setdefault((o.name, o.head), o)
         object.__setattr__(self, "_step_index", MappingProxyType(steps))
+        object.__setattr__(self, "_block_index", MappingProxyType(blocks))
+        object.__setattr__(self, "_last_block", MappingProxyType(last))
         object.__setattr__(self, "_operand_index", MappingProxyType(operands))
 
-    def step(self, id: str, head: int | None = None) -> Step:
-        """The step with this id (and head, for per-head steps of multi-head traces)."""
+    def step(self, id: str, head: int | None = None, *, block: int | None = None, query_block: int | None = None,
+             query_head: int | None = None, kv_head: int | None = None) -> Step:
+        """The step with this id (and head, for per-head steps of multi-head traces).
+
+        Heads: `head` is the step's own head, 1..h. Every step is indexed by the query head it
+        serves, except, under grouped-query attention (`num_kv_heads`), the steps a group of
+        query heads shares (K, V, K_rope, K_cache, V_cache; K, V and K_rope list the group in their
+        `query_heads` detail): those carry their key/value head 1..h_kv. Either spelling may be named:
+        `query_head=i` finds a shared step through the key/value head that query head i reads,
+        and `kv_head=j` finds a per-query-head step when exactly one query head reads key/value
+        head j. In a single-head trace, head=1 is the one head.
+
+        Online softmax (`online`): online_max, online_exp, online_sum and online_out are emitted
+        once per key block j (and query block i): `block=j` (and `query_block=i`, default 1)
+        picks one; without `block` the last block is returned, the one whose values an answer
+        file gives when it names no block (a step without blocks is its own block 1). The
+        address `online_max#j` (key block j of query block 1) or `online_max#i.j` (query block
+        i) says the same in one string, as answer files and the JSON's `address` write it. A KeyError lists the steps there are.
+        """
+        if isinstance(id, str) and "#" in id:  # an address with its block: online_max#2, online_max#1.2
+            id, block, query_block = _block_address(id, block, query_block)
+        if query_head is not None or kv_head is not None:
+            head = self._resolve_head(id, head, query_head, kv_head)
+        elif head == 1 and self.num_heads == 1 and (id, None) in self._step_index and (id, 1) not in self._step_index:
+            head = None  # a single-head trace: head 1 is its only head
         try:
-            return self._step_index[(id, head)]
+            if block is None and query_block is None:
+                return self._last_block.get((id, head)) or self._step_index[(id, head)]
+            qb = 1 if query_block is None else query_block
+            found = self._block_index.get((id, head, qb, block if block is not None else self._last_of(id, head, qb)))
+            if found is None and block in (None, 1) and qb == 1 and (id, head) not in self._last_block:
+                found = self._step_index[(id, head)]  # a step without blocks is its own block 1
+            if found is not None:
+                return found
         except (KeyError, TypeError):  # TypeError: an unhashable id or head
             pass
         keys = [s.key for s in self.steps]
         have = ", ".join(keys if len(keys) <= 40 else keys[:40] + [f"... ({len(keys)} steps)"])
-        raise KeyError(f"no step {id!r}" + (f" for head {head}" if head else "") + f" (steps: {have})")
+        where = (f" for head {head}" if head else "") + (f" block {block}" if block is not None else "") + (
+            f" query block {query_block}" if query_block is not None else "")
+        raise KeyError(f"no step {id!r}{where} (steps: {have})")
+
+    def _last_of(self, id: str, head, qb: int) -> int | None:
+        return max((k[3] for k in self._block_index if k[:3] == (id, head, qb)), default=None)
+
+    def _resolve_head(self, id: str, head, query_head, kv_head):
+        """`head` from `query_head=` or `kv_head=` (see `step`)."""
+        groups = self.settings.get("kv_groups")  # the key/value head of each query head, under GQA
+        if groups is None:  # no grouped-query attention: the two spellings are the head itself
+            given = {h for h in (head, query_head, kv_head) if h is not None}
+            if len(given) > 1:
+                raise KeyError(f"head={head}, query_head={query_head}, kv_head={kv_head} name different heads")
+            h = given.pop()
+            return None if h == 1 and self.num_heads == 1 and (id, None) in self._step_index else h
+        # a step of a key/value head exists for heads 1..h_kv only (K, V, K_rope, K_cache, V_cache)
+        heads_of_id = {h for (i, h) in self._step_index if i == id}
+        shared = lambda h: h in heads_of_id and heads_of_id <= set(groups)  # noqa: E731
+        if query_head is not None:
+            if not 1 <= query_head <= len(groups):
+                raise KeyError(f"query_head={query_head}, but the trace has query heads 1 to {len(groups)}")
+            own = groups[query_head - 1]
+            h = own if shared(own) else query_head
+            if kv_head is not None and own != kv_head:
+                raise KeyError(f"query head {query_head} reads key/value head {own}, not {kv_head}")
+            return h
+        if shared(kv_head):
+            return kv_head
+        readers = [i for i, j in enumerate(groups, start=1) if j == kv_head]
+        if len(readers) != 1:
+            raise KeyError(f"{id} is computed per query head, and key/value head {kv_head} is read by query heads "
+                           f"{', '.join(map(str, readers)) or 'none'}: give query_head= (or head=) instead")
+        return readers[0]
+
+    @property
+    def output_step(self) -> Step:
+        """The step that holds the forward result: the last step of the forward pass, never a
+        gradient (the backward steps come after it). `output` for an attention layer with W_O,
+        concat for heads without one, Z for one head; the block's last step for a layer."""
+        if not self.steps:
+            raise KeyError("the trace has no steps")
+        return self.steps[self.settings.get("forward_steps", len(self.steps)) - 1]
+
+    @property
+    def output(self) -> Any:
+        """The forward result's value, what the traced module returns (one sequence: (n, d)
+        where torch gives (1, n, d)); see `output_step`."""
+        return self.output_step.value
 
     def has(self, id: str, head: int | None = None) -> bool:
+        if isinstance(id, str) and "#" in id:
+            try:
+                self.step(id, head)
+                return True
+            except KeyError:
+                return False
         try:
             return (id, head) in self._step_index
         except TypeError:

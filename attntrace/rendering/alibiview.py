@@ -1,4 +1,5 @@
-"""The view of the ALiBi step (biased): the head's slope, the bias matrix B, T-hat = T + B.
+"""The views of the biased scores: ALiBi's step (biased: the head's slope, the bias matrix B,
+T-hat = T + B) and a given bias (bias: B, T-hat = T + B).
 
 The slope is written as the paper writes it (2^(-8/H), ...: a power of two) with its value;
 B is shown whole (b_ij = -m (i - j): zero on the diagonal, -m, -2m, ... to the left); then
@@ -50,10 +51,25 @@ def build_alibi(sv, vm) -> None:
     src = resolve(sv.t, s.inputs[0], s.head)
     vm["extra"].update({"heads": str(d["heads"]), "paper": d.get("exponent") is not None, "source": sv.mname(src),
                         "slope": o.num(float(d["slope"]))})
+    _biased_scores(sv, vm, src, [_slope_chain(sv)])
+
+
+@register_view("bias")
+def build_bias(sv, vm) -> None:
+    """A given bias (attntrace.kinds.bias, a torch float mask): B, then T-hat = T + B, as ALiBi's."""
+    src = resolve(sv.t, sv.s.inputs[0], sv.s.head)
+    vm["extra"].update({"source": sv.mname(src)})
+    _biased_scores(sv, vm, src, [])
+
+
+def _biased_scores(sv, vm, src, chains: list) -> None:
+    """The bias matrix B (after the chains that make it), T-hat = T + B and its entries."""
+    s, o = sv.s, sv.out
+    d = s.details
     vm["formula_block"] = sv.fit_formula(vm["formula"])
     bname = o.head_name("B", s.head)
     blhs = o.named(bname, s.shape)
-    chains = [_slope_chain(sv), sv.fit(blhs, [_bias_matrix(sv, d["bias"], s.shape, sv.budget(blhs))])]
+    chains = chains + [sv.fit(blhs, [_bias_matrix(sv, d["bias"], s.shape, sv.budget(blhs))])]
     vm["extra"]["bias"] = [block(c) for c in pack(chains, o)]
     lhs = sv.named(sv.ref)
     budget = sv.budget(lhs)

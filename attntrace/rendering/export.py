@@ -15,6 +15,7 @@ import numpy as np
 from attntrace import __version__
 from attntrace.inputs.expr import to_plain
 from attntrace.kinds import kind_of
+from attntrace.model.trace import block_address
 
 
 def _number(x: float) -> Any:
@@ -69,11 +70,15 @@ def trace_to_dict(trace) -> dict:
         if s.expansion is not None:
             entry["expansion"] = value_to_json(s.expansion, trace.mode)["value"]
         entry.update(kind_of(s.id).json_details(s.details))
+        address = block_address(s)
+        if address is not None:  # an online-softmax block: trace.step(address) and answer files name it so
+            entry["address"] = address
         steps.append(entry)
     operands = []
     for o in trace.operands:
         entry = {"name": o.name, "head": o.head, "shape": list(o.shape)}
         entry.update(value_to_json(o.value, trace.mode))
         operands.append(entry)
+    # "output": the key of the step holding the forward result (Trace.output_step), never a gradient
     return {"attntrace": __version__, "mode": trace.mode, "title": trace.title, "num_heads": trace.num_heads,
-            "steps": steps, "operands": operands}
+            "output": trace.output_step.key if trace.steps else None, "steps": steps, "operands": operands}

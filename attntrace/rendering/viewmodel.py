@@ -232,7 +232,7 @@ def intro_formula(trace, scaled: bool, by_sqrt: bool, plain: bool) -> str:
         cat = "\\operatorname{Concat}(Z^{(1)}, \\ldots, Z^{(h)})"
         return f"O = {cat}\\, W_O" if w_o else f"Z = {cat}"
     rope = any(s.id == "Q_rope" for s in trace.steps)  # the scores read the rotated Q-tilde, K-tilde
-    bias = any(s.id == "biased" for s in trace.steps)  # ALiBi adds B to the scaled scores
+    bias = any(s.id in ("biased", "bias") for s in trace.steps)  # ALiBi or a given bias adds B to the scaled scores
     if plain:
         inner = ("Q~ K~^T" if rope else "Q K^T") + (" / sqrt(d_k)" if by_sqrt else " / c" if scaled else "") + (" + B" if bias else "")
         return f"softmax({inner}) V"

@@ -72,7 +72,7 @@ def resolve(trace, name: str, head: int | None) -> Ref:
         head = int(h)
     for h in dict.fromkeys((head, None)):
         if trace.has(name, h):
-            return step_ref(trace.step(name, h))
+            return step_ref(trace.step(name, h, block=1))  # an online step's input: its first block, as always
         try:
             o = trace.operand(name, h)
         except KeyError:

@@ -13,7 +13,7 @@ import importlib
 #: view name -> the module (in attntrace.rendering) that registers it.
 MODULES = {
     "masks": "maskview",            # the masked step (causal alignments, window, padding)
-    "alibi": "alibiview",           # ALiBi's bias
+    "alibi": "alibiview", "bias": "alibiview",  # ALiBi's bias, a given bias
     "rotation": "ropeview",         # RoPE
     "sum": "blockview", "activation": "blockview", "norm": "blockview", "posenc": "blockview",  # the Transformer block
     "grad": "gradview",             # the backward pass

@@ -1,0 +1,66 @@
+"""A given additive bias on the scores, T-hat = T + B: PyTorch's float attention masks.
+
+`nn.MultiheadAttention` and `scaled_dot_product_attention` take a float `attn_mask` that is
+*added* to the scaled scores: -inf removes a key (attntrace's mask step) and any finite entry
+is a bias per (query, key) pair, as relative-position schemes and T5's buckets use. The spec's
+`attn_bias` gives that matrix B, (n_q, n_k) for every head or a list of one per head; the step
+comes where ALiBi's does (after the scaling, before the mask) and is written the same way
+(`attntrace.kinds.alibi` computes its B from slopes, this kind is given it). The bridges
+split a torch float mask into its -inf entries (the mask) and the rest (this bias).
+"""
+
+from __future__ import annotations
+
+from attntrace.kinds.base import Kind, label, plain_math, plain_sup, sup
+from attntrace.model.errors import BadInput
+
+
+class ScoreBias(Kind):
+    id = "bias"
+    reads, writes = ("S",), "S"
+    starts = ("X", "QKV", "scores")
+    letter, plain_letter, entry = "\\hat{T}", "T'", "\\hat{t}"
+    view, prose = "bias", "bias"
+
+    def enabled(self, problem) -> bool:
+        return super().enabled(problem) and "attn_bias" in problem.extra
+
+    def compute(self, ctx, head, state):
+        t = state["S"]
+        given = ctx.p.extra["attn_bias"]  # Operands: one for every head, or one per head
+        b = given[(head or 1) - 1] if len(given) > 1 else given[0]
+        if tuple(b.shape) != tuple(t.shape):
+            raise BadInput(f"step {label(self.id, head)}: attn_bias is {b.shape[0]} x {b.shape[1]} but the scores are "
+                           f"{t.shape[0]} x {t.shape[1]}")
+        result = ctx.alg.plus(t.value, b.value)
+        h, ph = sup(head), plain_sup(head)
+        formula = f"\\hat{{T}}{h} = {t.letter}{h} + B{h}"
+        plain = f"T'{ph} = {plain_math(t.letter)}{ph} + B{ph}"
+        return ctx.emit(self, head, [t.ref], formula, plain, result, t.shape, {"bias": b.value})
+
+    def overflow_how(self, inputs, details) -> str:
+        return f"{inputs[0]} plus the given bias"
+
+
+def parse_attn_bias(value, heads: int, mode: str, operand) -> dict:
+    """The spec's `attn_bias`: one matrix, or a list of `heads` matrices (one per head); read by
+    `operand(raw, key, mode, head, symbol)` (the spec's own matrix reader), finite numbers."""
+    import numpy as np
+
+    if value is None:
+        return {}
+    def matrix(x) -> bool:  # a 2-D table: an array, or a list of rows
+        return np.ndim(x) == 2 if hasattr(x, "ndim") else isinstance(x, list) and bool(x) and isinstance(x[0], list)
+
+    per_head = np.ndim(value) == 3 if hasattr(value, "ndim") else isinstance(value, list) and bool(value) and matrix(value[0])
+    tables = list(value) if per_head else [value]
+    if per_head and len(tables) != heads:
+        raise BadInput(f"attn_bias lists {len(tables)} matrices but there are {heads} heads; give one per head, or one for all")
+    ops = tuple(operand(raw, "attn_bias", mode, i if per_head and heads > 1 else None, "b") for i, raw in enumerate(tables, start=1))
+    for op in ops:
+        if isinstance(op.value, np.ndarray) and not np.isfinite(op.value).all():
+            raise BadInput("attn_bias must be finite numbers: a key removed with -inf is the mask's job (mask = [[...]])")
+    return {"attn_bias": ops}
+
+
+SCORE_BIAS = ScoreBias()
