@@ -40,7 +40,7 @@ def _add_render_options(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="attntrace", description="Transformer attention, traced step by step.")
-    from attntrace import __version__
+    from attntrace.version import __version__
 
     parser.add_argument("--version", action="version", version=f"attntrace {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -152,9 +152,9 @@ def _emit(text: str, output: Path | None, is_json: bool = False) -> None:
 
 
 def cmd_run(args) -> int:
-    from attntrace import run
+    from attntrace.tracer import trace_spec
 
-    trace = run(args.spec, mode=args.mode, expand=args.expand, backward=True if args.backward else None)
+    trace = trace_spec(args.spec, mode=args.mode, expand=args.expand, backward=True if args.backward else None)
     if args.format == "json":
         text = _json(trace.to_dict())
     else:

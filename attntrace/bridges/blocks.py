@@ -75,9 +75,9 @@ def from_torch_layer(layer, x, *, src_mask=None, is_causal=False, **run_override
     """Trace `torch.nn.TransformerEncoderLayer` on x (eval mode): attention, residuals, norms, FFN.
 
     Extra keyword arguments go to `attntrace.run` (title, mode, ...)."""
-    from attntrace import run
+    from attntrace.tracer import trace_spec
 
-    return run(encoder_layer_spec(layer, x, src_mask=src_mask, is_causal=is_causal), **run_overrides)
+    return trace_spec(encoder_layer_spec(layer, x, src_mask=src_mask, is_causal=is_causal), **run_overrides)
 
 
 # -- Hugging Face: a whole Llama-style decoder layer -------------------------------------------------
@@ -131,9 +131,9 @@ def from_hf_llama_layer(model_or_layer, hidden_states, *, layer: int = 0, positi
     with RoPE and grouped-query heads, the residual, RMSNorm, SwiGLU, the residual. The last
     step equals the layer's output (float64 model, SDPA attention; HF's LlamaRMSNorm casts to
     float32 inside, so compare at 1e-6, or at 1e-10 with its forward run in float64)."""
-    from attntrace import run
+    from attntrace.tracer import trace_spec
 
-    return run(llama_layer_spec(model_or_layer, hidden_states, layer=layer, position_ids=position_ids,
+    return trace_spec(llama_layer_spec(model_or_layer, hidden_states, layer=layer, position_ids=position_ids,
                                 attention_mask=attention_mask), **run_overrides)
 
 
@@ -232,7 +232,7 @@ def from_hf_layer(model_or_layer, hidden_states, *, layer: int = 0, **run_overri
     """Trace one layer of a Hugging Face BERT, GPT-2 or Llama-style model on its input hidden
     states (eval mode; float64 for 1e-10 agreement): the model picks the spec (bert_layer_spec,
     gpt2_block_spec, llama_layer_spec). Extra keyword arguments go to `attntrace.run`."""
-    from attntrace import run
+    from attntrace.tracer import trace_spec
 
     obj = model_or_layer
     base = next((getattr(obj, a) for a in ("encoder", "transformer", "model") if hasattr(obj, a)), obj)
@@ -244,4 +244,4 @@ def from_hf_layer(model_or_layer, hidden_states, *, layer: int = 0, **run_overri
         spec = gpt2_block_spec(base, hidden_states, layer=layer)
     else:
         spec = llama_layer_spec(obj, hidden_states, layer=layer)
-    return run(spec, **run_overrides)
+    return trace_spec(spec, **run_overrides)

@@ -57,9 +57,9 @@ def from_torch_decoder_self_attention(layer, tgt, *, tgt_mask=None, tgt_is_causa
     `tgt`: projections, heads, scaled scores, the mask, softmax, Z, concat, W_O, residual1 and
     norm1 (post-LN: the trace ends at norm1; pre-LN: it starts with norm1 and ends at
     residual1). Extra keyword arguments go to `attntrace.run` (title, mode, ...)."""
-    from attntrace import run
+    from attntrace.tracer import trace_spec
 
     spec = decoder_self_attention_spec(layer, tgt, tgt_mask=tgt_mask, tgt_is_causal=tgt_is_causal,
                                        tgt_key_padding_mask=tgt_key_padding_mask)
     # no title of its own: the report's default one names the sublayer and the arrangement in either language
-    return run(spec, **run_overrides)
+    return trace_spec(spec, **run_overrides)

@@ -243,8 +243,8 @@ def from_hf_llama_attention(layer_or_model, hidden_states, *, position_ids=None,
     The trace's weights and output equal the layer's (float64 model, eager or SDPA) at 1e-10.
     Extra keyword arguments go to `attntrace.run` (title, mode, ...).
     """
-    from attntrace import run
+    from attntrace.tracer import trace_spec
 
     spec = llama_attention_spec(layer_or_model, hidden_states, position_ids=position_ids, attention_mask=attention_mask,
                                 layer=layer, start=start, cache=cache)
-    return run(spec, **run_overrides)
+    return trace_spec(spec, **run_overrides)

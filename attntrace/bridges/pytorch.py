@@ -235,11 +235,11 @@ def from_torch(module, query, key=None, value=None, *, attn_mask=None, is_causal
     The trace's output and per-head weights equal the module's (need_weights=True,
     average_attn_weights=False). Extra keyword arguments go to `attntrace.run` (title, mode, ...).
     """
-    from attntrace import run
+    from attntrace.tracer import trace_spec
 
     spec = multihead_spec(module, query, key, value, attn_mask=attn_mask, is_causal=is_causal,
                           key_padding_mask=key_padding_mask)
-    return run(spec, **run_overrides)
+    return trace_spec(spec, **run_overrides)
 
 
 # -- scaled_dot_product_attention ---------------------------------------------------------------
@@ -300,7 +300,7 @@ def from_qkv(q, k, v, *, attn_mask=None, is_causal=False, scale=None, enable_gqa
     True = kept, or a float mask of 0 / -inf. Tensors or NumPy arrays. With `enable_gqa`, k and
     v may have fewer heads than q (grouped-query attention; one head: multi-query).
     """
-    from attntrace import run
+    from attntrace.tracer import trace_spec
 
     spec = qkv_spec(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
-    return run(spec, **run_overrides)
+    return trace_spec(spec, **run_overrides)

@@ -157,9 +157,9 @@ def checked_trace(spec_or_trace: Any, *, mode: str | None, atol: float | None, r
         if mode is not None and mode != trace.mode:
             raise BadInput(f"the trace is in {trace.mode} mode; mode={mode!r} needs the spec, not a finished trace")
     else:
-        from attntrace import run
+        from attntrace.tracer import trace_spec
 
-        trace = run(spec_or_trace, mode=mode)
+        trace = trace_spec(spec_or_trace, mode=mode)
     if trace.mode not in ("numeric", "exact"):
         raise BadInput(f"checking needs numbers; this problem is in {trace.mode} mode (use mode numeric or exact)")
     return trace

@@ -19,7 +19,7 @@ from attntrace.model.errors import BadInput
 from attntrace.model.trace import Trace
 from attntrace.rendering.jinja_env import user_template_errors
 from attntrace.rendering.printing import plain_number
-from attntrace.rendering.viewmodel import escape_md, escape_tex as tex_escape
+from attntrace.inputs.textescape import escape_md, escape_tex as tex_escape
 
 
 class _Messages:

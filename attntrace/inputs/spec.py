@@ -23,7 +23,7 @@ from attntrace.inputs.safetext import clean_text
 from attntrace.inputs.matrices import to_matrix
 from attntrace.inputs.blockspec import BLOCK_KEYS, block_options, check_block
 from attntrace.inputs.positional import check_positional, positional_options, positive_number
-from attntrace.kinds.mask import MASK_NAMES, parse_mask_options
+from attntrace.inputs.stepoptions import MASK_NAMES, parse_backward, parse_mask_options, parse_online
 from attntrace.model.trace import MODES, Operand
 
 #: Per-head matrices and their default entry names in symbolic mode.
@@ -352,7 +352,7 @@ def load_spec(spec: Any, *, mode: str | None = None, **overrides: Any) -> Proble
     tokens = _tokens(data["tokens"], "tokens") if "tokens" in data else None
     kv_tokens = _tokens(data["kv_tokens"], "kv_tokens") if "kv_tokens" in data else None
     _check_token_counts(tokens, kv_tokens, heads[0], shared)
-    mask_opts = parse_mask_options(data)  # window, key_padding (attntrace.kinds.mask)
+    mask_opts = parse_mask_options(data)  # window, key_padding (attntrace.inputs.stepoptions)
     positional = positional_options(data)  # rope, alibi (attntrace.inputs.positional)
     check_positional(positional, start, heads, shared)
     expand = data.get("expand", "named")
@@ -384,10 +384,6 @@ def load_spec(spec: Any, *, mode: str | None = None, **overrides: Any) -> Proble
 def _passes(data: Mapping[str, Any], mode: str) -> dict[str, Any]:
     """The backward pass (`backward`, attntrace.kinds.backward) and the online softmax (`online`,
     attntrace.kinds.online), when the spec asks for them."""
-    from attntrace.kinds.backward import parse_backward
-
-    from attntrace.kinds.online import parse_online
-
     backward = parse_backward(data.get("backward"), mode)
     online = parse_online(data.get("online"))
     return {**({"backward": backward} if backward is not None else {}), **({"online": online} if online is not None else {})}

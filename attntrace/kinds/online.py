@@ -27,27 +27,6 @@ from attntrace.kinds.weighted_sum import WeightedSum
 from attntrace.model.errors import BadInput
 
 
-def parse_online(value) -> dict | None:
-    """The spec's `online`: {block_keys = Bc, block_queries = Br} (Br optional: all rows)."""
-    if value is None or value is False:
-        return None
-    if not isinstance(value, dict):
-        raise BadInput("online must be a table: {block_keys = 2, block_queries = 2}")
-    unknown = sorted(set(value) - {"block_keys", "block_queries"})
-    if unknown:
-        raise BadInput(f"unknown key {unknown[0]!r} in online; allowed: block_keys, block_queries")
-    if "block_keys" not in value:
-        raise BadInput("online needs block_keys (the number of keys per block, Bc)")
-    out = {}
-    for key in ("block_keys", "block_queries"):
-        if key in value:
-            x = value[key]
-            if isinstance(x, bool) or not isinstance(x, int) or not 0 < x <= 10**6:
-                raise BadInput(f"online {key} must be a positive integer, not {str(x)[:40]!r}")
-            out[key] = x
-    return out
-
-
 class OnlineStep(Kind):
     """A quantity of the online softmax (m, P, l, O of one block, or L). Emitted by the Z step,
     never run by the pipeline itself."""

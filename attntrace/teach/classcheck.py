@@ -371,7 +371,7 @@ def text_table(rows: Iterable[Iterable[Any]], indent: str = "  ", gap: str = "  
 def tex_breakable(text: Any) -> str:
     """User text for LaTeX (escaped) in which a long word may break anywhere (a long file
     name in a narrow table column must not run into the margin)."""
-    from attntrace.rendering.viewmodel import escape_tex
+    from attntrace.inputs.textescape import escape_tex
 
     words = []
     for word in " ".join(str(text).split()).split(" "):

@@ -272,10 +272,10 @@ def draw_exercise(n: int, d: int, heads: int, seed: int) -> Draw:
 
 def make_exercise(n: int = 2, d: int = 4, heads: int = 1, seed: int = 0) -> tuple[dict, Trace]:
     """A reproducible exercise: (spec dict, its numeric trace)."""
-    from attntrace import run
+    from attntrace.tracer import trace_spec
 
     spec = exercise_spec(n, d, heads, seed)
-    return spec, run(spec)
+    return spec, trace_spec(spec)
 
 
 def exercise_spec(n: int = 2, d: int = 4, heads: int = 1, seed: int = 0) -> dict:
@@ -402,7 +402,7 @@ def prose_markup(text: str, format: str, brackets: bool = False) -> str:
     the format."""
     import html
 
-    from attntrace.rendering.viewmodel import escape_md, escape_tex
+    from attntrace.inputs.textescape import escape_md, escape_tex
 
     out = []
     for i, part in enumerate(_PROSE_PARTS.split(str(text))):
