@@ -16,7 +16,7 @@ filters of Moodle and Canvas typeset) and ask for every step of the trace, in tr
   (question_type numerical_question), titled with the variant, step and entry; the
   package is a zip with imsmanifest.xml (IMS Content Packaging 1.1) and one assessment.
 
-The answers are the answer key (`exercise.answer_key`, the exact value rounded to 4
+The answers are the answer key (`answerkey.answer_key`, the exact value rounded to 4
 decimals) and the tolerance is the one `attntrace check` applies to an entry written with 4
 decimals (`answer.Policy`: half a unit in the 4th decimal, plus the check's 1e-9 slack for
 ties). On answers typed with 4 decimals the LMS accepts exactly what `attntrace check`
@@ -82,7 +82,7 @@ def _num(x: float) -> str:
 
 def _answers(trace: Trace) -> list[tuple]:
     """(step, its answer-key matrix) in trace order."""
-    from attntrace.teach.exercise import answer_key
+    from attntrace.teach.answerkey import answer_key
 
     key = answer_key(trace)
     return [(step, key[step.key]) for step in trace.steps]
@@ -106,12 +106,12 @@ class _Prose:
         self.lang = lang
 
     def __call__(self, name: str) -> str:
-        from attntrace.teach.exercise import prose_markup
+        from attntrace.teach.prosemarkup import prose_markup
 
         return prose_markup(getattr(self.p, name), "html")
 
     def step_title(self, number: int, step) -> str:
-        from attntrace.teach.exercise import prose_markup
+        from attntrace.teach.prosemarkup import prose_markup
 
         p = self.p
         head = f" ({html.escape(str(p.head))} {step.head})" if step.head else ""
@@ -125,7 +125,7 @@ def _math(tex: str, display: bool = False) -> str:
 
 
 def _given_html(variant: Variant, prose: _Prose) -> str:
-    from attntrace.teach.exercise import worksheet_view
+    from attntrace.teach.worksheet import worksheet_view
 
     view = worksheet_view(variant.spec, variant.trace)
     parts = [f"<p>{html.escape(variant.spec['title'])}</p>",
@@ -139,7 +139,7 @@ def _given_html(variant: Variant, prose: _Prose) -> str:
 
 
 def _step_html(variant: Variant, prose: _Prose, number: int, step) -> str:
-    from attntrace.teach.exercise import worksheet_view
+    from attntrace.teach.worksheet import worksheet_view
 
     view = worksheet_view(variant.spec, variant.trace)
     parts = [f"<p><strong>{prose.step_title(number, step)}</strong></p>",
@@ -155,9 +155,9 @@ def _step_html(variant: Variant, prose: _Prose, number: int, step) -> str:
 
 
 def _lhs_html(step) -> str:
-    from attntrace.teach.exercise import _lhs
+    from attntrace.teach.worksheet import step_name
 
-    return _math(_lhs(step.id, step.head))
+    return _math(step_name(step.id, step.head))
 
 
 # --------------------------------------------------------------------------- Moodle XML
