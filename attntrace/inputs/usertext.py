@@ -69,7 +69,7 @@ import re
 from functools import lru_cache
 from typing import Callable, NamedTuple
 
-from attntrace.inputs.expr import GREEK, MAX_DEPTH, MAX_LENGTH, _balanced  # parentheses balanced: the parser's own test
+from attntrace.inputs.expr import GREEK, MAX_DEPTH, MAX_LENGTH, balanced_parentheses  # parentheses balanced: the parser's own test
 from attntrace.inputs.textescape import escape_md, escape_tex, escape_text
 from attntrace.inputs.safetext import check_sympy_entry, clean_output, clean_text, has_unsafe_chars, json_safe, one_line  # noqa: F401  (re-exported)
 
@@ -135,7 +135,7 @@ def _read_name(text: str, pos: int, base: str) -> tuple[tuple[str, str], int]:
             if m is None:
                 break  # a power operator
             content = m.group(1) or m.group(2)
-            if sup is not None or content.isdigit() or not _balanced(content):
+            if sup is not None or content.isdigit() or not balanced_parentheses(content):
                 raise _Fail
             sup = content
         else:

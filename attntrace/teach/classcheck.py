@@ -397,8 +397,8 @@ def render_class(report: ClassReport, format: str = "text", *, summary_only: boo
         return json.dumps(report.to_dict(), ensure_ascii=False, indent=1)
     if format == "csv":
         return report.to_csv()
-    from attntrace.grading.checker import FORMATS as CHECK_FORMATS, LANGS
-    from attntrace.grading.reports import _environment, _title, messages as _messages, render_report
+    from attntrace.grading.messages import FORMATS as CHECK_FORMATS, LANGS, messages as _messages, report_environment, report_title
+    from attntrace.grading.reports import render_report
     from attntrace.rendering.jinja_env import user_template_errors
 
     if format not in CHECK_FORMATS:
@@ -418,7 +418,7 @@ def render_class(report: ClassReport, format: str = "text", *, summary_only: boo
                          "reason": _without_prefix(s.reason, s.source), "report": text})
     counts = report.step_counts()
     steps = [{"key": k, "weight": _trim(w, 2), **counts[k]} for k, w in report.weights.items()]
-    env = _environment(template_dir)
+    env = report_environment(template_dir)
     env.filters["text_table"] = text_table
     env.filters["tex_breakable"] = tex_breakable
     with user_template_errors(env, template_dir):
@@ -430,7 +430,7 @@ def render_class(report: ClassReport, format: str = "text", *, summary_only: boo
             n_unreadable=len(report.unreadable), n_readable=len(report.readable),
             mean=percent(report.mean_score), summary_only=summary_only, standalone=standalone,
             equal_weights=len(set(report.weights.values())) == 1,
-            title=_title(report.trace, format, lang, options.get("math_delimiters") or "dollars"),
+            title=report_title(report.trace, format, lang, options.get("math_delimiters") or "dollars"),
         )
     return text.rstrip("\n") + "\n"
 
