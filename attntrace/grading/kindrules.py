@@ -1,8 +1,9 @@
-"""Interval rules and planted mistakes of the newer step kinds: RoPE, the KV cache, ALiBi,
-the sliding window and the bottom-right causal mask, grouped-query attention.
+"""Interval rules and planted mistakes of the step kinds beyond the ten of `STEP_IDS`: RoPE, the
+KV cache, ALiBi, the sliding window and the bottom-right causal mask, grouped-query attention,
+the backward pass, the online softmax and the Transformer block.
 
 Each rule computes a step from the student's world (`intervals.Box`), right or with one of
-its mistakes; `mistakes.apply` looks them up in `RULES` next to the classic ten. A step kind
+its mistakes; `mistakes.apply` looks them up in `RULES` next to its own rules for the ten `STEP_IDS`. A step kind
 with a rule here carries a mistake made before it forward (a wrong Q gives a Q-tilde, scores,
 ... that are `carried`); the backward steps of a head (dV, dA, dT, dS, dQ, dK and a head's
 dW_Q, dW_K, dW_V) have a rule here too, and so has the log-sum-exp L of the online softmax.

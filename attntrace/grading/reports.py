@@ -78,7 +78,7 @@ def _row(s, trace: Trace, format: str, lang: str, precision: int, template_dir, 
 
 
 def _correct_computation(trace: Trace, result, format: str, lang: str, options: Mapping[str, Any]) -> str:
-    """The derivation of one step, from the renderer; a plain matrix until render.py exists."""
+    """The derivation of one step, from the renderer; a plain matrix when the renderer cannot be imported."""
     step = trace.step(result.id, result.head)
     try:
         from attntrace.rendering.renderer import render_step

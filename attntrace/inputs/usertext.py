@@ -1,4 +1,4 @@
-"""User text with math: ``$...$`` spans in titles and descriptions (issue 10).
+"""User text with math: ``$...$`` spans in titles and descriptions.
 
 A spec's title or description is prose with optional inline math written between dollars in
 the entry syntax of `attntrace.inputs.expr` (``Scaling by $sqrt(d_k)$ with $d_k = 6$``). Each span
