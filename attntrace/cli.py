@@ -75,9 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--d", type=int, default=4, help="model width; each head gets d_k = d / heads columns (d_k = 1 or 4 keeps sqrt(d_k) whole)")
     ex.add_argument("--heads", type=int, default=1)
     ex.add_argument("--seed", type=int, default=0)
-    ex.add_argument("--format", choices=("md", "tex", "moodle", "qti"), default="md",
-                    help="worksheet (md, tex), or a quiz: moodle (Moodle XML), qti (QTI 1.2 zip for Canvas, needs -o)")
-    ex.add_argument("--variants", type=int, default=1, help="moodle/qti: this many seeded variants (seed, seed + 1, ...)")
+    ex.add_argument("--format", choices=("md", "tex", "moodle", "qti", "numbas"), default="md",
+                    help="worksheet (md, tex), or a quiz: moodle (Moodle XML), qti (QTI 1.2 zip for Canvas, needs -o), "
+                         "numbas (a Numbas .exam with error carried forward)")
+    ex.add_argument("--variants", type=int, default=1, help="moodle/qti/numbas: this many seeded variants (seed, seed + 1, ...)")
     ex.add_argument("--key", action="store_true", help="print the answer key instead of the worksheet")
     ex.add_argument("--spec-out", type=Path, default=None, help="also write the problem's spec (TOML) here")
     ex.add_argument("--answer-out", type=Path, default=None, help="also write the answer key as an answer file (TOML) here")
@@ -208,7 +209,7 @@ def cmd_exercise(args) -> int:
     from attntrace.teach.worksheet import render_worksheet
 
     render_options = _render_options(args)
-    if args.format in ("moodle", "qti"):
+    if args.format in ("moodle", "qti", "numbas"):
         return _exercise_quiz(args, render_options)
     spec, trace = make_exercise(args.n, args.d, args.heads, args.seed)
     if args.spec_out is not None:
@@ -238,6 +239,11 @@ def _exercise_quiz(args, options: dict) -> int:
     lang, template_dir, output = options.get("lang", "en"), options.get("template_dir"), options.get("output_path")
     if args.format == "moodle":
         _emit(lms.moodle_xml(variants, lang, template_dir), output)
+        return 0
+    if args.format == "numbas":
+        from attntrace.teach import numbas
+
+        _emit(numbas.exam_text(variants, lang, template_dir), output)
         return 0
     if output is None:
         raise BadInput("--format qti writes a zip package: give -o FILE.zip")
