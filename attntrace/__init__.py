@@ -50,8 +50,14 @@ def _trace_to_dict(trace: Trace) -> dict:
     return trace_to_dict(trace)
 
 
+def _trace_to_html_fragment(trace: Trace) -> str:
+    from attntrace.rendering.html import render_html
+
+    return render_html(trace, fragment=True)
+
+
 # Trace.to_dict and its Jupyter hooks present a trace with the layers above the model.
-PRESENTERS.update(json=_trace_to_dict, render=render)
+PRESENTERS.update(json=_trace_to_dict, render=render, html=_trace_to_html_fragment)
 
 __all__ = ["run", "render", "check", "check_class", "Trace", "Step", "Operand", "STEP_IDS", "AttntraceError", "BadInput", "Unsupported", "__version__"]
 

@@ -19,7 +19,8 @@ STEP_IDS = ("Q", "K", "V", "scores", "scaled", "masked", "weights", "Z", "concat
 PER_HEAD_STEPS = STEP_IDS[:8]
 MODES = ("numeric", "exact", "symbolic", "shape")
 #: How a Trace is presented by the layers above this one: "json" (trace -> dict,
-#: attntrace.rendering.export) and "render" (trace, format -> str, attntrace.rendering.renderer).
+#: attntrace.rendering.export), "render" (trace, format -> str, attntrace.rendering.renderer)
+#: and "html" (trace -> the HTML fragment, attntrace.rendering.html).
 #: attntrace/__init__.py fills it in; it runs before any module of the package, so this module
 #: imports nothing above it and `to_dict` and the Jupyter hooks always find them.
 PRESENTERS: dict[str, Callable[..., Any]] = {}
@@ -149,6 +150,16 @@ class Trace:
             return PRESENTERS["render"](self, format="md")
         except Exception as exc:  # noqa: BLE001 - display must not raise
             return f"**attntrace could not render this trace:** `{type(exc).__name__}: {exc}`"
+
+    def _repr_html_(self) -> str:
+        """The explorable derivation (the HTML fragment: MathML, which JupyterLab and VS Code
+        notebooks render natively)."""
+        try:
+            return PRESENTERS["html"](self)
+        except Exception as exc:  # noqa: BLE001 - display must not raise
+            import html
+
+            return f"<p><b>attntrace could not render this trace:</b> <code>{html.escape(f'{type(exc).__name__}: {exc}')}</code></p>"
 
     def _repr_latex_(self) -> str | None:
         try:
