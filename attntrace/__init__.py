@@ -8,10 +8,9 @@
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
-from attntrace.model.errors import AttntraceError, BadInput, Unsupported  # noqa: E402
-from attntrace.model.trace import STEP_IDS, Operand, Step, Trace  # noqa: E402
+from attntrace.model.errors import AttntraceError, BadInput, Unsupported
+from attntrace.model.trace import PRESENTERS, STEP_IDS, Operand, Step, Trace
+from attntrace.version import __version__
 
 
 def run(spec, **overrides) -> Trace:
@@ -19,25 +18,9 @@ def run(spec, **overrides) -> Trace:
 
     Overrides replace spec keys: mode, scale, d_k, mask, title, expand, ...
     """
-    from attntrace.inputs.spec import load_spec
-    from attntrace.tracer import trace
+    from attntrace.tracer import trace_spec
 
-    mode = overrides.pop("mode", None)
-    return trace(load_spec(_resolve(spec), mode=mode, **overrides))
-
-
-def _resolve(spec):
-    """A path, a dict, or the name of a built-in example (a bare name such as sentence-4x6)."""
-    import os
-    from pathlib import Path
-
-    if isinstance(spec, (str, Path)) and not os.path.exists(spec):
-        text = str(spec)
-        if os.sep not in text and "/" not in text and not Path(text).suffix:
-            from attntrace.teach.examples import example_path
-
-            return example_path(text)
-    return spec
+    return trace_spec(spec, **overrides)
 
 
 def render(trace: Trace, format: str = "md", **options) -> str:
@@ -60,6 +43,21 @@ def check_class(spec_or_trace, answers, **options):
 
     return _check_class(spec_or_trace, answers, **options)
 
+
+def _trace_to_dict(trace: Trace) -> dict:
+    from attntrace.rendering.export import trace_to_dict
+
+    return trace_to_dict(trace)
+
+
+def _trace_to_html_fragment(trace: Trace) -> str:
+    from attntrace.rendering.html import render_html
+
+    return render_html(trace, fragment=True)
+
+
+# Trace.to_dict and its Jupyter hooks present a trace with the layers above the model.
+PRESENTERS.update(json=_trace_to_dict, render=render, html=_trace_to_html_fragment)
 
 __all__ = ["run", "render", "check", "check_class", "Trace", "Step", "Operand", "STEP_IDS", "AttntraceError", "BadInput", "Unsupported", "__version__"]
 

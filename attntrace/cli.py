@@ -41,7 +41,7 @@ def _add_render_options(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="attntrace", description="Transformer attention, traced step by step.")
-    from attntrace import __version__
+    from attntrace.version import __version__
 
     parser.add_argument("--version", action="version", version=f"attntrace {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -197,9 +197,9 @@ class _Stream:
 
 
 def cmd_run(args) -> int:
-    from attntrace import run
+    from attntrace.tracer import trace_spec
 
-    trace = run(args.spec, mode=args.mode, expand=args.expand, backward=True if args.backward else None)
+    trace = trace_spec(args.spec, mode=args.mode, expand=args.expand, backward=True if args.backward else None)
     if args.format == "json":
         text = _json(trace.to_dict())
     else:
@@ -256,10 +256,65 @@ def cmd_examples(args) -> int:
     return 0
 
 
-def cmd_exercise(args) -> int:
-    from attntrace.teach.exercise import exercise_command
+def _write(path: Path, text: str) -> None:
+    try:
+        Path(path).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise BadInput(f"cannot write {str(path)!r}: {exc.strerror or type(exc).__name__}") from None
 
-    return exercise_command(args, _render_options(args))
+
+def cmd_exercise(args) -> int:
+    """`attntrace exercise`: print the worksheet (or with --key the answer key); write spec/answers;
+    --format moodle / qti: a quiz of --variants seeded variants (see attntrace.teach.lms)."""
+    from attntrace.teach.answerkey import answer_key, to_toml
+    from attntrace.teach.exercise import make_exercise
+    from attntrace.teach.worksheet import render_worksheet
+
+    render_options = _render_options(args)
+    if args.format in ("moodle", "qti", "numbas"):
+        return _exercise_quiz(args, render_options)
+    spec, trace = make_exercise(args.n, args.d, args.heads, args.seed)
+    if args.spec_out is not None:
+        _write(args.spec_out, "# " + spec["description"] + "\n" + to_toml(spec))
+    if args.answer_out is not None:
+        _write(args.answer_out, f"# answer key of: {spec['title']}\n" + to_toml(answer_key(trace)))
+    options = dict(render_options)
+    if args.key:
+        from attntrace.rendering.renderer import render
+
+        text = render(trace, format=args.format, **options)
+    else:
+        text = render_worksheet(spec, trace, format=args.format, lang=options.get("lang", "en"),
+                                standalone=bool(options.get("standalone")), template_dir=options.get("template_dir"),
+                                math_delimiters=options.get("math_delimiters", "dollars"))
+    _emit(text, options.get("output_path"))
+    return 0
+
+
+def _exercise_quiz(args, options: dict) -> int:
+    """`attntrace exercise --format moodle|qti`: the quiz of a learning-management system."""
+    from attntrace.teach import lms
+
+    if args.key or args.spec_out is not None or args.answer_out is not None:
+        raise BadInput(f"--format {args.format} writes a quiz with its answers: --key, --spec-out and --answer-out do not apply")
+    variants = lms.make_variants(args.n, args.d, args.heads, args.seed, getattr(args, "variants", None) or 1)
+    lang, template_dir, output = options.get("lang", "en"), options.get("template_dir"), options.get("output_path")
+    if args.format == "moodle":
+        _emit(lms.moodle_xml(variants, lang, template_dir), output)
+        return 0
+    if args.format == "numbas":
+        from attntrace.teach import numbas
+
+        _emit(numbas.exam_text(variants, lang, template_dir), output)
+        return 0
+    if output is None:
+        raise BadInput("--format qti writes a zip package: give -o FILE.zip")
+    data = lms.qti_package(variants, lang, template_dir)
+    try:
+        Path(output).write_bytes(data)
+    except OSError as exc:
+        raise BadInput(f"cannot write {str(output)!r}: {exc.strerror or type(exc).__name__}") from None
+    return 0
 
 
 def _error(message: str) -> None:

@@ -2,8 +2,9 @@
 
 The tracer knows no step kind by name. For each head it runs the per-head pipeline over
 a small state (the head's operands, then each kind's result under its role: Q, K, V, S,
-A, Z), then the kinds that combine the heads. `Context` is what a kind computes with: the
-problem, the mode's algebra, shape-checked products and `emit`, which records the Step.
+A, Z), then the kinds that combine the heads. `Context` (`attntrace.kinds.context`) is what a
+kind computes with: the problem, the mode's algebra, shape-checked products and `emit`, which
+records the Step.
 Shapes are checked before any arithmetic, so that numeric, exact, symbolic and shape mode
 fail (or succeed) identically, with a one-line message naming the step and both shapes.
 """
@@ -12,92 +13,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from attntrace.algebra.modes import algebra_for
 from attntrace.budget import check_budget, work_estimate  # noqa: F401 - work_estimate is public here
-from attntrace.inputs.spec import Problem
-from attntrace.kinds import BACKWARD_PIPELINE, COMBINE_PIPELINE, HEAD_PIPELINE, Flow, Kind
-from attntrace.kinds.base import label
+from attntrace.inputs.spec import Problem, load_spec
+from attntrace.kinds import BACKWARD_PIPELINE, COMBINE_PIPELINE, HEAD_PIPELINE
 from attntrace.kinds.block import block_pipelines
+from attntrace.kinds.context import Context
 from attntrace.kinds.projection import kv_groups
 from attntrace.kinds.mask import mask_setting
 from attntrace.model.errors import BadInput
-from attntrace.model.trace import Operand, Step, Trace
+from attntrace.model.trace import Operand, Trace
+from attntrace.resources import resolve_spec
 
 #: What an operand named like a step stands in for when the trace starts mid-way.
 _OPERAND_ROLES = {"Q": "Q", "K": "K", "V": "V", "scores": "S", "weights": "A", "Z": "Z"}
-#: Matrix and entry names of those operands in formulas.
-_OPERAND_NAMES = {"Q": ("Q", "q"), "K": ("K", "k"), "V": ("V", "v"), "scores": ("S", "s"), "weights": ("A", "a"), "Z": ("Z", "z")}
-
-
-def sum_finite(a: np.ndarray) -> bool:
-    """True when the sum of `a` is finite, which proves every entry finite (one pass, no copy).
-
-    Called inside `trace`, whose np.errstate silences the overflow warning of the sum; an
-    errstate here too would cost as much as summing a head's scores."""
-    return bool(np.isfinite(np.add.reduce(a, axis=None)))
-
-
-def _check_finite(a: np.ndarray, step: str, how: str) -> None:
-    """Refuse, in one line naming the step and entry, a numeric result that overflowed."""
-    if sum_finite(a):
-        return
-    bad = ~np.isfinite(a)
-    if bad.any():
-        i, j = (int(k) + 1 for k in np.argwhere(bad)[0])
-        raise BadInput(f"step {step}: entry ({i}, {j}) overflows float64 ({how}); scale the inputs down")
-
-
-class Context:
-    """What a kind computes with: the problem, the algebra of its mode, and the steps so far."""
-
-    def __init__(self, problem: Problem):
-        self.p = problem
-        self.alg = algebra_for(problem.mode, full_expansion=problem.full_expansion)
-        self.steps: list[Step] = []
-        self.numeric = problem.mode == "numeric"
-        #: what a kind computes once and reuses across heads (full-width projections, shared K/V heads)
-        self.cache: dict = {}
-        #: inputs the block's PRE pipeline replaced (X -> E = X + P, or its pre-LN norm): see `source`
-        self.sources: dict[str, Flow] = {}
-
-    def source(self, name: str) -> Flow:
-        """What attention reads as the shared input `name` (X, X_kv): the block's value when a
-        PRE pipeline made one (position encodings, pre-LN norm), else the operand itself."""
-        return self.sources.get(name) or self.operand(self.p.shared[name])
-
-    def operand(self, op: Operand) -> Flow:
-        letter, entry = _OPERAND_NAMES.get(op.name, (op.name, None))
-        return Flow(op.value, op.shape, op.name, letter, entry)
-
-    def emit(self, kind: Kind, head, inputs, formula: str, plain: str, result, shape, details=None, *, checked=False) -> Flow:
-        """Record the step `kind` computed and return its value in flight (`checked`: the kind
-        has already checked the value for overflow, e.g. once for a full-width product)."""
-        value, expansion = self.alg.finish(result, symbol=kind.symbol, head=head, shape=shape)
-        details = details or {}
-        if self.numeric and not kind.infinite_ok and not checked:
-            _check_finite(value, label(kind.id, head), kind.overflow_how(inputs, details))
-        self.steps.append(Step(id=kind.id, head=head, inputs=tuple(inputs), formula=formula, value=value, shape=tuple(shape),
-                               symbol=kind.symbol, expansion=expansion, details=details, plain=plain))
-        return Flow(value, shape, kind.id, kind.letter, kind.entry)
-
-    def product(self, id, head, a: Flow, b: Flow, *, b_transposed=False):
-        """Shape-checked a @ b (or a @ b.T); returns (result, shape)."""
-        inner_b = b.shape[1] if b_transposed else b.shape[0]
-        if a.shape[1] != inner_b:
-            b_desc = f"{b.ref}^T {b.shape[::-1]}" if b_transposed else f"{b.ref} {b.shape}"
-            raise BadInput(f"step {label(id, head)}: cannot multiply {a.ref} {a.shape} by {b_desc}: {a.shape[1]} != {inner_b}")
-        shape = (a.shape[0], b.shape[0] if b_transposed else b.shape[1])
-        result = self.alg.matmul_t(a.value, b.value) if b_transposed else self.alg.matmul(a.value, b.value)
-        return result, shape
-
-    def add_bias(self, id, head, result, shape, bias: Operand | None):
-        if bias is None:
-            return result
-        if bias.shape != (1, shape[1]):
-            raise BadInput(f"step {label(id, head)}: bias {bias.name} has shape {bias.shape}, expected (1, {shape[1]})")
-        return self.alg.add_row(result, bias.value)
-
-
 def _head_state(ctx: Context, ops: dict[str, Operand]) -> dict:
     """A head's starting state: its operands, the given ones standing in for their steps."""
     state: dict = dict(ops)
@@ -194,5 +122,11 @@ def trace(problem: Problem) -> Trace:
     ctx = Context(problem)
     if not ctx.numeric:
         return _run(ctx)
-    with np.errstate(all="ignore"):  # overflow is reported per step by _check_finite, not as warnings
+    with np.errstate(all="ignore"):  # overflow is reported per step by check_finite, not as warnings
         return _run(ctx)
+
+
+def trace_spec(spec, mode: str | None = None, **overrides) -> Trace:
+    """Trace `spec` (a dict, a path to a TOML/JSON file, or the name of a built-in example);
+    overrides replace spec keys (scale, d_k, mask, title, expand, ...). `attntrace.run`."""
+    return trace(load_spec(resolve_spec(spec), mode=mode, **overrides))

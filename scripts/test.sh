@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The test command: install what the tests need (fast when already there), then pytest.
+# The test command: install what the tests need (fast when already there), check the import
+# layers with import-linter, then pytest.
 #   bash scripts/test.sh [pytest args...]
 # ATTNTRACE_SKIP_INSTALL=1 skips the install step. PYTHON picks the interpreter.
 set -euo pipefail
@@ -11,5 +12,8 @@ export PYTHON
 if [ "${ATTNTRACE_SKIP_INSTALL:-0}" != "1" ]; then
   bash scripts/install-test-deps.sh
 fi
+
+# the layers of the package (pyproject.toml [tool.importlinter]): an upward import fails here
+"$PYTHON" -c 'import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())'  # lint-imports
 
 exec "$PYTHON" -m pytest -q "$@"

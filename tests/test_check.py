@@ -335,9 +335,9 @@ def test_standalone_tex_report_compiles(xelatex, lang):
 
 def test_exercise_answer_key_checks_as_correct(tmp_path):
     """The answer file `attntrace exercise --answer-out` writes is an answer this checker reads."""
-    from attntrace.teach import exercise
+    from attntrace.teach import answerkey
     spec, p = problem(n=3, d_model=6, d_k=2, h=2, seed=4, causal=True)
     trace = attntrace.run(spec)
     path = tmp_path / "key.toml"
-    path.write_text(exercise.to_toml(exercise.answer_key(trace)), encoding="utf-8")
+    path.write_text(answerkey.to_toml(answerkey.answer_key(trace)), encoding="utf-8")
     assert check(trace, path).ok

@@ -10,7 +10,9 @@ import pytest
 
 from attntrace import BadInput, cli
 from attntrace.grading.checker import check
-from attntrace.teach.exercise import answer_key, make_exercise, render_worksheet, to_toml
+from attntrace.teach.answerkey import answer_key, to_toml
+from attntrace.teach.exercise import make_exercise
+from attntrace.teach.worksheet import render_worksheet
 from mathcheck import markdown_math_spans
 
 CONFIGS = [(2, 4, 1), (3, 2, 2), (2, 1, 1), (3, 4, 2), (4, 6, 3)]
@@ -94,6 +96,14 @@ def test_to_toml_round_trips():
     assert tomllib.loads(to_toml(data)) == data
 
 
+def test_to_toml_round_trips_newlines_and_control_characters():
+    """A string with a newline, a tab, a backslash or a control character stays one valid TOML
+    string (the hand-written writer it replaced wrote a raw newline into a basic string)."""
+    data = {"title": "line one\nline two", "description": "tab\there, back\\slash, bell \x07, \u00e9",
+            "weights@1": [[float("-inf"), 1.0]]}
+    assert tomllib.loads(to_toml(data)) == data
+
+
 @pytest.fixture(scope="module")
 def worksheets():
     out = {}
@@ -139,7 +149,8 @@ def test_key_latex_math_parses(katex):
 # rendering or tracing) and checks them with its own NumPy code, independent of the
 # generator's validation.
 
-from attntrace.teach.exercise import MAX_WEIGHT, MIN_WEIGHT, exercise_spec, problems  # noqa: E402
+from attntrace.teach.exercise import exercise_spec  # noqa: E402
+from attntrace.teach.exercisechecks import MAX_WEIGHT, MIN_WEIGHT, problems  # noqa: E402
 
 GRID = [(n, d, h) for n in (2, 3, 4) for d in (2, 4, 8) for h in (1, 2, 4) if d % h == 0]
 PROPERTY_SEEDS = 200

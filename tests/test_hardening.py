@@ -586,7 +586,8 @@ def test_a_template_that_loops_or_writes_without_end_is_stopped(tmp_path, monkey
 
 def test_template_errors_in_check_and_exercise(tmp_path):
     from attntrace.grading.checker import check, render_report
-    from attntrace.teach.exercise import make_exercise, render_worksheet
+    from attntrace.teach.exercise import make_exercise
+    from attntrace.teach.worksheet import render_worksheet
 
     folder = _template_folder(tmp_path, "check/report.md.j2", "ok\n{{ nothing.here }}\n")
     _template_folder(tmp_path, "exercise/worksheet.md.j2", "{{ ex.title.__class__ }}\n")

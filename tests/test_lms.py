@@ -26,7 +26,8 @@ import attntrace
 from attntrace import BadInput, cli
 from attntrace.teach import lms
 from attntrace.grading.answer import Entry
-from attntrace.teach.exercise import answer_key, exercise_spec
+from attntrace.teach.answerkey import answer_key
+from attntrace.teach.exercise import exercise_spec
 from mathcheck import in_ci
 
 QTI = "{http://www.imsglobal.org/xsd/ims_qtiasiv1p2}"

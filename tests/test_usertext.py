@@ -14,7 +14,7 @@ import pytest
 
 from attntrace.teach.examples import example_paths
 from attntrace.inputs.usertext import MAX_SPANS_PER_TEXT, format_user_text, inline_math_for, render_math
-from attntrace.rendering.viewmodel import escape_md, escape_tex, escape_text
+from attntrace.inputs.textescape import escape_md, escape_tex, escape_text
 from mathcheck import markdown_math_spans, stray_math_delimiters
 
 ROOT = Path(__file__).resolve().parents[1]

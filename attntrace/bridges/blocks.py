@@ -21,12 +21,12 @@ from typing import Any
 
 import numpy as np
 
-from attntrace.bridges.pytorch import _np, _torch, multihead_spec
+from attntrace.bridges.pytorch import to_numpy, require_torch, multihead_spec
 from attntrace.model.errors import Unsupported
 
 
 def _activation(layer) -> str:
-    torch = _torch()
+    torch = require_torch()
     act = layer.activation
     F = torch.nn.functional
     if act is F.relu or isinstance(act, torch.nn.ReLU):
@@ -38,15 +38,15 @@ def _activation(layer) -> str:
     raise Unsupported(f"activation {getattr(act, '__name__', type(act).__name__)} is not relu or gelu")
 
 
-def _norm(norm) -> dict[str, Any]:
-    torch = _torch()
+def layer_norm_table(norm) -> dict[str, Any]:
+    torch = require_torch()
     if not isinstance(norm, torch.nn.LayerNorm) or len(norm.normalized_shape) != 1:
         raise Unsupported(f"a layer norm over the last dimension is expected, not {norm!r}")
     table: dict[str, Any] = {"eps": float(norm.eps)}
     if norm.weight is not None:
-        table["gain"] = _np(norm.weight, "norm weight")[None, :]
+        table["gain"] = to_numpy(norm.weight, "norm weight")[None, :]
     if norm.bias is not None:
-        table["bias"] = _np(norm.bias, "norm bias")[None, :]
+        table["bias"] = to_numpy(norm.bias, "norm bias")[None, :]
     return table
 
 
@@ -57,20 +57,20 @@ def encoder_layer_spec(layer, x, *, src_mask=None, src_key_padding_mask=None, is
     x: (L, E), or a batch of one ((1, L, E) with batch_first, else (L, 1, E)).
     src_key_padding_mask: (L,) or (1, L), True = padding (torch's polarity): those keys are
     ignored by every query (the spec's key_padding); the padded rows are still computed, as torch does."""
-    torch = _torch()
+    torch = require_torch()
     if not isinstance(layer, torch.nn.TransformerEncoderLayer):
         raise Unsupported(f"from_torch_layer traces torch.nn.TransformerEncoderLayer, not {type(layer).__name__}")
     if layer.training and (layer.dropout.p > 0 or layer.self_attn.dropout > 0):
         raise Unsupported("TransformerEncoderLayer in training mode applies dropout at random; call layer.eval() first")
     spec = multihead_spec(layer.self_attn, x, attn_mask=src_mask, is_causal=is_causal, key_padding_mask=src_key_padding_mask)
-    ffn: dict[str, Any] = {"W_1": np.ascontiguousarray(_np(layer.linear1.weight, "linear1.weight").T),
-                           "W_2": np.ascontiguousarray(_np(layer.linear2.weight, "linear2.weight").T),
+    ffn: dict[str, Any] = {"W_1": np.ascontiguousarray(to_numpy(layer.linear1.weight, "linear1.weight").T),
+                           "W_2": np.ascontiguousarray(to_numpy(layer.linear2.weight, "linear2.weight").T),
                            "activation": _activation(layer)}
     if layer.linear1.bias is not None:
-        ffn["b_1"] = _np(layer.linear1.bias, "linear1.bias")[None, :]
+        ffn["b_1"] = to_numpy(layer.linear1.bias, "linear1.bias")[None, :]
     if layer.linear2.bias is not None:
-        ffn["b_2"] = _np(layer.linear2.bias, "linear2.bias")[None, :]
-    spec.update(block="pre_ln" if layer.norm_first else "post_ln", ffn=ffn, norm1=_norm(layer.norm1), norm2=_norm(layer.norm2))
+        ffn["b_2"] = to_numpy(layer.linear2.bias, "linear2.bias")[None, :]
+    spec.update(block="pre_ln" if layer.norm_first else "post_ln", ffn=ffn, norm1=layer_norm_table(layer.norm1), norm2=layer_norm_table(layer.norm2))
     return spec
 
 
@@ -80,9 +80,9 @@ def from_torch_layer(layer, x, *, src_mask=None, src_key_padding_mask=None, is_c
     src_mask, src_key_padding_mask and is_causal as the layer takes them (bool True = masked).
     `trace.output` equals `layer(x, ...)` at 1e-10 in float64 (tests/test_from_torch_api.py).
     Extra keyword arguments go to `attntrace.run` (title, mode, ...)."""
-    from attntrace import run
+    from attntrace.tracer import trace_spec
 
-    return run(encoder_layer_spec(layer, x, src_mask=src_mask, src_key_padding_mask=src_key_padding_mask,
+    return trace_spec(encoder_layer_spec(layer, x, src_mask=src_mask, src_key_padding_mask=src_key_padding_mask,
                                   is_causal=is_causal), **run_overrides)
 
 
@@ -106,7 +106,7 @@ def _rms(norm, what: str) -> dict[str, Any]:
     eps = getattr(norm, "variance_epsilon", getattr(norm, "eps", None))
     if eps is None or getattr(norm, "bias", None) is not None:
         raise Unsupported(f"{what} is not an RMSNorm with a gain and no bias")
-    return {"gain": _np(norm.weight, f"{what}.weight")[None, :], "eps": float(eps)}
+    return {"gain": to_numpy(norm.weight, f"{what}.weight")[None, :], "eps": float(eps)}
 
 
 def _rope_float64_only(rope_float64: bool) -> None:
@@ -131,7 +131,7 @@ def llama_layer_spec(model_or_layer, hidden_states, *, layer: int = 0, position_
     if any(getattr(dec.mlp, p).bias is not None for p in ("gate_proj", "up_proj", "down_proj")):
         raise Unsupported("the MLP has biases (mlp_bias=True); a llama block's SwiGLU has none")
     spec = llama_attention_spec(dec.self_attn, hidden_states, position_ids=position_ids, attention_mask=attention_mask)
-    w = lambda lin, what: np.ascontiguousarray(_np(lin.weight, what).T)  # noqa: E731 - (in, out)
+    w = lambda lin, what: np.ascontiguousarray(to_numpy(lin.weight, what).T)  # noqa: E731 - (in, out)
     spec.update(block="llama", norm1=_rms(dec.input_layernorm, "input_layernorm"), norm2=_rms(dec.post_attention_layernorm, "post_attention_layernorm"),
                 ffn={"W_gate": w(dec.mlp.gate_proj, "gate_proj"), "W_up": w(dec.mlp.up_proj, "up_proj"), "W_down": w(dec.mlp.down_proj, "down_proj")})
     return spec
@@ -145,16 +145,16 @@ def from_hf_llama_layer(model_or_layer, hidden_states, *, layer: int = 0, positi
     step, `trace.output`, equals the layer's output (float64 model, SDPA attention) at 1e-10 when
     HF's LlamaRMSNorm runs its forward in float64; the unmodified norm casts to float32 inside,
     and then they agree at 1e-6 (measured 8e-8 to 1.7e-7 on the tiny test models)."""
-    from attntrace import run
+    from attntrace.tracer import trace_spec
 
     _rope_float64_only(rope_float64)
-    return run(llama_layer_spec(model_or_layer, hidden_states, layer=layer, position_ids=position_ids,
+    return trace_spec(llama_layer_spec(model_or_layer, hidden_states, layer=layer, position_ids=position_ids,
                                 attention_mask=attention_mask), **run_overrides)
 
 
 # -- Hugging Face: BERT and GPT-2 layers ------------------------------------------------------------
 def _hf_seq(hidden_states, d_model: int) -> np.ndarray:
-    x = _np(hidden_states, "hidden_states")
+    x = to_numpy(hidden_states, "hidden_states")
     if x.ndim == 3 and x.shape[0] == 1:
         x = x[0]
     if x.ndim != 2 or x.shape[1] != d_model:
@@ -168,11 +168,11 @@ def _act_name(fn) -> str:
     """Hugging Face's activation modules: GELUActivation (exact), NewGELUActivation / gelu_new
     and GELUTanh (tanh form), ReLU."""
     name = type(fn).__name__
-    if name == "GELUActivation" or fn is _torch().nn.functional.gelu:
+    if name == "GELUActivation" or fn is require_torch().nn.functional.gelu:
         return "gelu"
     if name in ("NewGELUActivation", "GELUTanh", "PytorchGELUTanh") or getattr(fn, "approximate", None) == "tanh":
         return "gelu_tanh"
-    if name == "ReLU" or fn is _torch().relu:
+    if name == "ReLU" or fn is require_torch().relu:
         return "relu"
     raise Unsupported(f"activation {name} is not relu, gelu or a tanh GELU")
 
@@ -183,7 +183,7 @@ def _hf_padding(attention_mask, hidden_states) -> dict:
         return {}
     from attntrace.bridges.huggingface import key_padding_of
 
-    pad = key_padding_of(attention_mask, int(np.shape(_np(hidden_states, "hidden_states"))[-2]))
+    pad = key_padding_of(attention_mask, int(np.shape(to_numpy(hidden_states, "hidden_states"))[-2]))
     return {} if pad is None else {"key_padding": pad}
 
 
@@ -215,15 +215,15 @@ def bert_layer_spec(model_or_layer, hidden_states, *, layer: int = 0, attention_
         raise Unsupported(f"{type(obj).__name__} is not a BERT layer (attention, intermediate, output)")
     sa, so = obj.attention.self, obj.attention.output
     d = sa.query.in_features
-    w = lambda lin, what: np.ascontiguousarray(_np(lin.weight, what).T)  # noqa: E731 - (in, out)
-    b = lambda lin, what: _np(lin.bias, what)[None, :]  # noqa: E731
+    w = lambda lin, what: np.ascontiguousarray(to_numpy(lin.weight, what).T)  # noqa: E731 - (in, out)
+    b = lambda lin, what: to_numpy(lin.bias, what)[None, :]  # noqa: E731
     spec: dict[str, Any] = {"X": _hf_seq(hidden_states, d), "block": "post_ln", **_hf_padding(attention_mask, hidden_states)}
     for name, lin in (("Q", sa.query), ("K", sa.key), ("V", sa.value)):
         spec[f"W_{name}"], spec[f"b_{name}"] = w(lin, name), b(lin, name)
     spec["W_O"], spec["b_O"] = w(so.dense, "attention.output.dense"), b(so.dense, "attention.output.dense")
     if sa.num_attention_heads > 1:
         spec["num_heads"] = sa.num_attention_heads
-    spec["norm1"], spec["norm2"] = _norm(so.LayerNorm), _norm(obj.output.LayerNorm)
+    spec["norm1"], spec["norm2"] = layer_norm_table(so.LayerNorm), layer_norm_table(obj.output.LayerNorm)
     spec["ffn"] = {"W_1": w(obj.intermediate.dense, "intermediate.dense"), "b_1": b(obj.intermediate.dense, "intermediate.dense"),
                    "W_2": w(obj.output.dense, "output.dense"), "b_2": b(obj.output.dense, "output.dense"),
                    "activation": _act_name(obj.intermediate.intermediate_act_fn)}
@@ -251,18 +251,18 @@ def gpt2_block_spec(model_or_block, hidden_states, *, layer: int = 0, attention_
     if getattr(attn, "scale_attn_by_inverse_layer_idx", False) or getattr(attn, "reorder_and_upcast_attn", False) or not getattr(attn, "scale_attn_weights", True):
         raise Unsupported("GPT-2 attention with scale_attn_by_inverse_layer_idx, reorder_and_upcast_attn or without scale_attn_weights is not supported")
     d = attn.c_attn.weight.shape[0]
-    wa, ba = _np(attn.c_attn.weight, "c_attn.weight"), _np(attn.c_attn.bias, "c_attn.bias")
+    wa, ba = to_numpy(attn.c_attn.weight, "c_attn.weight"), to_numpy(attn.c_attn.bias, "c_attn.bias")
     spec: dict[str, Any] = {"X": _hf_seq(hidden_states, d), "block": "pre_ln", "mask": "causal", **_hf_padding(attention_mask, hidden_states)}
     for k, name in enumerate("QKV"):
         spec[f"W_{name}"] = np.ascontiguousarray(wa[:, k * d:(k + 1) * d])
         spec[f"b_{name}"] = ba[None, k * d:(k + 1) * d].copy()
-    spec["W_O"], spec["b_O"] = _np(attn.c_proj.weight, "c_proj.weight"), _np(attn.c_proj.bias, "c_proj.bias")[None, :]
+    spec["W_O"], spec["b_O"] = to_numpy(attn.c_proj.weight, "c_proj.weight"), to_numpy(attn.c_proj.bias, "c_proj.bias")[None, :]
     if attn.num_heads > 1:
         spec["num_heads"] = attn.num_heads
-    spec["norm1"], spec["norm2"] = _norm(obj.ln_1), _norm(obj.ln_2)
+    spec["norm1"], spec["norm2"] = layer_norm_table(obj.ln_1), layer_norm_table(obj.ln_2)
     mlp = obj.mlp
-    spec["ffn"] = {"W_1": _np(mlp.c_fc.weight, "c_fc.weight"), "b_1": _np(mlp.c_fc.bias, "c_fc.bias")[None, :],
-                   "W_2": _np(mlp.c_proj.weight, "mlp.c_proj.weight"), "b_2": _np(mlp.c_proj.bias, "mlp.c_proj.bias")[None, :],
+    spec["ffn"] = {"W_1": to_numpy(mlp.c_fc.weight, "c_fc.weight"), "b_1": to_numpy(mlp.c_fc.bias, "c_fc.bias")[None, :],
+                   "W_2": to_numpy(mlp.c_proj.weight, "mlp.c_proj.weight"), "b_2": to_numpy(mlp.c_proj.bias, "mlp.c_proj.bias")[None, :],
                    "activation": _act_name(mlp.act)}
     return spec
 
@@ -277,7 +277,7 @@ def from_hf_layer(model_or_layer, hidden_states, *, layer: int = 0, attention_ma
     when its RMSNorms and rotary angles run in float64 (tests/oracles_block.py), else at 1e-6
     (HF's float32 RMSNorm and angles; see from_hf_llama_layer). rope_float64=False is refused
     here (the layer's RoPE is traced in float64). Extra keyword arguments go to `attntrace.run`."""
-    from attntrace import run
+    from attntrace.tracer import trace_spec
 
     obj = model_or_layer
     base = next((getattr(obj, a) for a in ("encoder", "transformer", "model") if hasattr(obj, a)), obj)
@@ -292,4 +292,4 @@ def from_hf_layer(model_or_layer, hidden_states, *, layer: int = 0, attention_ma
     else:
         _rope_float64_only(rope_float64)
         spec = llama_layer_spec(obj, hidden_states, layer=layer, position_ids=position_ids, attention_mask=attention_mask)
-    return run(spec, **run_overrides)
+    return trace_spec(spec, **run_overrides)

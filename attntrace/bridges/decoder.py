@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from attntrace.bridges.blocks import _norm
-from attntrace.bridges.pytorch import _np, _torch, multihead_spec
+from attntrace.bridges.blocks import layer_norm_table
+from attntrace.bridges.pytorch import to_numpy, require_torch, multihead_spec
 from attntrace.model.errors import BadInput, Unsupported
 
 
@@ -29,13 +29,13 @@ def decoder_self_attention_spec(layer, tgt, *, tgt_mask=None, tgt_is_causal=Fals
     torch (bool True = masked, or a float mask of 0 / -inf, (T, T)); tgt_is_causal=True alone
     means the causal mask, as nn.TransformerDecoder builds it. tgt_key_padding_mask: (T,) or
     (1, T), True = padding."""
-    torch = _torch()
+    torch = require_torch()
     if not isinstance(layer, torch.nn.TransformerDecoderLayer):
         raise BadInput(f"from_torch_decoder_self_attention traces torch.nn.TransformerDecoderLayer, not {type(layer).__name__}")
     if layer.training and (layer.dropout1.p > 0 or layer.self_attn.dropout > 0):
         raise Unsupported("TransformerDecoderLayer in training mode applies dropout at random; call layer.eval() first")
     d_model = layer.self_attn.embed_dim
-    shape = tuple(np.shape(_np(tgt, "tgt")))
+    shape = tuple(np.shape(to_numpy(tgt, "tgt")))
     batch_first = bool(layer.self_attn.batch_first)
     if len(shape) not in (2, 3) or shape[-1] != d_model or (len(shape) == 3 and shape[0 if batch_first else 1] != 1):
         layout = f"(1, T, {d_model})" if batch_first else f"(T, 1, {d_model})"
@@ -47,7 +47,7 @@ def decoder_self_attention_spec(layer, tgt, *, tgt_mask=None, tgt_is_causal=Fals
         tgt_mask = torch.ones(T, T, dtype=torch.bool).triu(1)  # True = masked: the keys after the query
     spec = multihead_spec(layer.self_attn, tgt, attn_mask=tgt_mask, is_causal=bool(tgt_is_causal),
                           key_padding_mask=tgt_key_padding_mask)
-    spec.update(block="pre_ln" if layer.norm_first else "post_ln", block_part="self_attention", norm1=_norm(layer.norm1))
+    spec.update(block="pre_ln" if layer.norm_first else "post_ln", block_part="self_attention", norm1=layer_norm_table(layer.norm1))
     return spec
 
 
@@ -57,9 +57,9 @@ def from_torch_decoder_self_attention(layer, tgt, *, tgt_mask=None, tgt_is_causa
     `tgt`: projections, heads, scaled scores, the mask, softmax, Z, concat, W_O, residual1 and
     norm1 (post-LN: the trace ends at norm1; pre-LN: it starts with norm1 and ends at
     residual1). Extra keyword arguments go to `attntrace.run` (title, mode, ...)."""
-    from attntrace import run
+    from attntrace.tracer import trace_spec
 
     spec = decoder_self_attention_spec(layer, tgt, tgt_mask=tgt_mask, tgt_is_causal=tgt_is_causal,
                                        tgt_key_padding_mask=tgt_key_padding_mask)
     # no title of its own: the report's default one names the sublayer and the arrangement in either language
-    return run(spec, **run_overrides)
+    return trace_spec(spec, **run_overrides)

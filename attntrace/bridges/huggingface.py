@@ -276,8 +276,8 @@ def from_hf_llama_attention(layer_or_model, hidden_states, *, position_ids=None,
       on the tiny test models: 2.9e-8 to 6.7e-8 in the weights, 5e-8 to 1.8e-7 in the output).
     Extra keyword arguments go to `attntrace.run` (title, mode, ...).
     """
-    from attntrace import run
+    from attntrace.tracer import trace_spec
 
     spec = llama_attention_spec(layer_or_model, hidden_states, position_ids=position_ids, attention_mask=attention_mask,
                                 layer=layer, start=start, cache=cache, rope_float64=rope_float64)
-    return run(spec, **run_overrides)
+    return trace_spec(spec, **run_overrides)

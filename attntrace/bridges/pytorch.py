@@ -24,7 +24,7 @@ from attntrace.model.errors import BadInput, Unsupported
 from attntrace.model.trace import Trace
 
 
-def _torch():
+def require_torch():
     try:
         import torch
     except ImportError:  # pragma: no cover - depends on the environment
@@ -32,9 +32,9 @@ def _torch():
     return torch
 
 
-def _np(t, what: str) -> np.ndarray:
+def to_numpy(t, what: str) -> np.ndarray:
     """A tensor (or array-like) as a fresh float64 ndarray."""
-    torch = _torch()
+    torch = require_torch()
     if isinstance(t, torch.Tensor):
         if t.is_nested:
             raise Unsupported(f"{what} is a nested tensor; give a plain tensor")
@@ -50,15 +50,15 @@ def _np(t, what: str) -> np.ndarray:
 # -- masks ---------------------------------------------------------------------------------
 def _keep_from_mask(mask, *, what: str, bool_true_means_keep: bool) -> np.ndarray:
     """A torch-style mask (bool or additive float 0/-inf) as attntrace's keep matrix (True = kept)."""
-    torch = _torch()
+    torch = require_torch()
     if isinstance(mask, torch.Tensor):
         is_bool = mask.dtype == torch.bool
-        arr = mask.detach().cpu().numpy() if is_bool else _np(mask, what)
+        arr = mask.detach().cpu().numpy() if is_bool else to_numpy(mask, what)
     else:
         arr = np.asarray(mask)
         is_bool = arr.dtype == np.bool_
         if not is_bool:
-            arr = _np(arr, what)
+            arr = to_numpy(arr, what)
     if is_bool:
         return arr.astype(bool) if bool_true_means_keep else ~arr.astype(bool)
     if np.isnan(arr).any() or np.isposinf(arr).any():
@@ -166,7 +166,7 @@ def _mask_spec(keep) -> Any:
 # -- nn.MultiheadAttention -------------------------------------------------------------------
 def _sequence(x, what: str, batch_first: bool) -> np.ndarray:
     """(L, E), or a batch of one: (1, L, E) if batch_first else (L, 1, E) -> (L, E) float64."""
-    a = _np(x, what)
+    a = to_numpy(x, what)
     if a.ndim == 2:
         return a
     if a.ndim == 3:
@@ -184,7 +184,7 @@ def _same(a, b) -> bool:
 
 def multihead_spec(module, query, key=None, value=None, *, attn_mask=None, is_causal=False, key_padding_mask=None) -> dict:
     """The attntrace spec (a dict of float64 arrays) equivalent to `module(query, key, value, ...)`."""
-    torch = _torch()
+    torch = require_torch()
     if not isinstance(module, torch.nn.MultiheadAttention):
         raise Unsupported(f"from_torch traces torch.nn.MultiheadAttention, not {type(module).__name__}")
     m = module
@@ -211,23 +211,23 @@ def multihead_spec(module, query, key=None, value=None, *, attn_mask=None, is_ca
         raise BadInput(f"query has width {X.shape[1]} but the module's embed_dim is {E}")
 
     if m._qkv_same_embed_dim:
-        W = _np(m.in_proj_weight, "in_proj_weight")  # (3E, E), torch's (out, in)
+        W = to_numpy(m.in_proj_weight, "in_proj_weight")  # (3E, E), torch's (out, in)
         WQ, WK, WV = W[:E].T, W[E:2 * E].T, W[2 * E:].T  # each (E, E), row-vector convention
     else:
-        WQ = _np(m.q_proj_weight, "q_proj_weight").T  # (E, E)
-        WK = _np(m.k_proj_weight, "k_proj_weight").T  # (kdim, E)
-        WV = _np(m.v_proj_weight, "v_proj_weight").T  # (vdim, E)
+        WQ = to_numpy(m.q_proj_weight, "q_proj_weight").T  # (E, E)
+        WK = to_numpy(m.k_proj_weight, "k_proj_weight").T  # (kdim, E)
+        WV = to_numpy(m.v_proj_weight, "v_proj_weight").T  # (vdim, E)
     if Y.shape[1] != WK.shape[0]:
         raise BadInput(f"key has width {Y.shape[1]} but the module expects {WK.shape[0]}")
 
     spec: dict[str, Any] = {"X": X, "W_Q": np.ascontiguousarray(WQ), "W_K": np.ascontiguousarray(WK),
                             "W_V": np.ascontiguousarray(WV)}
     if m.in_proj_bias is not None:
-        b = _np(m.in_proj_bias, "in_proj_bias")  # (3E,)
+        b = to_numpy(m.in_proj_bias, "in_proj_bias")  # (3E,)
         spec.update(b_Q=b[None, :E], b_K=b[None, E:2 * E], b_V=b[None, 2 * E:])
-    spec["W_O"] = np.ascontiguousarray(_np(m.out_proj.weight, "out_proj.weight").T)  # (E, E)
+    spec["W_O"] = np.ascontiguousarray(to_numpy(m.out_proj.weight, "out_proj.weight").T)  # (E, E)
     if m.out_proj.bias is not None:
-        spec["b_O"] = _np(m.out_proj.bias, "out_proj.bias")[None, :]
+        spec["b_O"] = to_numpy(m.out_proj.bias, "out_proj.bias")[None, :]
     cross = query is not key and not _same(X, Y)
     if cross:
         spec["X_kv"] = Y
@@ -265,17 +265,17 @@ def from_torch(module, query, key=None, value=None, *, attn_mask=None, is_causal
     The trace's output and per-head weights equal the module's (need_weights=True,
     average_attn_weights=False). Extra keyword arguments go to `attntrace.run` (title, mode, ...).
     """
-    from attntrace import run
+    from attntrace.tracer import trace_spec
 
     spec = multihead_spec(module, query, key, value, attn_mask=attn_mask, is_causal=is_causal,
                           key_padding_mask=key_padding_mask)
-    return run(spec, **run_overrides)
+    return trace_spec(spec, **run_overrides)
 
 
 # -- scaled_dot_product_attention ---------------------------------------------------------------
 def _heads(x, what: str) -> np.ndarray:
     """(L, E), (1, L, E) or (1, H, L, E) -> (H, L, E) float64."""
-    a = _np(x, what)
+    a = to_numpy(x, what)
     if a.ndim == 2:
         return a[None]
     if a.ndim in (3, 4):
@@ -334,7 +334,7 @@ def from_qkv(q, k, v, *, attn_mask=None, is_causal=False, scale=None, enable_gqa
     step, per head when they differ). Tensors or NumPy arrays. With `enable_gqa`, k and
     v may have fewer heads than q (grouped-query attention; one head: multi-query).
     """
-    from attntrace import run
+    from attntrace.tracer import trace_spec
 
     spec = qkv_spec(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
-    return run(spec, **run_overrides)
+    return trace_spec(spec, **run_overrides)

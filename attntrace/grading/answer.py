@@ -315,7 +315,7 @@ def load_answer(answer: Any, steps: tuple[str, ...] | None = None) -> Answers:
 
     Any step kind's id is accepted (`attntrace.kinds.KINDS`: Q_rope, K_cache, dZ, norm1, ...);
     whether the trace has it is checked against the trace. steps: the trace's step ids, named
-    in the message for an unknown id (default: the ten classic ones)."""
+    in the message for an unknown id (default: the ten of `STEP_IDS`)."""
     known = _known_ids()
     listed = ", ".join(steps or STEP_IDS)
     if isinstance(answer, (str, Path)):
@@ -411,7 +411,7 @@ def _block_key(key: str) -> str:
 
 
 def _known_ids() -> frozenset:
-    """Every step id a trace may have: the classic ten and every step kind's."""
+    """Every step id a trace may have: those of `STEP_IDS` and every step kind's."""
     from attntrace.kinds import KINDS
 
     return frozenset(STEP_IDS) | frozenset(KINDS)

@@ -36,11 +36,10 @@ import numpy as np
 from attntrace.grading import intervals, mistakes
 from attntrace.grading.answer import MAX_DECIMALS, AnswerMatrix, Answers, Policy, load_answer
 from attntrace.grading.diagnose import EARLY_ROUNDING, MASK_LARGE_NEGATIVE, UNKNOWN, WRONG_SHAPE, World, diagnosis_params
+from attntrace.grading.messages import LANGS, messages
 from attntrace.model.errors import BadInput
 from attntrace.model.trace import Trace
 
-LANGS = ("en", "zh")
-FORMATS = ("text", "md", "tex")
 #: Per-head steps a multi-head answer may give full width, (n, h*d_k), to be split into heads.
 FULL_WIDTH_STEPS = ("Q", "K", "V", "Z")
 
@@ -94,8 +93,6 @@ class Diagnosis:
     alternatives: tuple["Diagnosis", ...] = ()
 
     def message(self, lang: str = "en", format: str = "text", template_dir: Path | None = None) -> str:
-        from attntrace.grading.reports import messages
-
         return messages(lang, template_dir, format).diagnosis(self.code, self.params).strip()
 
     def to_dict(self, lang: str = "en") -> dict:
@@ -188,9 +185,9 @@ def checked_trace(spec_or_trace: Any, *, mode: str | None, atol: float | None, r
         if mode is not None and mode != trace.mode:
             raise BadInput(f"the trace is in {trace.mode} mode; mode={mode!r} needs the spec, not a finished trace")
     else:
-        from attntrace import run
+        from attntrace.tracer import trace_spec
 
-        trace = run(spec_or_trace, mode=mode)
+        trace = trace_spec(spec_or_trace, mode=mode)
     if trace.mode not in ("numeric", "exact"):
         raise BadInput(f"checking needs numbers; this problem is in {trace.mode} mode (use mode numeric or exact)")
     return trace

@@ -1,8 +1,9 @@
-"""Interval rules and planted mistakes of the newer step kinds: RoPE, the KV cache, ALiBi,
-the sliding window and the bottom-right causal mask, grouped-query attention.
+"""Interval rules and planted mistakes of the step kinds beyond the ten of `STEP_IDS`: RoPE, the
+KV cache, ALiBi, the sliding window and the bottom-right causal mask, grouped-query attention,
+the backward pass, the online softmax and the Transformer block.
 
 Each rule computes a step from the student's world (`intervals.Box`), right or with one of
-its mistakes; `mistakes.apply` looks them up in `RULES` next to the classic ten. A step kind
+its mistakes; `mistakes.apply` looks them up in `RULES` next to its own rules for the ten `STEP_IDS`. A step kind
 with a rule here carries a mistake made before it forward (a wrong Q gives a Q-tilde, scores,
 ... that are `carried`); the backward steps of a head (dV, dA, dT, dS, dQ, dK and a head's
 dW_Q, dW_K, dW_V) have a rule here too, and so has the log-sum-exp L of the online softmax;
@@ -11,7 +12,7 @@ enclosures). Kinds with no rule (the other online and backward steps: the whole-
 gradients) are taken at their true value (`mistakes._at_truth`), so nothing is carried
 through them.
 
-Mistakes (diagnose.CATALOGUE; their sentences in templates/check/messages.*.j2):
+Mistakes (catalogue.CATALOGUE; their sentences in templates/check/messages.*.j2):
 
 - `rope_wrong_layout`: the other pairing of the columns (half <-> interleaved);
 - `rope_positions_from_1`: positions counted from 1 instead of 0;
@@ -42,6 +43,7 @@ from __future__ import annotations
 import numpy as np
 
 from attntrace.grading import blockrules, intervals
+from attntrace.grading.catalogue import Impossible, Mutation, to_float
 from attntrace.grading.intervals import Box
 from attntrace.model.errors import BadInput
 
@@ -70,17 +72,9 @@ STEPS = {
 }
 
 
-def _impossible():
-    from attntrace.grading.mistakes import Impossible as MistakesImpossible
-
-    return MistakesImpossible()
-
-
 # -- which of these mistakes can be made in a trace ------------------------------------------------
 def mutations(code: str, world) -> list:
     """The Mutations of `code` worth planting in this trace (none when it changes nothing)."""
-    from attntrace.grading.diagnose import Mutation
-
     steps = STEPS[code]
     present = [s for s in world.steps if s.id in steps]
     if not present:
@@ -146,7 +140,7 @@ def rotated_values(world, step, v: Box) -> Box:
     head = int(ref.partition("@")[2]) if "@" in ref else step.head
     k_rope = next((s for s in world.steps if s.id == "K_rope" and s.head == head), None)
     if k_rope is None:
-        raise _impossible()
+        raise Impossible()
     det = k_rope.details
     return _rotated(v, det, det["layout"], np.asarray([float(p) for p in det["positions"]]))
 
@@ -155,7 +149,7 @@ def _rotated(x: Box, det, layout: str, positions) -> Box:
     """Each row of x turned pair by pair by its position's angles (RoPE's rotation, intervals)."""
     d = int(det["d"])
     if x.shape != (len(positions), d):
-        raise _impossible()
+        raise Impossible()
     from attntrace.kinds.rope import rope_pairs
 
     inv_freq = 1.0 / (float(det["base"]) ** (np.arange(0, d, 2, dtype=np.float64) / d))
@@ -171,13 +165,11 @@ def _rotated(x: Box, det, layout: str, positions) -> Box:
 
 
 def _biased(world, step, args, m, mutation):
-    from attntrace.grading.diagnose import to_float
-
     bias = to_float(step.details["bias"])
     if m == "alibi_slope_sign":
         bias = -bias
     if bias.shape != args[0].shape:
-        raise _impossible()
+        raise Impossible()
     return intervals.add(args[0], intervals.point(bias))
 
 
@@ -186,7 +178,7 @@ def _cache(world, step, args, m, mutation):
     if m == "cache_not_appended":
         return past
     if past.shape[1] != new.shape[1]:
-        raise _impossible()
+        raise Impossible()
     return intervals.stack([past, new], axis=0)
 
 
@@ -198,7 +190,7 @@ def _sum(world, step, args, m, mutation):
     if m == "posenc_not_added":
         return a
     if a.shape != b.shape:
-        raise _impossible()
+        raise Impossible()
     return intervals.add(a, b)
 
 
@@ -226,12 +218,12 @@ def _grad(world, step, args, m, mutation):
             ta = False
         a, b = (args[0].T if ta else args[0]), (args[1].T if tb else args[1])
         if a.shape[1] != b.shape[0]:
-            raise _impossible()
+            raise Impossible()
         return intervals.matmul(a, b)
     if rule == "softmax" and len(args) == 2:
         a, da = args
         if a.shape != da.shape or not (np.isfinite(a.lo).all() and np.isfinite(a.hi).all()):
-            raise _impossible()
+            raise Impossible()
         if m == "softmax_backward_no_rowsum":
             return _times(a, da)
         ag = _times(a, da)
@@ -259,21 +251,21 @@ def _grad_plumbing(world, step, args, rule):
     if rule == "block" and len(args) == 1:
         first, last = step.details["block"]
         if args[0].shape[1] < last:
-            raise _impossible()
+            raise Impossible()
         return intervals.Box(args[0].lo[:, first - 1:last], args[0].hi[:, first - 1:last])
     if rule == "stack" and len(args) >= 2:
         parts = list(args[1:])
         if len({p.shape[0] for p in parts}) != 1 or args[0].shape[0] != parts[0].shape[0]:
-            raise _impossible()
+            raise Impossible()
         return intervals.matmul(args[0].T, intervals.stack(parts, axis=1))
     if rule == "paths" and len(args) >= 2 and len(args) % 2 == 0:
         total = None
         for dp, w in zip(args[0::2], args[1::2]):
             if dp.shape[1] != w.shape[1]:
-                raise _impossible()
+                raise Impossible()
             term = intervals.matmul(dp, w.T)
             if total is not None and total.shape != term.shape:
-                raise _impossible()
+                raise Impossible()
             total = term if total is None else intervals.add(total, term)
         return total
     return intervals.point(world.truth[(step.id, step.head)])
@@ -289,8 +281,6 @@ def _online_out(world, step, args, m, mutation):
     """O^(j) of the online softmax at its true value (an answer's online_out is the last block:
     the steps of one id share a key); with online_no_rescale the last block of the head is
     O = sum over the blocks k of P^(k) V_k, P^(j) and V the student's, the earlier P^(k) true."""
-    from attntrace.grading.diagnose import to_float
-
     if m != "online_no_rescale":
         return intervals.point(to_float(step.value))
     outs = [s for s in world.steps if s.id == "online_out" and s.head == step.head]
@@ -300,7 +290,7 @@ def _online_out(world, step, args, m, mutation):
     det = step.details
     c0, c1 = det["cols"]
     if p.shape != (det["rows"][1] - det["rows"][0] + 1, c1 - c0 + 1) or v.shape[0] < c1:
-        raise _impossible()
+        raise Impossible()
     block = lambda a, b: Box(v.lo[a - 1:b], v.hi[a - 1:b])  # noqa: E731 - V's rows a..b (1-based)
     total = intervals.matmul(p, block(c0, c1))
     for s in world.steps:
@@ -313,8 +303,6 @@ def _online_out(world, step, args, m, mutation):
 def _lse(world, step, args, m, mutation):
     """L = m + log l from the last block's m and l of each query block (the student's for the
     last query block, whose m and l an answer gives); lse_without_max: L = log l."""
-    from attntrace.grading.diagnose import to_float
-
     ms, ls = _online_finals(world, "online_max", step.head), _online_finals(world, "online_sum", step.head)
     if not ms or len(ms) != len(ls):
         return intervals.point(to_float(step.value))
@@ -322,7 +310,7 @@ def _lse(world, step, args, m, mutation):
     l_parts = [intervals.point(to_float(s.value)) for s in ls[:-1]] + [args[1]]
     mm, ll = intervals.stack(m_parts, axis=0), intervals.stack(l_parts, axis=0)
     if mm.shape != ll.shape or mm.shape != tuple(step.shape) or (ll.lo <= 0).any():
-        raise _impossible()
+        raise Impossible()
     with np.errstate(invalid="ignore", divide="ignore"):
         log_l = intervals._widen((np.log(ll.lo) + np.log(ll.hi)) / 2, (np.log(ll.hi) - np.log(ll.lo)) / 2, np.abs(np.log(ll.hi)))
     if m == "lse_without_max":
@@ -350,7 +338,6 @@ def _norm(world, step, args, m, mutation):
     """LayerNorm / RMSNorm from the student's input (`blockrules.norm`, a valid enclosure); its
     mistakes likewise: the variance over d - 1 (norm_unbiased_variance) or each column over the
     tokens (norm_wrong_axis), bounded to first order (they only name a mistake)."""
-
     det = step.details
     rms, eps = det.get("norm") == "rms", float(det.get("eps", 1e-5))
     named = dict(zip(step.inputs[1:], args[1:]))
@@ -360,7 +347,7 @@ def _norm(world, step, args, m, mutation):
         try:
             return blockrules.norm(args[0], gain_box, bias_box, eps, rms)
         except ValueError:
-            raise _impossible() from None
+            raise Impossible() from None
     gain = next((b.mid for n, b in named.items() if n.startswith("gamma")), None)
     bias = next((b.mid for n, b in named.items() if n.startswith("beta")), None)
     axis = 0 if m == "norm_wrong_axis" else 1
@@ -375,7 +362,7 @@ def _norm(world, step, args, m, mutation):
         return y * (1.0 if gain is None else gain) + (0.0 if bias is None else bias)
 
     if not (np.isfinite(args[0].lo).all() and np.isfinite(args[0].hi).all()):
-        raise _impossible()
+        raise Impossible()
     return _first_order(f, args[0])
 
 
@@ -383,8 +370,6 @@ def _activation(world, step, args, m, mutation):
     """The FFN's activation from the student's H (and U for SwiGLU), a valid enclosure
     (`blockrules`); gelu_relu_confused: ReLU for GELU or GELU for ReLU, entry by entry over
     the student's H (its extremes and midpoint)."""
-    from attntrace.grading.diagnose import to_float
-
     from attntrace.algebra.numeric import NumericAlgebra
 
     act = step.details.get("activation")
@@ -406,8 +391,6 @@ def _activation(world, step, args, m, mutation):
 def _pos_enc(world, step, args, m, mutation):
     """The sinusoidal table at its true value; posenc_sin_cos_swapped: cos in the even columns
     (0-based: columns 1, 3, ... counting from 1), sin in the odd."""
-    from attntrace.grading.diagnose import to_float
-
     if m != "posenc_sin_cos_swapped":
         return intervals.point(to_float(step.value))
     n, d = step.shape
@@ -422,7 +405,7 @@ def _ffn_linear(world, step, args, m, mutation):
     try:
         return blockrules.linear(args[0], args[1], args[2] if len(args) > 2 else None)
     except ValueError:
-        raise _impossible() from None
+        raise Impossible() from None
 
 
 def masked_keep(step, m) -> np.ndarray | None:
@@ -436,14 +419,14 @@ def masked_keep(step, m) -> np.ndarray | None:
     shape = tuple(np.asarray(det["keep"]).shape)
     if m == "window_off_by_one":
         if window is None:
-            raise _impossible()
+            raise Impossible()
         window += 1
     else:
         kind = "causal"
     try:
         return keep_matrix(kind, shape, window=window, padding=det.get("key_padding"))
     except BadInput:  # a row that keeps nothing
-        raise _impossible() from None
+        raise Impossible() from None
 
 
 RULES = {"Q_rope": _rope, "K_rope": _rope, "biased": _biased, "bias": _biased, "K_cache": _cache, "V_cache": _cache,

@@ -25,7 +25,7 @@ import numpy as np
 
 from attntrace.grading import intervals, kindrules
 from attntrace.grading.answer import KIND_CODES, AnswerMatrix, Policy
-from attntrace.grading.diagnose import ANY, CATALOGUE, Mutation
+from attntrace.grading.catalogue import ANY, CATALOGUE, Impossible, Mutation
 from attntrace.grading.intervals import Box
 
 #: A masked score written as a finite number this far below the row's largest kept score
@@ -36,10 +36,6 @@ ROUNDING_UNITS = 1.5
 PROJECTIONS = ("Q", "K", "V")
 #: Read-off mistakes listed as alternatives of a planted one that reproduces the numbers too.
 SHOWN_ALONGSIDE = ("mask_not_infinite", "rows_not_normalised")
-
-
-class Impossible(Exception):
-    """A computation that cannot run (shapes do not fit)."""
 
 
 # -- the mistakes worth planting in this trace -------------------------------------------------

@@ -9,107 +9,20 @@ templates/check/messages.<lang>.j2; the layout in templates/check/report.<format
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from attntrace.grading.checker import FORMATS, LANGS, Report, StepResult
-from attntrace.grading.diagnose import UNKNOWN
-from attntrace.inputs.usertext import clean_output, clean_text, format_user_text, inline_math_for
+from attntrace.grading.messages import FORMATS, format_number, messages, report_environment, report_title
+from attntrace.inputs.usertext import clean_output, clean_text
 from attntrace.model.errors import BadInput
 from attntrace.model.trace import Trace
 from attntrace.rendering.jinja_env import user_template_errors
-from attntrace.rendering.printing import plain_number
-from attntrace.rendering.viewmodel import escape_md, escape_tex as tex_escape
 
 
-class _Messages:
-    """The phrases and diagnosis sentences of one language (templates/check/messages.<lang>.j2)."""
-
-    def __init__(self, module: Any, format: str):
-        self.module = module
-        self.format = format
-
-    def diagnosis(self, code: str, params: Mapping[str, Any]) -> str:
-        macro = getattr(self.module, code, None) or getattr(self.module, UNKNOWN)
-        return str(macro(_Params(params, self.format)))
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.module, name)
-
-
-class _Params(dict):
-    """Diagnosis numbers plus a helper writing math for the report's format."""
-
-    def __init__(self, params: Mapping[str, Any], format: str):
-        super().__init__(params)
-        self.format = format
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self[name]
-        except KeyError:
-            raise AttributeError(name) from None
-
-    def math(self, tex: str, plain: str) -> str:
-        """`$tex$` in Markdown and LaTeX, `plain` in text."""
-        return plain if self.format == "text" else f"${tex}$"
-
-    def code(self, text: str) -> str:
-        """A step's key as code: `weights@2` in Markdown, \\texttt in LaTeX, plain in text."""
-        if self.format == "md":
-            return f"`{text}`"
-        return f"\\texttt{{{tex_escape(text)}}}" if self.format == "tex" else text
-
-    def num(self, x: Any) -> str:
-        return format_number(x, 4)
-
-    def shape(self, s) -> str:
-        return "" if s is None else f"{s[0]} × {s[1]}" if self.format == "text" else f"${s[0]} \\times {s[1]}$"
-
-
-def format_number(x: Any, precision: int = 4) -> str:
-    return "" if x is None else plain_number(float(x), precision, count=False)
-
-
-class _Formatted(str):
-    """User text already formatted for its output (math printed, the rest escaped): the
-    escaping filters pass it through unchanged."""
-
-
-def _escaper(escape):
-    return lambda text: text if isinstance(text, _Formatted) else escape(text)
-
-
-def _title(trace: Trace, format: str, lang: str, delimiters: str) -> _Formatted | None:
-    """The spec's title for a report: `$...$` spans as math, the rest escaped (usertext)."""
-    title = trace.localized("title", lang)
-    if not title:
-        return None
-    return _Formatted(format_user_text(title, format, inline_math=inline_math_for(format, delimiters)))
-
-
-def _environment(template_dir: Path | str | None):
-    """Jinja2 environment for the check templates (a user folder first, then templates/)."""
-    from attntrace.rendering.renderer import environment
-
-    env = environment(template_dir)
-    env.filters["tex_escape"] = _escaper(tex_escape)
-    env.filters["md_escape"] = _escaper(escape_md)
-    env.filters["num"] = format_number
-    return env
-
-
-def messages(lang: str, template_dir, format: str) -> _Messages:
-    if lang not in LANGS:
-        raise BadInput(f"unknown language {lang!r}; choose one of {', '.join(LANGS)}")
-    env = _environment(template_dir)
-    return _Messages(env.get_template(f"check/messages.{lang}.j2").make_module({"format": format}), format)
-
-
-def render_report(report: Report, format: str = "text", lang: str = "en", **options: Any) -> str:
+def render_report(report, format: str = "text", lang: str = "en", **options: Any) -> str:
     """The report a student reads: verdict, each step's status, every wrong step's wrong
     entries, likely mistake (and the ones that cannot be told apart from it) and the correct
-    computation of that step (render.render_step), remarks, and the tolerance rule.
+    computation of that step (render.render_step), remarks, and the tolerance rule. `report`
+    is a `checker.Report` (not imported here: the checker's records render through this module).
 
     options: precision, max_size, math_delimiters, template_dir, standalone (tex); others
     (figures, output_path) are accepted and ignored.
@@ -125,12 +38,12 @@ def render_report(report: Report, format: str = "text", lang: str = "en", **opti
     if isinstance(precision, bool) or not isinstance(precision, int) or not 0 <= precision <= 15:
         raise BadInput(f"precision must be an integer from 0 to 15, not {precision!r}")
     template_dir = options.get("template_dir")
-    env = _environment(template_dir)
+    env = report_environment(template_dir)
     with user_template_errors(env, template_dir):
         return _render_report(report, format, lang, precision, template_dir, env, options)
 
 
-def _render_report(report: Report, format: str, lang: str, precision: int, template_dir, env, options: Mapping[str, Any]) -> str:
+def _render_report(report, format: str, lang: str, precision: int, template_dir, env, options: Mapping[str, Any]) -> str:
     msgs = messages(lang, template_dir, format)
     rows = [_row(s, report.trace, format, lang, precision, template_dir, options) for s in report.steps]
     wrong = [r for r in rows if r["status"] == "wrong"]
@@ -141,7 +54,7 @@ def _render_report(report: Report, format: str, lang: str, precision: int, templ
         student=None if student is None else clean_text(student),
         ignored=[clean_text(k)[:80] for k in report.ignored],
         policy=report.policy, slack=report.tolerance.get("slack"),
-        title=_title(report.trace, format, lang, options.get("math_delimiters") or "dollars"),
+        title=report_title(report.trace, format, lang, options.get("math_delimiters") or "dollars"),
         standalone=bool(options.get("standalone")), math_delimiters=options.get("math_delimiters") or "dollars",
         n_wrong=len(wrong), n_carried=sum(r["status"] == "carried" and not r["code"] for r in rows),
         max_entries=options.get("max_size") or 8,
@@ -149,7 +62,7 @@ def _render_report(report: Report, format: str, lang: str, precision: int, templ
     return clean_output(text.rstrip("\n") + "\n")  # whatever a template folder writes (issue 20)
 
 
-def _row(s: StepResult, trace: Trace, format: str, lang: str, precision: int, template_dir, options) -> dict:
+def _row(s, trace: Trace, format: str, lang: str, precision: int, template_dir, options) -> dict:
     """One step of the report: status, remark or diagnosis (with its alternatives), wrong
     entries and, for a wrong step, its correct computation."""
     d = s.diagnosis
@@ -182,8 +95,8 @@ class _EntryRows(Sequence):
                 "given": clean_text(e.given_text)}
 
 
-def _correct_computation(trace: Trace, result: StepResult, format: str, lang: str, options: Mapping[str, Any]) -> str:
-    """The derivation of one step, from the renderer; a plain matrix until render.py exists."""
+def _correct_computation(trace: Trace, result, format: str, lang: str, options: Mapping[str, Any]) -> str:
+    """The derivation of one step, from the renderer; a plain matrix when the renderer cannot be imported."""
     step = trace.step(result.id, result.head)
     try:
         from attntrace.rendering.renderer import render_step

@@ -125,10 +125,18 @@ def block_options(data: Mapping[str, Any], mode: str, operand: Callable) -> tupl
     return ops, extra
 
 
+def check_ffn_shapes(problem, d_model: int) -> None:
+    """Refuse FFN weights that cannot chain: (d_model, d_ff) then (d_ff, d_model)."""
+    names = ("W_gate", "W_up", "W_down") if problem.extra.get("activation") == "swiglu" else ("W_1", "W_2")
+    shapes = {n: problem.shared[n].shape for n in names}
+    first, last = shapes[names[0]], shapes[names[-1]]
+    if first[0] != d_model or last[1] != d_model or last[0] != first[1] or (len(names) == 3 and shapes["W_up"] != first):
+        shown = ", ".join(f"{n} {s}" for n, s in shapes.items())
+        raise BadInput(f"ffn weights do not chain for d_model = {d_model}: {shown}; need (d_model, d_ff) then (d_ff, d_model)")
+
+
 def check_block(problem) -> None:
     """Shapes that must agree before anything is computed (one line each)."""
-    from attntrace.kinds.ffn import check_ffn_shapes
-
     if problem.extra.get("block") is None:
         return
     d_model = problem.shared["X"].shape[1]

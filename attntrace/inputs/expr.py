@@ -123,7 +123,7 @@ class _Fail(Exception):
 # names
 
 
-def _balanced(content: str) -> bool:
+def balanced_parentheses(content: str) -> bool:
     level = 0
     for c in content:
         level += (c == "(") - (c == ")")
@@ -147,7 +147,7 @@ def _read_name(text: str, pos: int, base: str) -> tuple[str, int]:
                 if close < 0:
                     raise _Fail("unclosed '{' in superscript", pos + 1)
                 content = text[pos + 2 : close]
-                if not _SUP_CONTENT.fullmatch(content) or not _balanced(content):
+                if not _SUP_CONTENT.fullmatch(content) or not balanced_parentheses(content):
                     raise _Fail(
                         f"bad superscript {_show('{' + content + '}')}",
                         pos,

@@ -24,8 +24,7 @@ from attntrace.inputs.matrices import to_matrix
 from attntrace.inputs.numbers import shown, whole_number
 from attntrace.inputs.blockspec import BLOCK_KEYS, block_options, check_block
 from attntrace.inputs.positional import check_positional, positional_options, positive_number
-from attntrace.kinds.bias import parse_attn_bias
-from attntrace.kinds.mask import MASK_NAMES, parse_mask_options
+from attntrace.inputs.stepoptions import MASK_NAMES, parse_attn_bias, parse_backward, parse_mask_options, parse_online
 from attntrace.model.trace import MODES, Operand
 
 #: Per-head matrices and their default entry names in symbolic mode.
@@ -344,10 +343,10 @@ def load_spec(spec: Any, *, mode: str | None = None, **overrides: Any) -> Proble
     tokens = _tokens(data["tokens"], "tokens") if "tokens" in data else None
     kv_tokens = _tokens(data["kv_tokens"], "kv_tokens") if "kv_tokens" in data else None
     _check_token_counts(tokens, kv_tokens, heads[0], shared)
-    mask_opts = parse_mask_options(data)  # window, key_padding (attntrace.kinds.mask)
+    mask_opts = parse_mask_options(data)  # window, key_padding (attntrace.inputs.stepoptions)
     positional = positional_options(data)  # rope, alibi (attntrace.inputs.positional)
     check_positional(positional, start, heads, shared)
-    attn_bias = parse_attn_bias(data.get("attn_bias"), len(heads), mode, _operand)  # attntrace.kinds.bias
+    attn_bias = parse_attn_bias(data.get("attn_bias"), len(heads), mode, _operand)  # attntrace.inputs.stepoptions
     if attn_bias and "alibi" in positional:
         raise BadInput("give alibi or attn_bias, not both: each adds its own B to the scores")
     if attn_bias and start not in ("X", "QKV", "scores"):
@@ -381,10 +380,6 @@ def load_spec(spec: Any, *, mode: str | None = None, **overrides: Any) -> Proble
 def _passes(data: Mapping[str, Any], mode: str) -> dict[str, Any]:
     """The backward pass (`backward`, attntrace.kinds.backward) and the online softmax (`online`,
     attntrace.kinds.online), when the spec asks for them."""
-    from attntrace.kinds.backward import parse_backward
-
-    from attntrace.kinds.online import parse_online
-
     backward = parse_backward(data.get("backward"), mode)
     online = parse_online(data.get("online"))
     return {**({"backward": backward} if backward is not None else {}), **({"online": online} if online is not None else {})}

@@ -1,4 +1,4 @@
-"""User text with math: ``$...$`` spans in titles and descriptions (issue 10).
+"""User text with math: ``$...$`` spans in titles and descriptions.
 
 A spec's title or description is prose with optional inline math written between dollars in
 the entry syntax of `attntrace.inputs.expr` (``Scaling by $sqrt(d_k)$ with $d_k = 6$``). Each span
@@ -69,7 +69,8 @@ import re
 from functools import lru_cache
 from typing import Callable, NamedTuple
 
-from attntrace.inputs.expr import GREEK, MAX_DEPTH, MAX_LENGTH, _balanced  # parentheses balanced: the parser's own test
+from attntrace.inputs.expr import GREEK, MAX_DEPTH, MAX_LENGTH, balanced_parentheses  # parentheses balanced: the parser's own test
+from attntrace.inputs.textescape import escape_md, escape_tex, escape_text
 from attntrace.inputs.safetext import check_sympy_entry, clean_output, clean_text, has_unsafe_chars, json_safe, one_line  # noqa: F401  (re-exported)
 
 __all__ = ["MAX_SPANS_PER_TEXT", "check_sympy_entry", "clean_output", "clean_text", "format_user_text", "has_unsafe_chars", "inline_math_for",
@@ -134,7 +135,7 @@ def _read_name(text: str, pos: int, base: str) -> tuple[tuple[str, str], int]:
             if m is None:
                 break  # a power operator
             content = m.group(1) or m.group(2)
-            if sup is not None or content.isdigit() or not _balanced(content):
+            if sup is not None or content.isdigit() or not balanced_parentheses(content):
                 raise _Fail
             sup = content
         else:
@@ -487,13 +488,11 @@ def format_user_text(text: str, fmt: str, *, inline_math: Callable[[str], str] |
     inline_math wraps a span's LaTeX in the format's inline delimiters (default:
     ``inline_math_for(fmt)``, i.e. dollars in md; pass ``inline_math_for("md", "brackets")``
     for ``\\(...\\)``); it is not used for text. escape is the format's text escaper
-    (default: `attntrace.rendering.viewmodel`'s escape_md / escape_tex / escape_text).
+    (default: `attntrace.inputs.textescape`'s escape_md / escape_tex / escape_text).
     """
     _check_format(fmt)
     if escape is None:
-        from attntrace.rendering import viewmodel  # imported here: viewmodel may import this module
-
-        escape = {"md": viewmodel.escape_md, "tex": viewmodel.escape_tex, "text": viewmodel.escape_text}[fmt]
+        escape = {"md": escape_md, "tex": escape_tex, "text": escape_text}[fmt]
     if inline_math is None:
         inline_math = inline_math_for(fmt)
     text = clean_text(text)

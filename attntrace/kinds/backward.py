@@ -29,36 +29,6 @@ from attntrace.inputs.expr import to_plain
 from attntrace.kinds.base import Flow, Kind, plain_sup, sup
 from attntrace.model.errors import BadInput
 
-#: Losses a spec may name instead of giving dO: L = sum of o_ij^2 (dO = 2 O), L = sum of o_ij (dO = 1).
-LOSSES = ("sum_squares", "sum")
-
-
-def parse_backward(value, mode: str):
-    """The spec's `backward`: true (the loss sum_squares), {loss = "..."} or {dO = [[...]]}.
-
-    Returns {"loss": name} or {"dO": Operand}; None when absent or false."""
-    from attntrace.inputs.matrices import to_matrix
-    from attntrace.model.trace import Operand
-
-    if value is None or value is False:
-        return None
-    if value is True:
-        return {"loss": "sum_squares"}
-    if not isinstance(value, dict):
-        raise BadInput("backward must be true or a table: {loss = \"sum_squares\"} or {dO = [[...]]}")
-    unknown = sorted(set(value) - {"loss", "dO"})
-    if unknown:
-        raise BadInput(f"unknown key {unknown[0]!r} in backward; allowed: dO, loss")
-    if ("loss" in value) == ("dO" in value):
-        raise BadInput("backward needs exactly one of dO (the upstream gradient) and loss (\"sum_squares\" or \"sum\")")
-    if "loss" in value:
-        if value["loss"] not in LOSSES:
-            raise BadInput(f"backward loss must be \"sum_squares\" or \"sum\", not {str(value['loss'])[:40]!r}")
-        return {"loss": value["loss"]}
-    m, shape, symbol = to_matrix(value["dO"], mode=mode, name="backward dO", default_symbol="g")
-    return {"dO": Operand("dO", None, m, shape, symbol)}
-
-
 def _tr(letter: str, head) -> str:
     """A^{(2)\\top}: the head and the transpose in one superscript."""
     return f"{letter}^{{{'' if head is None else f'({head})'}\\top}}"

@@ -12,10 +12,7 @@ extra JSON fields and the checker mistakes that change it. The tracer only compo
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, ClassVar
-
-if TYPE_CHECKING:  # pragma: no cover
-    from attntrace.tracer import Context
+from typing import Any, ClassVar
 
 
 class Flow:
@@ -61,8 +58,9 @@ class Kind:
         """Whether this kind runs for the problem (start, scale, mask settings, ...)."""
         return problem.start in self.starts
 
-    def compute(self, ctx: "Context", head: int | None, state: dict[str, Flow]) -> Flow | None:
-        """Compute the step from the head's state and record it with `ctx.emit`."""
+    def compute(self, ctx, head: int | None, state: dict[str, Flow]) -> Flow | None:
+        """Compute the step from the head's state and record it with `ctx.emit` (`ctx`: an
+        `attntrace.kinds.context.Context`, not imported here since that module imports this one)."""
         raise NotImplementedError
 
     def json_details(self, details) -> dict[str, Any]:

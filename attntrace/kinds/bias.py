@@ -42,25 +42,4 @@ class ScoreBias(Kind):
         return f"{inputs[0]} plus the given bias"
 
 
-def parse_attn_bias(value, heads: int, mode: str, operand) -> dict:
-    """The spec's `attn_bias`: one matrix, or a list of `heads` matrices (one per head); read by
-    `operand(raw, key, mode, head, symbol)` (the spec's own matrix reader), finite numbers."""
-    import numpy as np
-
-    if value is None:
-        return {}
-    def matrix(x) -> bool:  # a 2-D table: an array, or a list of rows
-        return np.ndim(x) == 2 if hasattr(x, "ndim") else isinstance(x, list) and bool(x) and isinstance(x[0], list)
-
-    per_head = np.ndim(value) == 3 if hasattr(value, "ndim") else isinstance(value, list) and bool(value) and matrix(value[0])
-    tables = list(value) if per_head else [value]
-    if per_head and len(tables) != heads:
-        raise BadInput(f"attn_bias lists {len(tables)} matrices but there are {heads} heads; give one per head, or one for all")
-    ops = tuple(operand(raw, "attn_bias", mode, i if per_head and heads > 1 else None, "b") for i, raw in enumerate(tables, start=1))
-    for op in ops:
-        if isinstance(op.value, np.ndarray) and not np.isfinite(op.value).all():
-            raise BadInput("attn_bias must be finite numbers: a key removed with -inf is the mask's job (mask = [[...]])")
-    return {"attn_bias": ops}
-
-
 SCORE_BIAS = ScoreBias()

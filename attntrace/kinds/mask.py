@@ -25,13 +25,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from attntrace.inputs.numbers import MAX_INDEX, whole_number
 from attntrace.kinds.base import Kind, plain_math, plain_sup, sup
 from attntrace.model.errors import BadInput
-
-#: The spellings of `mask` the spec accepts besides a 0/1 matrix.
-MASK_NAMES = ("causal", "causal_bottom_right")
-
 
 class Masked(Kind):
     id = "masked"
@@ -113,26 +108,6 @@ def keep_matrix(mask, shape, *, window: int | None = None, padding=None) -> np.n
     keep = np.array(keep, dtype=bool)
     keep.setflags(write=False)
     return keep
-
-
-def parse_mask_options(data: Mapping[str, Any]) -> dict[str, Any]:
-    """The spec's `window` and `key_padding`, validated (they go to Problem.extra)."""
-    out: dict[str, Any] = {}
-    if data.get("window") is not None:
-        w = whole_number(data["window"], "window", high=MAX_INDEX,
-                         what="be a positive integer (keys i - W < j <= i; at most 10^9)")
-        if not (data.get("mask") is None or data.get("mask") in MASK_NAMES):
-            raise BadInput("window works with mask = \"causal\" or \"causal_bottom_right\", not a mask matrix; "
-                           "write the window into the matrix instead")
-        out["window"] = w
-    if data.get("key_padding") is not None:
-        pad = data["key_padding"]
-        items = pad.tolist() if isinstance(pad, np.ndarray) else pad
-        if not isinstance(items, (list, tuple)) or not items or not all(isinstance(b, bool) for b in items):
-            raise BadInput("key_padding must be a list of true/false, one per key, true = padding (ignored); "
-                           "booleans only, since 0/1 attention masks use 1 for real tokens")
-        out["key_padding"] = tuple(bool(b) for b in items)
-    return out
 
 
 def mask_setting(problem) -> str | None:

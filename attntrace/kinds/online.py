@@ -22,28 +22,9 @@ Numeric, exact and shape mode. Not symbolic: a running maximum of symbols cannot
 
 from __future__ import annotations
 
-from attntrace.inputs.numbers import whole_number
 from attntrace.kinds.base import Kind, plain_math
 from attntrace.kinds.weighted_sum import WeightedSum
 from attntrace.model.errors import BadInput
-
-
-def parse_online(value) -> dict | None:
-    """The spec's `online`: {block_keys = Bc, block_queries = Br} (Br optional: all rows)."""
-    if value is None or value is False:
-        return None
-    if not isinstance(value, dict):
-        raise BadInput("online must be a table: {block_keys = 2, block_queries = 2}")
-    unknown = sorted(set(value) - {"block_keys", "block_queries"})
-    if unknown:
-        raise BadInput(f"unknown key {unknown[0]!r} in online; allowed: block_keys, block_queries")
-    if "block_keys" not in value:
-        raise BadInput("online needs block_keys (the number of keys per block, Bc)")
-    out = {}
-    for key in ("block_keys", "block_queries"):
-        if key in value:
-            out[key] = whole_number(value[key], f"online {key}", high=10**6)
-    return out
 
 
 class OnlineStep(Kind):

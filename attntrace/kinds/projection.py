@@ -22,6 +22,7 @@ them name them with their head: scores@i has inputs ("Q", "K@j") and Z@i ("weigh
 from __future__ import annotations
 
 from attntrace.kinds.base import Flow, Kind, label, plain_sup, sup
+from attntrace.kinds.context import check_finite, sum_finite
 
 
 def kv_head(problem, head: int | None) -> int | None:
@@ -115,12 +116,10 @@ def _check_blocks(full, width: int, step: str, how: str) -> None:
     """Overflow of a full-width product, checked in one pass over it; when it overflowed, the
     message names the first head (key/value head in grouped-query attention) whose block did,
     and the entry within that block, as a per-head product would have."""
-    from attntrace.tracer import _check_finite, sum_finite
-
     if sum_finite(full):
         return
     for i in range(full.shape[1] // width):
-        _check_finite(full[:, i * width:(i + 1) * width], label(step, i + 1), how)
+        check_finite(full[:, i * width:(i + 1) * width], label(step, i + 1), how)
 
 
 Q, K, V = Projection("Q"), Projection("K"), Projection("V")

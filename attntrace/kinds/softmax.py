@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from attntrace.kinds.base import Kind, plain_math, plain_sup, sup
+from attntrace.kinds.context import sum_finite
 from attntrace.model.errors import BadInput
 
 
@@ -33,8 +34,6 @@ class Weights(Kind):
 
 def _check_shift(ctx, head, t, shifted) -> None:
     """t - max overflows when a row spans more than the float range (1e308 and -1e308)."""
-    from attntrace.tracer import sum_finite
-
     if sum_finite(shifted):
         return
     bad = np.isneginf(shifted) & ~np.isneginf(t)

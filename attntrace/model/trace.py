@@ -11,13 +11,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 #: The fixed step vocabulary shared by the JSON, the renderer and the checker, in trace order.
 STEP_IDS = ("Q", "K", "V", "scores", "scaled", "masked", "weights", "Z", "concat", "output")
 #: Steps computed once per head (they carry head = 1..h in multi-head traces).
 PER_HEAD_STEPS = STEP_IDS[:8]
 MODES = ("numeric", "exact", "symbolic", "shape")
+#: How a Trace is presented by the layers above this one: "json" (trace -> dict,
+#: attntrace.rendering.export), "render" (trace, format -> str, attntrace.rendering.renderer)
+#: and "html" (trace -> the HTML fragment, attntrace.rendering.html).
+#: attntrace/__init__.py fills it in; it runs before any module of the package, so this module
+#: imports nothing above it and `to_dict` and the Jupyter hooks always find them.
+PRESENTERS: dict[str, Callable[..., Any]] = {}
 
 
 def _frozen(mapping: Mapping[str, Any] | None) -> Mapping[str, Any]:
@@ -248,16 +254,12 @@ class Trace:
         return self.settings.get(f"{field}_{lang}") or default
 
     def to_dict(self) -> dict:
-        from attntrace.rendering.export import trace_to_dict
-
-        return trace_to_dict(self)
+        return PRESENTERS["json"](self)
 
     # Jupyter: show the rendered derivation; on failure show the error, never raise.
     def _repr_markdown_(self) -> str:
         try:
-            from attntrace.rendering.renderer import render
-
-            return render(self, format="md")
+            return PRESENTERS["render"](self, format="md")
         except Exception as exc:  # noqa: BLE001 - display must not raise
             return f"**attntrace could not render this trace:** `{type(exc).__name__}: {exc}`"
 
@@ -265,9 +267,7 @@ class Trace:
         """The explorable derivation (the HTML fragment: MathML, which JupyterLab and VS Code
         notebooks render natively)."""
         try:
-            from attntrace.rendering.html import render_html
-
-            return render_html(self, fragment=True)
+            return PRESENTERS["html"](self)
         except Exception as exc:  # noqa: BLE001 - display must not raise
             import html
 
@@ -275,8 +275,6 @@ class Trace:
 
     def _repr_latex_(self) -> str | None:
         try:
-            from attntrace.rendering.renderer import render
-
-            return render(self, format="tex")
+            return PRESENTERS["render"](self, format="tex")
         except Exception:  # noqa: BLE001
             return None

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from attntrace import __version__
+from attntrace.version import __version__
 from attntrace.inputs.expr import to_plain
 from attntrace.kinds import kind_of
 from attntrace.model.trace import block_address

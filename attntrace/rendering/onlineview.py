@@ -8,7 +8,7 @@ softmax's row maxima, sums and A V were all computed by the kind.
 
 from __future__ import annotations
 
-from attntrace.rendering.printing import _scientific
+from attntrace.rendering.printing import scientific
 from attntrace.rendering.stepview import register_view
 from attntrace.rendering.viewparts import SHAPE_LINES, block
 
@@ -96,7 +96,7 @@ def build_online_z(sv, vm) -> None:
         alhs = o.named("A V", s.shape)
         vm["extra"]["ordinary"] = block(sv.fit(alhs, _result(sv, d["ordinary"], s.shape, sv.budget(alhs))))
         diff = d.get("max_diff") or 0.0
-        vm["extra"]["max_diff"] = "0" if diff == 0 else (o.num(diff) if diff >= 10 ** -o.precision else o.sci(*_scientific(diff)))
+        vm["extra"]["max_diff"] = "0" if diff == 0 else (o.num(diff) if diff >= 10 ** -o.precision else o.sci(*scientific(diff)))
 
 
 SHAPE_LINES["online"] = lambda step, out: _shapes(out, step, step.details)

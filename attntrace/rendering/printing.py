@@ -165,7 +165,7 @@ def reproducing_precision(precision: int, terms: list[tuple[float, ...]], result
     return precision
 
 
-def _scientific(x: float) -> tuple[str, int]:
+def scientific(x: float) -> tuple[str, int]:
     """x = m * 10^e with two significant digits."""
     m, e = f"{x:.1e}".split("e")
     return m, int(e)
@@ -378,7 +378,7 @@ class _Out:
         if math.isinf(x) or math.isnan(x):
             return self.special(x)
         if abs(x) < 0.5 * 10 ** -d:
-            return self.sci(*_scientific(x))
+            return self.sci(*scientific(x))
         return f"{x:.{d}f}"
 
     def power_of_ten(self, lg: float) -> str:

@@ -8,11 +8,11 @@ template never sees raw user text.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from attntrace.rendering.layout import fit_chain
-from attntrace.inputs.usertext import clean_text, format_user_text, inline_math_for
+from attntrace.inputs.textescape import escape_md, escape_tex, escape_text
+from attntrace.inputs.usertext import format_user_text, inline_math_for
 from attntrace.inputs.spec import KV_KEYS
 from attntrace.kinds import kind_of
 from attntrace.rendering.printing import PlainOut, TexOut
@@ -25,39 +25,6 @@ BLOCK_IDS = frozenset(k.id for k in BLOCK_KINDS)
 
 
 # ----------------------------------------------------------------------------- escaping
-
-_TEX_ESCAPES = {"\\": r"\textbackslash{}", "{": r"\{", "}": r"\}", "$": r"\$", "&": r"\&", "#": r"\#", "^": r"\textasciicircum{}",
-                "_": r"\_", "%": r"\%", "~": r"\textasciitilde{}", "<": r"\textless{}", ">": r"\textgreater{}", "|": r"\textbar{}",
-                # math signs people type in titles, which the text fonts (Latin Modern, Fandol) lack
-                "≈": r"\ensuremath{\approx}", "√": r"\ensuremath{\surd}", "→": r"\ensuremath{\to}", "∞": r"\ensuremath{\infty}",
-                "±": r"\ensuremath{\pm}", "≤": r"\ensuremath{\le}", "≥": r"\ensuremath{\ge}", "×": r"\ensuremath{\times}",
-                "·": r"\ensuremath{\cdot}", "−": r"\ensuremath{-}", "²": r"\ensuremath{^2}", "³": r"\ensuremath{^3}"}
-# Only what can start markup is escaped, so the Markdown source stays readable: emphasis,
-# code, links, tables, math ($) and HTML. Parentheses stay as they are: "\\(" opens inline
-# math in MathJax/KaTeX-flavoured Markdown.
-_MD_SPECIAL = set("\\`*_[]$|~")
-_MD_LINE_START = re.compile(r"^(\s*)([#>+-]|\d+[.)])")
-_MD_HTML = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
-
-
-# Every escaper first cleans the text (`safetext.clean_text`: control and bidi characters
-# removed, lone surrogates replaced), so no user text reaches an output with them.
-
-def escape_tex(text: str) -> str:
-    text = re.sub(r"\s+", " ", clean_text(text))
-    return "".join(_TEX_ESCAPES.get(c, c) for c in text)
-
-
-def escape_md(text: str) -> str:
-    text = re.sub(r"\s+", " ", clean_text(text))
-    text = "".join(_MD_HTML[c] if c in _MD_HTML else ("\\" + c if c in _MD_SPECIAL else c) for c in text)
-    # a leading "#", "-", "1." would make a heading or a list item
-    return _MD_LINE_START.sub(lambda m: m.group(1) + m.group(2)[:-1] + "\\" + m.group(2)[-1], text)
-
-
-def escape_text(text: str) -> str:
-    return re.sub(r"\s+", " ", clean_text(text))
-
 
 ESCAPERS = {"md": escape_md, "tex": escape_tex, "text": escape_text}
 

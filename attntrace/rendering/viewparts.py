@@ -103,7 +103,7 @@ def rows_to_expand(option, n: int, default: int) -> list[int]:
     return list(range(min(n, default)))
 
 
-#: Shape lines of newer kinds whose inputs do not tell their shapes (a transposed factor, blocks of
+#: Shape lines of registered views (`views.MODULES`) whose inputs do not tell their shapes (a transposed factor, blocks of
 #: a matrix): view name -> function(step, out) giving the line, or None for the usual one.
 SHAPE_LINES: dict = {}
 

@@ -1,4 +1,5 @@
-"""The views of newer step kinds, each in a module of its own, imported when first needed.
+"""Which module lays out which view (masks, ALiBi, RoPE, the block, gradients, online softmax,
+KV cache): each is imported when a report first needs it.
 
 A kind whose `view` is not one of StepView's build_* methods is laid out by a function
 registered with `attntrace.rendering.stepview.register_view` (and may give its shape line

@@ -356,7 +356,7 @@ def text_table(rows: Iterable[Iterable[Any]], indent: str = "  ", gap: str = "  
 def tex_breakable(text: Any) -> str:
     """User text for LaTeX (escaped) in which a long word may break anywhere (a long file
     name in a narrow table column must not run into the margin)."""
-    from attntrace.rendering.viewmodel import escape_tex
+    from attntrace.inputs.textescape import escape_tex
 
     words = []
     for word in " ".join(str(text).split()).split(" "):
@@ -389,8 +389,8 @@ def render_class(report: ClassReport, format: str = "text", *, summary_only: boo
 def _render_document(trace: Trace, weights: Mapping[str, float], tally: Tally, skipped, format: str, lang: str,
                      summary_only: bool, options: Mapping[str, Any]) -> str:
     """The class document from a tally that kept its rows (`Tally(keep_rows=True)`)."""
-    from attntrace.grading.checker import FORMATS as CHECK_FORMATS, LANGS
-    from attntrace.grading.reports import _environment, _title, messages as _messages, render_report
+    from attntrace.grading.messages import FORMATS as CHECK_FORMATS, LANGS, messages as _messages, report_environment, report_title
+    from attntrace.grading.reports import render_report
     from attntrace.rendering.jinja_env import user_template_errors
 
     options = dict(options)
@@ -414,7 +414,7 @@ def _render_document(trace: Trace, weights: Mapping[str, float], tally: Tally, s
                          "reason": _without_prefix(s.reason, s.source), "report": text,
                          "duplicate": s.readable and s.name in duplicated})
     steps = [{"key": k, "weight": _trim(w, 2), **tally.counts[k]} for k, w in weights.items()]
-    env = _environment(template_dir)
+    env = report_environment(template_dir)
     env.filters["text_table"] = text_table
     env.filters["tex_breakable"] = tex_breakable
     with user_template_errors(env, template_dir):
@@ -425,7 +425,7 @@ def _render_document(trace: Trace, weights: Mapping[str, float], tally: Tally, s
             n_students=tally.n, n_ok=tally.n_ok, n_unreadable=tally.n_unreadable, n_readable=tally.n - tally.n_unreadable,
             mean=percent(tally.mean_score), summary_only=summary_only, standalone=standalone,
             equal_weights=len(set(weights.values())) == 1,
-            title=_title(trace, format, lang, options.get("math_delimiters") or "dollars"),
+            title=report_title(trace, format, lang, options.get("math_delimiters") or "dollars"),
             skipped=[{"source": name, "reason": why} for name, why in skipped],
             duplicates=[{"student": d["student"], "files": list(d["files"])} for d in tally.duplicates()],
             ignored=[{"key": k, "count": n} for k, n in tally.ignored.most_common()], n_ignoring=tally.n_ignoring,

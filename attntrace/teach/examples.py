@@ -7,34 +7,11 @@ not examples themselves.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from attntrace.model.errors import BadInput
-from attntrace.resources import examples_dir
+from attntrace.resources import example_path, example_paths  # noqa: F401 - example_path is public here too
 from attntrace.inputs.usertext import format_user_text
-
-_NAME = re.compile(r"^[a-z0-9_-]+$")
-
-
-def example_paths() -> list[Path]:
-    """The example spec files, sorted by name (answer files excluded)."""
-    paths = []
-    for p in sorted(examples_dir().iterdir()):
-        if p.suffix not in (".toml", ".json") or p.name.endswith((".answer.toml", ".answer.json")):
-            continue
-        if _NAME.match(p.stem):
-            paths.append(p)
-    return paths
-
-
-def example_path(name: str) -> Path:
-    """The spec file of the example called `name`; BadInput when there is none."""
-    for p in example_paths():
-        if p.stem == name:
-            return p
-    raise BadInput(f"no example named {name!r}; run `attntrace examples` for the list")
-
 
 def _title(path: Path) -> str:
     from attntrace.inputs.spec import read_spec_file

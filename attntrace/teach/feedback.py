@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from attntrace.grading.diagnose import World, diagnosis_params
-from attntrace.grading.reports import messages
+from attntrace.grading.messages import messages
 from attntrace.model.trace import Trace
 
 #: a wrong matrix this close to the truth everywhere is not a usable alternative

@@ -24,7 +24,7 @@ filters of Moodle and Canvas typeset) and ask for every step of the trace, in tr
   K Q^T, the softmax down the columns, ... from `teach.feedback`) at 0 % with the checker's
   sentence as feedback; user text and feedback have Cloze's markup characters escaped.
 
-The answers are the answer key (`exercise.answer_key`, the exact value rounded to 4
+The answers are the answer key (`answerkey.answer_key`, the exact value rounded to 4
 decimals) and the tolerance is the one `attntrace check` applies to an entry written with 4
 decimals (`answer.Policy`: half a unit in the 4th decimal, plus the check's 1e-9 slack for
 ties). On answers typed with 4 decimals the LMS accepts exactly what `attntrace check`
@@ -95,7 +95,7 @@ def _num(x: float) -> str:
 
 def _answers(trace: Trace) -> list[tuple]:
     """(step, its answer-key matrix) in trace order."""
-    from attntrace.teach.exercise import answer_key
+    from attntrace.teach.answerkey import answer_key
 
     key = answer_key(trace)
     return [(step, key[step.key]) for step in trace.steps]
@@ -119,12 +119,12 @@ class Prose:
         self.lang = lang
 
     def __call__(self, name: str) -> str:
-        from attntrace.teach.exercise import prose_markup
+        from attntrace.teach.prosemarkup import prose_markup
 
         return prose_markup(getattr(self.p, name), "html")
 
     def step_title(self, number: int, step) -> str:
-        from attntrace.teach.exercise import prose_markup
+        from attntrace.teach.prosemarkup import prose_markup
 
         p = self.p
         head = f" ({html.escape(clean_text(p.head))} {step.head})" if step.head else ""
@@ -139,7 +139,7 @@ def _math(tex: str, display: bool = False) -> str:
 
 def given_html(variant: Variant, prose: Prose, escape=lambda text: text) -> str:
     """The given matrices as HTML; `escape` first applies to the user's title (Moodle Cloze)."""
-    from attntrace.teach.exercise import worksheet_view
+    from attntrace.teach.worksheet import worksheet_view
 
     view = worksheet_view(variant.spec, variant.trace)
     parts = [f"<p>{html.escape(escape(clean_text(variant.spec['title'])), quote=False)}</p>",
@@ -153,7 +153,7 @@ def given_html(variant: Variant, prose: Prose, escape=lambda text: text) -> str:
 
 
 def step_html(variant: Variant, prose: Prose, number: int, step) -> str:
-    from attntrace.teach.exercise import worksheet_view
+    from attntrace.teach.worksheet import worksheet_view
 
     view = worksheet_view(variant.spec, variant.trace)
     parts = [f"<p><strong>{prose.step_title(number, step)}</strong></p>",
@@ -169,9 +169,9 @@ def step_html(variant: Variant, prose: Prose, number: int, step) -> str:
 
 
 def _lhs_html(step) -> str:
-    from attntrace.teach.exercise import _lhs
+    from attntrace.teach.worksheet import step_name
 
-    return _math(_lhs(step.id, step.head))
+    return _math(step_name(step.id, step.head))
 
 
 # --------------------------------------------------------------------------- Moodle XML

@@ -1,0 +1,88 @@
+"""What a kind computes with: the problem, the mode's algebra, shape-checked products and `emit`.
+
+`Context` is handed to every kind's `compute` by the tracer (`attntrace.tracer`); `emit`
+records the Step and, in numeric mode, refuses in one line a value that overflowed float64
+(`check_finite`), naming the step and the entry.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from attntrace.algebra.modes import algebra_for
+from attntrace.inputs.spec import Problem
+from attntrace.kinds.base import Flow, Kind, label
+from attntrace.model.errors import BadInput
+from attntrace.model.trace import Operand, Step
+
+#: Matrix and entry names, in formulas, of the operands that stand in for a step (a trace that starts mid-way).
+_OPERAND_NAMES = {"Q": ("Q", "q"), "K": ("K", "k"), "V": ("V", "v"), "scores": ("S", "s"), "weights": ("A", "a"), "Z": ("Z", "z")}
+
+
+def sum_finite(a: np.ndarray) -> bool:
+    """True when the sum of `a` is finite, which proves every entry finite (one pass, no copy).
+
+    Called inside `trace`, whose np.errstate silences the overflow warning of the sum; an
+    errstate here too would cost as much as summing a head's scores."""
+    return bool(np.isfinite(np.add.reduce(a, axis=None)))
+
+
+def check_finite(a: np.ndarray, step: str, how: str) -> None:
+    """Refuse, in one line naming the step and entry, a numeric result that overflowed."""
+    if sum_finite(a):
+        return
+    bad = ~np.isfinite(a)
+    if bad.any():
+        i, j = (int(k) + 1 for k in np.argwhere(bad)[0])
+        raise BadInput(f"step {step}: entry ({i}, {j}) overflows float64 ({how}); scale the inputs down")
+
+
+class Context:
+    """What a kind computes with: the problem, the algebra of its mode, and the steps so far."""
+
+    def __init__(self, problem: Problem):
+        self.p = problem
+        self.alg = algebra_for(problem.mode, full_expansion=problem.full_expansion)
+        self.steps: list[Step] = []
+        self.numeric = problem.mode == "numeric"
+        #: what a kind computes once and reuses across heads (full-width projections, shared K/V heads)
+        self.cache: dict = {}
+        #: inputs the block's PRE pipeline replaced (X -> E = X + P, or its pre-LN norm): see `source`
+        self.sources: dict[str, Flow] = {}
+
+    def source(self, name: str) -> Flow:
+        """What attention reads as the shared input `name` (X, X_kv): the block's value when a
+        PRE pipeline made one (position encodings, pre-LN norm), else the operand itself."""
+        return self.sources.get(name) or self.operand(self.p.shared[name])
+
+    def operand(self, op: Operand) -> Flow:
+        letter, entry = _OPERAND_NAMES.get(op.name, (op.name, None))
+        return Flow(op.value, op.shape, op.name, letter, entry)
+
+    def emit(self, kind: Kind, head, inputs, formula: str, plain: str, result, shape, details=None, *, checked=False) -> Flow:
+        """Record the step `kind` computed and return its value in flight (`checked`: the kind
+        has already checked the value for overflow, e.g. once for a full-width product)."""
+        value, expansion = self.alg.finish(result, symbol=kind.symbol, head=head, shape=shape)
+        details = details or {}
+        if self.numeric and not kind.infinite_ok and not checked:
+            check_finite(value, label(kind.id, head), kind.overflow_how(inputs, details))
+        self.steps.append(Step(id=kind.id, head=head, inputs=tuple(inputs), formula=formula, value=value, shape=tuple(shape),
+                               symbol=kind.symbol, expansion=expansion, details=details, plain=plain))
+        return Flow(value, shape, kind.id, kind.letter, kind.entry)
+
+    def product(self, id, head, a: Flow, b: Flow, *, b_transposed=False):
+        """Shape-checked a @ b (or a @ b.T); returns (result, shape)."""
+        inner_b = b.shape[1] if b_transposed else b.shape[0]
+        if a.shape[1] != inner_b:
+            b_desc = f"{b.ref}^T {b.shape[::-1]}" if b_transposed else f"{b.ref} {b.shape}"
+            raise BadInput(f"step {label(id, head)}: cannot multiply {a.ref} {a.shape} by {b_desc}: {a.shape[1]} != {inner_b}")
+        shape = (a.shape[0], b.shape[0] if b_transposed else b.shape[1])
+        result = self.alg.matmul_t(a.value, b.value) if b_transposed else self.alg.matmul(a.value, b.value)
+        return result, shape
+
+    def add_bias(self, id, head, result, shape, bias: Operand | None):
+        if bias is None:
+            return result
+        if bias.shape != (1, shape[1]):
+            raise BadInput(f"step {label(id, head)}: bias {bias.name} has shape {bias.shape}, expected (1, {shape[1]})")
+        return self.alg.add_row(result, bias.value)
