@@ -177,7 +177,8 @@ def test_template_prose_through_exercises(tmp_path):
         rc, out, err = _cli(["exercise", "--template-dir", str(folder), *args])
         assert rc == 0 and not err, (args, err)
         assert not _bad(out), (args, _bad(out))
-    from attntrace.teach.exercise import make_exercise, render_worksheet
+    from attntrace.teach.exercise import make_exercise
+    from attntrace.teach.worksheet import render_worksheet
 
     spec, trace = make_exercise(2, 4, 1, 0)
     for fmt in ("md", "tex"):

@@ -76,11 +76,11 @@ def _mask_and_bias(mask, L: int, S: int, *, what: str, heads: int, bool_true_mea
     scores, so its -inf entries are the mask (keep = False there) and its finite entries a bias
     per (query, key) pair, the spec's attn_bias (None when every finite entry is 0): one (L, S)
     matrix for every head, or one per head when they differ."""
-    torch = _torch()
+    torch = require_torch()
     is_bool = (mask.dtype == torch.bool) if isinstance(mask, torch.Tensor) else np.asarray(mask).dtype == np.bool_
     if is_bool:
         return _one_mask(_keep_from_mask(mask, what=what, bool_true_means_keep=bool_true_means_keep), L, S, what=what, heads=heads), None
-    arr = _np(mask, what)
+    arr = to_numpy(mask, what)
     if np.isnan(arr).any() or np.isposinf(arr).any():
         raise BadInput(f"{what} contains NaN or +inf")
     keep = _one_mask(~np.isneginf(arr), L, S, what=what, heads=heads)
