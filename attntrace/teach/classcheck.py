@@ -400,6 +400,7 @@ def render_class(report: ClassReport, format: str = "text", *, summary_only: boo
     from attntrace.grading.checker import FORMATS as CHECK_FORMATS, LANGS
     from attntrace.grading.reports import _environment, _title, messages as _messages, render_report
     from attntrace.rendering.jinja_env import user_template_errors
+    from attntrace.rendering.plaindata import to_plain
 
     if format not in CHECK_FORMATS:
         raise BadInput(f"unknown report format {format!r}; choose one of {', '.join(FORMATS)}")
@@ -425,7 +426,7 @@ def render_class(report: ClassReport, format: str = "text", *, summary_only: boo
         m = _messages(lang, template_dir, format)
         c = env.get_template(f"check/class_messages.{lang}.j2").make_module({"format": format})
         text = env.get_template(f"check/class.{format}.j2").render(
-            m=m, c=c, lang=lang, students=students, steps=steps, mistakes=report.mistakes(),
+            m=m.module, c=c, lang=lang, students=to_plain(students), steps=to_plain(steps), mistakes=to_plain(report.mistakes()),
             n_students=len(report.students), n_ok=sum(s.ok for s in report.students),
             n_unreadable=len(report.unreadable), n_readable=len(report.readable),
             mean=percent(report.mean_score), summary_only=summary_only, standalone=standalone,

@@ -48,6 +48,7 @@ import numpy as np
 
 from attntrace.model.errors import BadInput
 from attntrace.rendering.jinja_env import user_template_errors
+from attntrace.rendering.plaindata import to_plain
 from attntrace.rendering.printing import TexOut
 from attntrace.rendering.renderer import environment, tidy
 from attntrace.model.trace import Trace
@@ -438,12 +439,12 @@ def render_worksheet(spec: dict, trace: Trace, format: str = "md", lang: str = "
         raise BadInput(f"lang must be en or zh, not {lang!r}")
     env = environment(template_dir)
     view = worksheet_view(spec, trace)
+    env.filters["prose_markup"] = prose_markup  # the worksheet's macro t(text) applies it
     with user_template_errors(env, template_dir):
         prose = env.get_template(f"exercise/prose/{lang}.j2").make_module({})
         brackets = math_delimiters == "brackets"
         text = env.get_template(f"exercise/worksheet.{format}.j2").render(
-            ex=view, p=prose, lang=lang, standalone=standalone, brackets=brackets,
-            t=lambda s: prose_markup(s, format, brackets))
+            ex=to_plain(view), p=prose, lang=lang, standalone=standalone, brackets=brackets)
     return tidy(text)
 
 
