@@ -390,15 +390,18 @@ class ReportEnvironment(ImmutableSandboxedEnvironment):
 
     def concat(self, pieces) -> str:  # a whole render, a captured block and a macro body are joined here
         out, size = [], 0
-        for piece in pieces:
-            size += len(piece)
-            if size > MAX_OUTPUT:
-                frame = getattr(pieces, "gi_frame", None)
-                exc = TemplateLimit(f"writes more than {MAX_OUTPUT:,} characters")
-                exc.template_file = frame.f_code.co_filename if frame is not None else None
-                raise exc
-            out.append(piece)
-        return "".join(out)
+        frame = getattr(pieces, "gi_frame", None)  # a whole render: its template names the error
+        try:
+            for piece in pieces:
+                size += len(piece)
+                if size > MAX_OUTPUT:
+                    raise TemplateLimit(f"writes more than {MAX_OUTPUT:,} characters")
+                out.append(piece)
+            return "".join(out)
+        except TemplateLimit as exc:  # also the time limit, when it strikes here
+            if getattr(exc, "template_file", None) is None and frame is not None:
+                exc.template_file = frame.f_code.co_filename
+            raise
 
     # -- operators
     def call_binop(self, context, operator: str, left: Any, right: Any) -> Any:
