@@ -35,7 +35,10 @@ class _Messages:
         self.helpers = {name: getattr(helpers, name) for name in ("math", "code", "num", "shape")}
 
     def diagnosis(self, code: str, params: Mapping[str, Any]) -> str:
-        macro = getattr(self.module, code, None) or getattr(self.module, UNKNOWN)
+        macro = getattr(self.module, code, None) or getattr(self.module, UNKNOWN, None)
+        if macro is None:  # a user's messages template without the catch-all macro
+            raise BadInput(f"template {getattr(self.module, '__name__', 'check/messages')}: no macro {code!r} "
+                           f"and no {UNKNOWN!r} macro for the mistakes it does not name")
         d = plain_context({"d": {**to_plain(dict(params)), **self.helpers}})["d"]
         with fresh_budget():
             return str(macro(d))
