@@ -146,7 +146,7 @@ def bounded_str(value: Any) -> str:
 
 def _need(n: int, what: str) -> None:
     if n > MAX_STRING:
-        raise TemplateLimit(f"{what} would build {n:,} characters (at most {MAX_STRING:,} in a template)")
+        raise TemplateLimit(f"{what} would build {n:,} characters, too many for a template (at most {MAX_STRING:,})")
 
 
 def _width(n: Any, what: str) -> int:
