@@ -18,15 +18,14 @@ template edit compiles and stores; later processes only read (a cold `attntrace 
 write to it, rendering compiles from source and says nothing; nothing is ever written into the
 installed package.
 
-Every environment is Jinja's sandbox (`jinja2.sandbox.SandboxedEnvironment`, issue 16): a
-template folder shared by a colleague can lay out a report but cannot run code
-(``{{ self.__init__.__globals__ }}`` and every other attribute starting with an underscore
-is refused), and ``*``/``**`` on huge operands is refused rather than filling memory. The
-shipped templates run in the same sandbox: a user folder overrides single templates, so
-both kinds meet in one environment, and the sandbox costs nothing measurable (its module
-imports in 0.3 ms; a report renders as fast). Sandboxed templates compile to different code,
-so the sandbox is part of the bytecode cache's fingerprint: a template compiled without it
-is never loaded.
+Every environment is `sandbox.ReportEnvironment` (issue 20), Jinja's immutable sandbox with
+every size and count bounded, and every template file is read by `templatefiles.FolderLoader`
+(inside its folder, regular files, at most 1 MiB): a template folder shared by a colleague can
+lay out a report but cannot run code, read or write a file, or exhaust memory or time. Templates
+are given plain data only (`plaindata.plain_context` guards every render). The shipped
+templates run in the same sandbox: a user folder overrides single templates, so both kinds
+meet in one environment. Sandboxed templates compile to different code, so the sandbox is
+part of the bytecode cache's fingerprint: a template compiled without it is never loaded.
 
 An error in a template of the user's folder (syntax, undefined variable, missing include,
 macros recursing without end, an unsafe attribute) becomes one line naming the template and
