@@ -4,7 +4,7 @@ Pipeline (latexify_py style): validate settings -> build the view model
 (`attntrace.rendering.viewmodel`, math fragments from `attntrace.rendering.printing`) -> render templates
 (prose and layout only, `templates/`). Settings are declared once in `DEFAULTS` and unknown
 ones are refused (SymPy printer style). Templates: `<format>/report.j2` for a whole report,
-`steps/<kind>.j2` for one step (shared by the formats), `<format>/fmt.j2` for the format's
+`steps/<kind>.j2`, else `steps/view/<view>.j2`, else `steps/default.j2` for one step (shared by the formats), `<format>/fmt.j2` for the format's
 primitives (headings, display math, matrices) and `prose/<lang>.j2` for all the words.
 """
 
@@ -22,6 +22,7 @@ from attntrace.rendering.jinja_env import cached_environment, user_template_erro
 from attntrace.resources import templates_dir
 from attntrace.model.trace import Step, Trace
 from attntrace.rendering.viewmodel import report_view, step_view
+from attntrace.kinds import kind_of
 
 FORMATS = ("md", "tex", "text")
 LANGS = ("en", "zh")
@@ -130,7 +131,7 @@ def render_step(trace: Trace, step: Step | str, *, format: str, lang: str = "en"
     vm = step_view(trace, step, s["format"], s["precision"], s["max_size"], fit_limit(s), s["rows"])
     with user_template_errors(env, s["template_dir"]):
         ctx = _context(env, s["format"], s["lang"], s["math_delimiters"])
-        text = env.get_template(f"steps/{step.id}.j2").render(**ctx, vm=vm)
+        text = env.select_template(list(kind_of(step.id).templates)).render(**ctx, vm=vm)
     return tidy(text, s["format"])
 
 
