@@ -14,7 +14,7 @@ from pathlib import Path
 
 from attntrace.model.errors import AttntraceError, BadInput
 
-RUN_FORMATS = ("text", "md", "tex", "json")
+RUN_FORMATS = ("text", "md", "tex", "json", "html")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -35,6 +35,7 @@ def _add_render_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--width", default=None,
                    help="page width the equations must fit: 345pt (LaTeX default), 760px (Markdown default), 12cm, 100ch (text)")
     p.add_argument("--rows", default=None, help="rows expanded entry by entry: 1,3 or all (default: row 1; softmax: rows 1-4)")
+    p.add_argument("--fragment", action="store_true", help="HTML: a <div> to paste into a page instead of a whole page")
     p.add_argument("-o", "--output", type=Path, default=None, help="write to FILE instead of standard output")
 
 
@@ -58,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("spec")
     check.add_argument("answer", nargs="+", help="answer file; several files or a folder of .toml/.json answers grade a class")
     check.add_argument("--mode", choices=("numeric", "exact"), default=None)
-    check.add_argument("--format", choices=("text", "md", "tex", "json", "csv"), default="text",
+    check.add_argument("--format", choices=("text", "md", "tex", "json", "csv", "html"), default="text",
                        help="csv and json of a class: the summary only (csv: one row per student)")
     check.add_argument("--summary-only", action="store_true", help="a class: the summary without each student's report")
     check.add_argument("--weights", default=None, help="a class: step weights of the score, e.g. weights=2,Q=0 (default 1 each)")
@@ -75,9 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--d", type=int, default=4, help="model width; each head gets d_k = d / heads columns (d_k = 1 or 4 keeps sqrt(d_k) whole)")
     ex.add_argument("--heads", type=int, default=1)
     ex.add_argument("--seed", type=int, default=0)
-    ex.add_argument("--format", choices=("md", "tex", "moodle", "qti"), default="md",
-                    help="worksheet (md, tex), or a quiz: moodle (Moodle XML), qti (QTI 1.2 zip for Canvas, needs -o)")
-    ex.add_argument("--variants", type=int, default=1, help="moodle/qti: this many seeded variants (seed, seed + 1, ...)")
+    ex.add_argument("--format", choices=("md", "tex", "moodle", "qti", "numbas"), default="md",
+                    help="worksheet (md, tex), or a quiz: moodle (Moodle XML), qti (QTI 1.2 zip for Canvas, needs -o), "
+                         "numbas (a Numbas .exam with error carried forward)")
+    ex.add_argument("--variants", type=int, default=1, help="moodle/qti/numbas: this many seeded variants (seed, seed + 1, ...)")
     ex.add_argument("--key", action="store_true", help="print the answer key instead of the worksheet")
     ex.add_argument("--spec-out", type=Path, default=None, help="also write the problem's spec (TOML) here")
     ex.add_argument("--answer-out", type=Path, default=None, help="also write the answer key as an answer file (TOML) here")
@@ -98,6 +100,10 @@ def _render_options(args) -> dict:
         opts["width"] = args.width
     if args.rows is not None:
         opts["rows"] = args.rows
+    if getattr(args, "fragment", False):
+        if getattr(args, "format", None) != "html":
+            raise BadInput("--fragment needs --format html")
+        opts["fragment"] = True
     return opts
 
 
@@ -169,6 +175,16 @@ def cmd_check(args) -> int:
     from attntrace.teach.classcheck import class_command, wants_class
 
     if wants_class(args):  # several answers, a folder, csv, --summary-only or --weights: a class
+        if args.format == "html":  # the class report's Markdown as a page (summary and each student)
+            from attntrace.rendering.html import markdown_page
+
+            opts = _render_options(args)
+            fragment = opts.pop("fragment", False)
+            args.format = "md"
+            text, ok = class_command(args, opts, _json)
+            title = next((line.lstrip("#").strip() for line in text.splitlines() if line.startswith("#")), "attntrace")
+            _emit(markdown_page(text, args.lang, title, fragment=fragment, template_dir=args.template_dir), args.output)
+            return 0 if ok else 1
         text, ok = class_command(args, _render_options(args), _json)
         _emit(text, args.output, args.format == "json")
         return 0 if ok else 1
@@ -178,6 +194,12 @@ def cmd_check(args) -> int:
                    lang=args.lang)
     if args.format == "json":
         text = _json(report.to_dict())
+    elif args.format == "html":
+        from attntrace.grading.htmlreport import check_html
+
+        opts = _render_options(args)
+        text = check_html(report, args.answer[0], lang=args.lang, fragment=opts.pop("fragment", False),
+                          **{k: v for k, v in opts.items() if k in ("precision", "max_size", "template_dir")})
     else:
         from attntrace.grading.checker import render_report
 

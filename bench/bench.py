@@ -61,7 +61,7 @@ if __name__ == "__main__":
 import numpy as np  # noqa: E402
 
 GOALS = {"numeric": 1.3, "symbolic_speed": 10.0, "symbolic_text": 20.0, "symbolic_16": 40.0, "symbolic_fresh": 30.0,
-         "startup": 1.3}
+         "startup": 1.3, "html_bytes": 300_000, "html_render_s": 1.0}
 
 
 def _attntrace():
@@ -507,6 +507,53 @@ def bench_startup(repeats=7) -> dict:
             "sympy_imported": chain is not None, "sympy_chain": chain}
 
 
+_TIMING = ("<script>addEventListener('load', function () { document.body.offsetHeight;"
+           " var p = document.createElement('pre'); p.id = 'bench-ms'; p.textContent = performance.now();"
+           " document.body.appendChild(p); });</script>")
+
+
+def _chromium_ms(exe: str, url: str, profile: str) -> float:
+    """Milliseconds from the start of navigation to the load event with the layout done, as the
+    page itself measures them (Chromium's own start-up is not counted)."""
+    proc = subprocess.run([exe, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+                           "--disable-component-update", "--disable-sync", "--no-proxy-server", f"--user-data-dir={profile}",
+                           "--window-size=820,1000", "--dump-dom", url], capture_output=True, text=True, timeout=120)
+    m = re.search(r'<pre id="bench-ms">([\d.]+)</pre>', proc.stdout)
+    if not m:
+        raise RuntimeError(f"chromium gave no timing: {proc.stderr[-500:]}")
+    return float(m.group(1))
+
+
+def bench_html(repeats=5) -> dict:
+    """`sentence-4x6` as a self-contained HTML page: its size, and Chromium's time to load and
+    lay it out (navigation start to the load event with layout forced, measured in the page,
+    median of headless runs; an empty page's time for context; None when Chromium is missing)."""
+    import shutil
+
+    from attntrace import run
+    from attntrace.rendering.html import render_html
+
+    page = render_html(run("sentence-4x6"))
+    out = {"bytes": len(page.encode("utf-8")), "goal_bytes": GOALS["html_bytes"], "render_s": None,
+           "goal_s": GOALS["html_render_s"]}
+    exe = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
+    if exe is None:
+        return out
+    with tempfile.TemporaryDirectory() as tmp:
+        full, empty = Path(tmp) / "page.html", Path(tmp) / "empty.html"
+        full.write_text(page.replace("</body>", _TIMING + "</body>"), encoding="utf-8")
+        empty.write_text("<!DOCTYPE html><html><body>" + _TIMING + "</body></html>", encoding="utf-8")
+        profile = os.path.join(tmp, "profile")
+        _chromium_ms(exe, empty.as_uri(), profile)  # the profile is created once, untimed
+        times = {"page": [], "empty": []}
+        for _ in range(repeats):
+            times["page"].append(_chromium_ms(exe, full.as_uri(), profile))
+            times["empty"].append(_chromium_ms(exe, empty.as_uri(), profile))
+    out["render_s"] = statistics.median(times["page"]) / 1e3
+    out["empty_s"] = statistics.median(times["empty"]) / 1e3
+    return out
+
+
 # -- report ------------------------------------------------------------------------------------
 def _ok(value, goal, le=True) -> str:
     if value is None:
@@ -579,12 +626,20 @@ def markdown(results: dict) -> str:
         chain = " -> ".join(st["sympy_chain"]) if st["sympy_chain"] else "-"
         lines.append(f"| start-up: SymPy imported in numeric mode? | {'**yes**: ' + chain if st['sympy_imported'] else 'no'} "
                      f"| - | - | no | {'**NO**' if st['sympy_imported'] else 'yes'} |")
+    ht = results.get("html")
+    if ht:
+        lines.append(f"| html: `sentence-4x6` page size (self-contained: MathML, inline CSS/JS/SVG) | {ht['bytes'] / 1000:.0f} KB "
+                     f"| - | - | < {ht['goal_bytes'] / 1000:.0f} KB | {_ok(ht['bytes'], ht['goal_bytes'] - 1)} |")
+        if ht["render_s"] is not None:
+            lines.append(f"| html: Chromium loads and lays out `sentence-4x6` (navigation to load event, layout forced, measured in the page) "
+                         f"| {ht['render_s']:.2f} s | {ht['empty_s']:.2f} s (empty page) | - | < {ht['goal_s']} s "
+                         f"| {_ok(ht['render_s'], ht['goal_s'])} |")
     return "\n".join(lines) + "\n"
 
 
 def run_all(quick: bool = False, only=None) -> dict:
     results = {}
-    only = set(only or ("numeric", "symbolic", "startup"))
+    only = set(only or ("numeric", "symbolic", "startup", "html"))
     if "numeric" in only:
         results["numeric"] = bench_numeric(repeats=9 if quick else 21)
         results["numeric_malloc_reuse"] = bench_numeric_malloc_reuse(repeats=9 if quick else 21)
@@ -593,6 +648,8 @@ def run_all(quick: bool = False, only=None) -> dict:
         results["symbolic_fresh"] = bench_symbolic_fresh(repeats=1 if quick else 3)
     if "startup" in only:
         results["startup"] = bench_startup(repeats=3 if quick else 11)
+    if "html" in only:
+        results["html"] = bench_html(repeats=3 if quick else 7)
     results["machine"] = machine()
     return results
 
@@ -602,7 +659,7 @@ def main(argv=None) -> int:
     ap.add_argument("--markdown", type=Path, default=None, help="also write the table to FILE")
     ap.add_argument("--json", type=Path, default=None, help="also write the raw numbers to FILE")
     ap.add_argument("--quick", action="store_true", help="fewer repeats")
-    ap.add_argument("--only", action="append", choices=("numeric", "symbolic", "startup"), help="run only these (repeatable)")
+    ap.add_argument("--only", action="append", choices=("numeric", "symbolic", "startup", "html"), help="run only these (repeatable)")
     ap.add_argument("--profile", action="store_true", help="print a cProfile of the numeric trace")
     ap.add_argument("--clock", choices=("cpu", "wall"), default="cpu", help="CPU time of this process (default) or wall time")
     ap.add_argument("--blas-threads", default="1", help="OpenBLAS threads (default 1: stable ratios on a shared machine; 0 = library default)")

@@ -3,7 +3,7 @@
 # again on one that has it all (then it takes a few seconds). Non-interactive.
 #
 #   1. LaTeX (xelatex + ctexart with Fandol fonts, amsmath) and pdftoppm   [apt]
-#   2. KaTeX, pinned in package.json / package-lock.json, into ./node_modules [npm]
+#   2. KaTeX and MathJax 4, pinned in package.json / package-lock.json, into ./node_modules [npm]
 #   3. torch==2.13.0 (CPU wheel found locally) and this package with .[test], whose
 #      extra brings transformers (5.x, CPU-only use: tests/oracles.py builds tiny random
 #      models, downloads nothing) next to pytest, hypothesis, ...            [pip]
@@ -65,14 +65,25 @@ if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
   log "node/npm missing: installing Debian's nodejs + npm"
   apt_install nodejs npm
 fi
-want_katex="$(node -e 'console.log(require("./package-lock.json").packages["node_modules/katex"].version)')"
-have_katex="$(node -e 'try{console.log(require("./node_modules/katex/package.json").version)}catch(e){console.log("")}')"
-if [ "$have_katex" = "$want_katex" ]; then
-  log "KaTeX $have_katex present in node_modules; skipping npm"
+# every package the lock file pins at the top of node_modules (KaTeX; MathJax 4 for the
+# compiled Numbas exam in tests/test_numbas.py) must be there at its locked version
+npm_ready() {
+  node -e '
+    const lock = require("./package-lock.json");
+    for (const [path, meta] of Object.entries(lock.packages)) {
+      if (!path.startsWith("node_modules/") || path.slice(13).includes("node_modules/")) continue;
+      let have = "";
+      try { have = require("./" + path + "/package.json").version; } catch (e) {}
+      if (have !== meta.version) { console.error(path + ": want " + meta.version + ", have " + (have || "none")); process.exit(1); }
+    }'
+}
+if npm_ready; then
+  log "npm packages of package-lock.json present in node_modules; skipping npm"
 else
-  log "KaTeX: npm ci (want $want_katex, have ${have_katex:-none})"
+  log "npm ci (KaTeX, MathJax)"
   npm ci --no-audit --no-fund --loglevel=error
-  log "KaTeX: done in $(( $(now) - t0 )) s"
+  npm_ready || { log "node_modules still differs from package-lock.json after npm ci"; exit 1; }
+  log "npm: done in $(( $(now) - t0 )) s"
 fi
 
 # ---------------------------------------------------------------- 3. Python

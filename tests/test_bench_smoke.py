@@ -76,3 +76,9 @@ def test_numeric_mode_does_not_import_sympy(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     imported = proc.stderr.rsplit("SYMPY:", 1)[1]
     assert imported == "", f"numeric mode imported SymPy: {imported}"
+
+
+def test_html_bench_runs(bench):
+    r = bench.bench_html(repeats=1)
+    assert 10_000 < r["bytes"] < r["goal_bytes"]
+    assert r["render_s"] is None or r["render_s"] > 0

@@ -5,9 +5,11 @@ Each rule computes a step from the student's world (`intervals.Box`), right or w
 its mistakes; `mistakes.apply` looks them up in `RULES` next to the classic ten. A step kind
 with a rule here carries a mistake made before it forward (a wrong Q gives a Q-tilde, scores,
 ... that are `carried`); the backward steps of a head (dV, dA, dT, dS, dQ, dK and a head's
-dW_Q, dW_K, dW_V) have a rule here too, and so has the log-sum-exp L of the online softmax.
-Kinds with no rule (the other online, backward and block steps) are taken at their true
-value (`mistakes._at_truth`), so nothing is carried through them.
+dW_Q, dW_K, dW_V) have a rule here too, and so has the log-sum-exp L of the online softmax;
+the block's norms, FFN products and activations compute through `blockrules` (valid
+enclosures). Kinds with no rule (the other online and backward steps: the whole-input
+gradients) are taken at their true value (`mistakes._at_truth`), so nothing is carried
+through them.
 
 Mistakes (diagnose.CATALOGUE; their sentences in templates/check/messages.*.j2):
 
@@ -39,7 +41,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attntrace.grading import intervals
+from attntrace.grading import blockrules, intervals
 from attntrace.grading.intervals import Box
 from attntrace.model.errors import BadInput
 
@@ -239,6 +241,41 @@ def _grad(world, step, args, m, mutation):
         if m == "grad_scale_forgotten":
             return args[0]
         return intervals.divide(args[0], float(step.details["factor"]))
+    return _grad_plumbing(world, step, args, rule)
+
+
+def _grad_plumbing(world, step, args, rule):
+    """The other backward steps from the student's values: the seed 2 O of the loss sum o^2,
+    db_O (column sums of dO), a head's dZ (its columns of dconcat), dW_Q of full-width
+    weights (X^T times the heads' dQ side by side) and dX (the sum over heads and projections
+    of dP W_P^T). A seed given as a matrix or the loss sum o (dL/dO = 1) depends on nothing the
+    student wrote: its true value."""
+    if rule == "sum_squares" and len(args) == 1:
+        return intervals.divide(args[0], 0.5)
+    if rule == "colsum" and len(args) == 1:
+        a = args[0]
+        return intervals._widen((a.lo.sum(axis=0, keepdims=True) + a.hi.sum(axis=0, keepdims=True)) / 2,
+                                (a.hi - a.lo).sum(axis=0, keepdims=True) / 2, np.abs(a.mid).sum(axis=0, keepdims=True))
+    if rule == "block" and len(args) == 1:
+        first, last = step.details["block"]
+        if args[0].shape[1] < last:
+            raise _impossible()
+        return intervals.Box(args[0].lo[:, first - 1:last], args[0].hi[:, first - 1:last])
+    if rule == "stack" and len(args) >= 2:
+        parts = list(args[1:])
+        if len({p.shape[0] for p in parts}) != 1 or args[0].shape[0] != parts[0].shape[0]:
+            raise _impossible()
+        return intervals.matmul(args[0].T, intervals.stack(parts, axis=1))
+    if rule == "paths" and len(args) >= 2 and len(args) % 2 == 0:
+        total = None
+        for dp, w in zip(args[0::2], args[1::2]):
+            if dp.shape[1] != w.shape[1]:
+                raise _impossible()
+            term = intervals.matmul(dp, w.T)
+            if total is not None and total.shape != term.shape:
+                raise _impossible()
+            total = term if total is None else intervals.add(total, term)
+        return total
     return intervals.point(world.truth[(step.id, step.head)])
 
 
@@ -310,15 +347,20 @@ def _first_order(f, x: Box) -> Box:
 
 
 def _norm(world, step, args, m, mutation):
-    """LayerNorm / RMSNorm at its true value; its mistakes computed from the student's input:
-    the variance over d - 1 (norm_unbiased_variance) or each column over the tokens (norm_wrong_axis)."""
-    from attntrace.grading.diagnose import to_float
+    """LayerNorm / RMSNorm from the student's input (`blockrules.norm`, a valid enclosure); its
+    mistakes likewise: the variance over d - 1 (norm_unbiased_variance) or each column over the
+    tokens (norm_wrong_axis), bounded to first order (they only name a mistake)."""
 
-    if m not in ("norm_unbiased_variance", "norm_wrong_axis"):
-        return intervals.point(to_float(step.value))
     det = step.details
     rms, eps = det.get("norm") == "rms", float(det.get("eps", 1e-5))
     named = dict(zip(step.inputs[1:], args[1:]))
+    if m not in ("norm_unbiased_variance", "norm_wrong_axis"):
+        gain_box = next((b for n, b in named.items() if n.startswith("gamma")), None)
+        bias_box = next((b for n, b in named.items() if n.startswith("beta")), None)
+        try:
+            return blockrules.norm(args[0], gain_box, bias_box, eps, rms)
+        except ValueError:
+            raise _impossible() from None
     gain = next((b.mid for n, b in named.items() if n.startswith("gamma")), None)
     bias = next((b.mid for n, b in named.items() if n.startswith("beta")), None)
     axis = 0 if m == "norm_wrong_axis" else 1
@@ -338,14 +380,21 @@ def _norm(world, step, args, m, mutation):
 
 
 def _activation(world, step, args, m, mutation):
-    """The FFN's activation at its true value; gelu_relu_confused: ReLU for GELU or GELU for
-    ReLU, entry by entry over the student's H (its extremes and midpoint)."""
+    """The FFN's activation from the student's H (and U for SwiGLU), a valid enclosure
+    (`blockrules`); gelu_relu_confused: ReLU for GELU or GELU for ReLU, entry by entry over
+    the student's H (its extremes and midpoint)."""
     from attntrace.grading.diagnose import to_float
 
-    act = step.details.get("activation")
-    if m != "gelu_relu_confused" or act not in ("relu", "gelu", "gelu_tanh"):
-        return intervals.point(to_float(step.value))
     from attntrace.algebra.numeric import NumericAlgebra
+
+    act = step.details.get("activation")
+    f = NumericAlgebra().activation
+    if m != "gelu_relu_confused" or act not in ("relu", "gelu", "gelu_tanh"):
+        if act == "swiglu" and len(args) == 2 and args[0].shape == args[1].shape:
+            return blockrules.swiglu(args[0], args[1], f)
+        if act in ("relu", "gelu", "gelu_tanh", "silu") and len(args) == 1:
+            return blockrules.activation(args[0], act, f)
+        return intervals.point(to_float(step.value))
 
     wrong = "gelu" if act == "relu" else "relu"
     h = args[0]
@@ -366,6 +415,14 @@ def _pos_enc(world, step, args, m, mutation):
     col = np.arange(d)[None, :]
     angle = pos / float(step.details.get("base", 10000)) ** ((2 * (col // 2)) / d)
     return intervals.point(np.where(col % 2 == 0, np.cos(angle), np.sin(angle)))
+
+
+def _ffn_linear(world, step, args, m, mutation):
+    """The FFN's products H = N W_1 + b_1, U = N W_up, F = G W_2 + b_2 from the student's values."""
+    try:
+        return blockrules.linear(args[0], args[1], args[2] if len(args) > 2 else None)
+    except ValueError:
+        raise _impossible() from None
 
 
 def masked_keep(step, m) -> np.ndarray | None:
@@ -392,5 +449,6 @@ def masked_keep(step, m) -> np.ndarray | None:
 RULES = {"Q_rope": _rope, "K_rope": _rope, "biased": _biased, "K_cache": _cache, "V_cache": _cache,
          "embed": _sum, "residual1": _sum, "residual2": _sum,
          "online_out": _online_out, "lse": _lse, "norm1": _norm, "norm2": _norm, "ffn_act": _activation,
-         "pos_enc": _pos_enc,
-         **{g: _grad for g in ("dV", "dweights", "dscaled", "dscores", "dQ", "dK", "dW_Q", "dW_K", "dW_V")}}
+         "pos_enc": _pos_enc, "ffn_hidden": _ffn_linear, "ffn_up": _ffn_linear, "ffn_out": _ffn_linear,
+         **{g: _grad for g in ("dV", "dweights", "dscaled", "dscores", "dQ", "dK", "dW_Q", "dW_K", "dW_V",
+                               "doutput", "dW_O", "db_O", "dconcat", "dZ", "dX")}}

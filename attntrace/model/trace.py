@@ -149,6 +149,18 @@ class Trace:
         except Exception as exc:  # noqa: BLE001 - display must not raise
             return f"**attntrace could not render this trace:** `{type(exc).__name__}: {exc}`"
 
+    def _repr_html_(self) -> str:
+        """The explorable derivation (the HTML fragment: MathML, which JupyterLab and VS Code
+        notebooks render natively)."""
+        try:
+            from attntrace.rendering.html import render_html
+
+            return render_html(self, fragment=True)
+        except Exception as exc:  # noqa: BLE001 - display must not raise
+            import html
+
+            return f"<p><b>attntrace could not render this trace:</b> <code>{html.escape(f'{type(exc).__name__}: {exc}')}</code></p>"
+
     def _repr_latex_(self) -> str | None:
         try:
             from attntrace.rendering.renderer import render

@@ -202,7 +202,14 @@ def check_figures_folder(directory: str | os.PathLike) -> None:
 
 
 def render(trace: Trace, format: str = "md", **options: Any) -> str:
-    """Render a trace as a derivation: format md | tex | text, lang en | zh (see DEFAULTS)."""
+    """Render a trace as a derivation: format md | tex | text | html, lang en | zh (see DEFAULTS;
+    html also takes fragment=True for a <div> to paste into a page)."""
+    if format == "html" and isinstance(trace, Trace):
+        from attntrace.rendering.html import render_html
+
+        return render_html(trace, **options)
+    if format not in FORMATS and isinstance(format, str):
+        raise BadInput(f"format must be one of {', '.join(FORMATS)}, html, not {format!r}")
     s = validate({**options, "format": format})
     if not isinstance(trace, Trace):
         raise BadInput(f"render needs a Trace (from attntrace.run), not {type(trace).__name__}")

@@ -460,7 +460,7 @@ def exercise_command(args, render_options: dict) -> int:
     --format moodle / qti: a quiz of --variants seeded variants (see attntrace.teach.lms)."""
     from attntrace.cli import _emit
 
-    if args.format in ("moodle", "qti"):
+    if args.format in ("moodle", "qti", "numbas"):
         return _lms_command(args, render_options)
     spec, trace = make_exercise(args.n, args.d, args.heads, args.seed)
     if args.spec_out is not None:
@@ -490,6 +490,11 @@ def _lms_command(args, options: dict) -> int:
     lang, template_dir, output = options.get("lang", "en"), options.get("template_dir"), options.get("output_path")
     if args.format == "moodle":
         _emit(lms.moodle_xml(variants, lang, template_dir), output)
+        return 0
+    if args.format == "numbas":
+        from attntrace.teach import numbas
+
+        _emit(numbas.exam_text(variants, lang, template_dir), output)
         return 0
     if output is None:
         raise BadInput("--format qti writes a zip package: give -o FILE.zip")

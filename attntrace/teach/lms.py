@@ -15,6 +15,14 @@ filters of Moodle and Canvas typeset) and ask for every step of the trace, in tr
 - QTI 1.2: Canvas's numerical question has a single blank, so every entry is one item
   (question_type numerical_question), titled with the variant, step and entry; the
   package is a zip with imsmanifest.xml (IMS Content Packaging 1.1) and one assessment.
+  Each answer is a range (vargte, varlte: Canvas's "answer in the range") rather than an exact
+  answer with a margin, since Canvas turns a margin below 1e-4 into zero. The items meet the
+  QTI 1.2 XSD and the manifest the CP 1.1 XSD; they do not meet the Common Cartridge profile of
+  QTI, which has no vargte/varlte (its numerical answers are exact strings): a Canvas QTI zip
+  is imported by Canvas's QTI converter, not as a Common Cartridge.
+- Moodle: each blank also lists the values the usual mistakes give at that entry (no scaling,
+  K Q^T, the softmax down the columns, ... from `teach.feedback`) at 0 % with the checker's
+  sentence as feedback; user text and feedback have Cloze's markup characters escaped.
 
 The answers are the answer key (`exercise.answer_key`, the exact value rounded to 4
 decimals) and the tolerance is the one `attntrace check` applies to an entry written with 4
@@ -31,6 +39,8 @@ from __future__ import annotations
 
 import html
 import io
+import math
+import re
 import zipfile
 from dataclasses import dataclass
 from xml.etree import ElementTree as ET
@@ -38,6 +48,7 @@ from xml.etree import ElementTree as ET
 from attntrace.grading.answer import Entry
 from attntrace.model.errors import BadInput
 from attntrace.model.trace import Trace
+from attntrace.teach import feedback
 
 #: The answers are asked "rounded to 4 decimals" (worksheet's round_note).
 DECIMALS = 4
@@ -91,7 +102,7 @@ def _answers(trace: Trace) -> list[tuple]:
 # --------------------------------------------------------------------------- question text (HTML)
 
 
-class _Prose:
+class Prose:
     """The worksheet's prose (templates/exercise/prose/{lang}.j2) as HTML."""
 
     def __init__(self, lang: str, template_dir=None):
@@ -124,11 +135,12 @@ def _math(tex: str, display: bool = False) -> str:
     return f"\\[ {tex} \\]" if display else f"\\( {tex} \\)"
 
 
-def _given_html(variant: Variant, prose: _Prose) -> str:
+def given_html(variant: Variant, prose: Prose, escape=lambda text: text) -> str:
+    """The given matrices as HTML; `escape` first applies to the user's title (Moodle Cloze)."""
     from attntrace.teach.exercise import worksheet_view
 
     view = worksheet_view(variant.spec, variant.trace)
-    parts = [f"<p>{html.escape(variant.spec['title'])}</p>",
+    parts = [f"<p>{html.escape(escape(variant.spec['title']), quote=False)}</p>",
              f"<p>{prose('intro')} " + _math("n = %d,\\ d_{\\text{model}} = %d,\\ h = %d,\\ d_k = %d"
                                               % (view["n"], view["d"], view["heads"], view["d_k"])) + "</p>",
              f"<p><strong>{prose('given')}</strong></p>"]
@@ -138,7 +150,7 @@ def _given_html(variant: Variant, prose: _Prose) -> str:
     return "\n".join(parts)
 
 
-def _step_html(variant: Variant, prose: _Prose, number: int, step) -> str:
+def step_html(variant: Variant, prose: Prose, number: int, step) -> str:
     from attntrace.teach.exercise import worksheet_view
 
     view = worksheet_view(variant.spec, variant.trace)
@@ -169,25 +181,53 @@ def _text_element(parent, tag: str, text: str, format: str | None = None):
     return el
 
 
-def _cloze_blank(value: float) -> str:
-    return "{1:NUMERICAL:=%s:%s}" % (_num(value), _num(tolerance(value)))
+def cloze_escape(text: str) -> str:
+    """Text inside Moodle Cloze markup: a backslash before each of \\ { } ~ # (Moodle's Cloze
+    parser reads them as markup, so a title with {1:NUMERICAL:=9} would become a blank)."""
+    return re.sub(r"([\\{}~#])", r"\\\1", text)
+
+
+def _cloze_blank(value: float, alternatives=()) -> str:
+    """A NUMERICAL blank: the key at 100 %, then each usual mistake's value at 0 % with the
+    checker's sentence as feedback ({1:NUMERICAL:=key:tol~%0%wrong:tol#feedback})."""
+    answers = ["=%s:%s" % (_num(value), _num(tolerance(value)))]
+    answers += ["%%0%%%s:%s#%s" % (_num(wrong), _num(tolerance(wrong)), feedback) for wrong, feedback in alternatives]
+    return "{1:NUMERICAL:%s}" % "~".join(answers)
+
+
+def _entry_alternatives(wrongs, i: int, j: int, value: float) -> list[tuple[float, str]]:
+    """The usual mistakes' values at entry (i, j) that a student can tell from the key (outside
+    both tolerances) and from each other, first sentence kept."""
+    out: list[tuple[float, str]] = []
+    for matrix, feedback in wrongs:
+        wrong = round(float(matrix[i][j]), DECIMALS)
+        if not math.isfinite(wrong) or abs(wrong - value) <= tolerance(value) + tolerance(wrong):
+            continue
+        if any(abs(wrong - w) <= tolerance(w) + tolerance(wrong) for w, _ in out):
+            continue
+        out.append((wrong, feedback))
+    return out
 
 
 def moodle_quiz(variants: list[Variant], lang: str = "en", template_dir=None) -> ET.Element:
     """The Moodle XML <quiz> element: per variant a category and one Cloze question per step."""
-    prose = _Prose(lang, template_dir)
+    prose = Prose(lang, template_dir)
     quiz = ET.Element("quiz")
     for v in variants:
         n, d = len(v.spec["X"]), len(v.spec["X"][0])
         heads = v.trace.num_heads
         category = ET.SubElement(quiz, "question", {"type": "category"})
         _text_element(category, "category", f"$course$/top/attntrace n={n} d={d} heads={heads}/seed {v.seed}")
-        given = _given_html(v, prose)
+        given = given_html(v, prose, escape=cloze_escape)
+        wrongs = feedback.mistake_values(v.trace, lang, template_dir)
         for number, (step, matrix) in enumerate(_answers(v.trace), start=1):
             q = ET.SubElement(quiz, "question", {"type": "cloze"})
             _text_element(q, "name", f"seed {v.seed}, step {number}: {step.key}")
-            rows = "".join("<tr>" + "".join(f"<td>{_cloze_blank(x)}</td>" for x in row) + "</tr>" for row in matrix)
-            body = (f"{given}\n{_step_html(v, prose, number, step)}\n"
+            mine = [(m, html.escape(cloze_escape(text), quote=False)) for m, text in wrongs.get(step.key, [])]
+            rows = "".join("<tr>" + "".join(f"<td>{_cloze_blank(x, _entry_alternatives(mine, i, j, x))}</td>"
+                                            for j, x in enumerate(row)) + "</tr>"
+                           for i, row in enumerate(matrix))
+            body = (f"{given}\n{step_html(v, prose, number, step)}\n"
                     f"<p>{_lhs_html(step)} =</p>\n<table class=\"attntrace-matrix\">{rows}</table>")
             _text_element(q, "questiontext", body, "html")
             _text_element(q, "generalfeedback", "", "html")
@@ -226,13 +266,14 @@ def _numerical_item(section, ident: str, title: str, text: str, value: float) ->
     processing = ET.SubElement(item, "resprocessing")
     ET.SubElement(ET.SubElement(processing, "outcomes"), "decvar",
                   {"maxvalue": "100", "minvalue": "0", "varname": "SCORE", "vartype": "Decimal"})
+    # A range answer (Canvas: "answer in the range"), not an exact answer with a margin: Canvas
+    # is reported to turn numbers below 1e-4 into zero (text2qti issue 51), which would make the
+    # margin of 5e-5 zero; the bounds are numbers near the key and survive.
     condition = ET.SubElement(processing, "respcondition", {"continue": "No"})
-    either = ET.SubElement(ET.SubElement(condition, "conditionvar"), "or")
-    ET.SubElement(either, "varequal", {"respident": "response1"}).text = _num(value)
-    both = ET.SubElement(either, "and")
+    within = ET.SubElement(condition, "conditionvar")
     tol = tolerance(value)
-    ET.SubElement(both, "vargte", {"respident": "response1"}).text = _num(value - tol)
-    ET.SubElement(both, "varlte", {"respident": "response1"}).text = _num(value + tol)
+    ET.SubElement(within, "vargte", {"respident": "response1"}).text = _num(value - tol)
+    ET.SubElement(within, "varlte", {"respident": "response1"}).text = _num(value + tol)
     ET.SubElement(condition, "setvar", {"action": "Set", "varname": "SCORE"}).text = "100"
 
 
@@ -242,7 +283,7 @@ def _ident(*parts) -> str:
 
 def qti_assessment(variants: list[Variant], lang: str = "en", template_dir=None) -> ET.Element:
     """The QTI 1.2 <questestinterop>: one assessment, one section, one item per entry."""
-    prose = _Prose(lang, template_dir)
+    prose = Prose(lang, template_dir)
     first = variants[0]
     n, d, heads = len(first.spec["X"]), len(first.spec["X"][0]), first.trace.num_heads
     seeds = f"{variants[0].seed}" if len(variants) == 1 else f"{variants[0].seed}-{variants[-1].seed}"
@@ -255,9 +296,9 @@ def qti_assessment(variants: list[Variant], lang: str = "en", template_dir=None)
     _field(meta, "cc_maxattempts", "1")
     section = ET.SubElement(assessment, "section", {"ident": "root_section"})
     for v in variants:
-        given = _given_html(v, prose)
+        given = given_html(v, prose)
         for number, (step, matrix) in enumerate(_answers(v.trace), start=1):
-            step_text = _step_html(v, prose, number, step)
+            step_text = step_html(v, prose, number, step)
             for i, row in enumerate(matrix, start=1):
                 for j, value in enumerate(row, start=1):
                     text = (f"{given}\n{step_text}\n<p>{_lhs_html(step)}: "
