@@ -74,12 +74,13 @@ SYNTAX = [
     "{{ [1, 2][1:2:3, 4] }}", "{{ 10 ** -5000 }}", "{{ 1e308 * 10 }}", "{{ '%d' % 'x' }}",
 ]
 #: Where a template piece goes (a whole report, the format's macros, one step's block).
-PLACES = ["md/report.j2", "md/fmt.j2", "steps/weights.j2", "report/body.j2", "prose/en.j2"]
+PLACES = ["md/report.j2", "md/fmt.j2", "steps/weights.j2", "steps/default.j2", "report/body.j2", "prose/en.j2", "html/page.j2"]
 #: What a folder-level piece does to a template file of the folder.
 FILE_KINDS = ["symlink-secret", "symlink-etc", "symlink-dir", "fifo", "sparse", "not-utf8", "empty", "symlink-loop"]
 COMMANDS = [
     ["run", "sentence-4x6", "--format", "md"], ["run", "sentence-4x6", "--format", "tex"], ["run", "gqa-4-query-2-kv", "--format", "text"],
     ["check", str(EXAMPLES / "article_softmax_claim.toml"), str(EXAMPLES / "article_softmax_claim.answer.toml"), "--format", "md"],
+    ["run", "sentence-4x6", "--format", "html"],
 ]
 
 

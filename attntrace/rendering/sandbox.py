@@ -333,7 +333,7 @@ class BudgetedTemplate(jinja2.Template):
             return super().render(*args, **kwargs)
 
     def make_module(self, vars=None, shared=False, locals=None):
-        if vars:
+        if vars and not shared:  # from Python (`shared`: an import with context, inside a checked render)
             plain_context(vars)
         with fresh_budget():
             return super().make_module(vars, shared, locals)
