@@ -67,6 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="every entry must be right to N decimals (default: each number to the decimals it is written with)")
     check.add_argument("--atol", type=float, default=None, help="right when |yours - true| <= atol + rtol |true|")
     check.add_argument("--rtol", type=float, default=None)
+    check.add_argument("--jobs", type=int, default=None,
+                       help="a class: grade in this many processes (default: the number of cores)")
     _add_render_options(check)
 
     sub.add_parser("examples", help="list the built-in examples")
@@ -157,6 +159,43 @@ def _emit(text: str, output: Path | None, is_json: bool = False) -> None:
             raise BadInput(f"cannot write {str(output)!r}: {exc.strerror or type(exc).__name__}") from None
 
 
+class _Stream:
+    """A report written piece by piece (a class graded answer by answer), to standard output
+    or to a file (opened at the first piece, so a bad spec leaves no file), each piece
+    cleaned as `_emit` cleans a whole report; it ends with a newline."""
+
+    def __init__(self, output: Path | None):
+        self.output, self.file, self.last = output, None, "\n"
+
+    def __enter__(self) -> "_Stream":
+        return self
+
+    def write(self, text: str, is_json: bool = False) -> None:
+        from attntrace.inputs.safetext import clean_output, json_safe
+
+        if not text:
+            return
+        text = clean_output(json_safe(text) if is_json else text)
+        self.last = text[-1:]
+        if self.output is None:
+            _write_stream(sys.stdout, text, is_json)
+            return
+        try:
+            if self.file is None:
+                self.file = open(self.output, "w", encoding="utf-8")
+            self.file.write(text)
+        except OSError as exc:
+            raise BadInput(f"cannot write {str(self.output)!r}: {exc.strerror or type(exc).__name__}") from None
+
+    def __exit__(self, kind, exc, tb) -> None:
+        try:
+            if exc is None and self.last != "\n":
+                self.write("\n")
+        finally:
+            if self.file is not None:
+                self.file.close()
+
+
 def cmd_run(args) -> int:
     from attntrace import run
 
@@ -174,19 +213,21 @@ def cmd_run(args) -> int:
 def cmd_check(args) -> int:
     from attntrace.teach.classcheck import class_command, wants_class
 
-    if wants_class(args):  # several answers, a folder, csv, --summary-only or --weights: a class
+    if wants_class(args):  # several answers, a folder, csv, --summary-only, --weights or --jobs: a class
         if args.format == "html":  # the class report's Markdown as a page (summary and each student)
             from attntrace.rendering.html import markdown_page
 
             opts = _render_options(args)
             fragment = opts.pop("fragment", False)
             args.format = "md"
-            text, ok = class_command(args, opts, _json)
+            parts: list[str] = []
+            ok = class_command(args, opts, lambda text, is_json=False: parts.append(text))
+            text = "".join(parts)
             title = next((line.lstrip("#").strip() for line in text.splitlines() if line.startswith("#")), "attntrace")
             _emit(markdown_page(text, args.lang, title, fragment=fragment, template_dir=args.template_dir), args.output)
             return 0 if ok else 1
-        text, ok = class_command(args, _render_options(args), _json)
-        _emit(text, args.output, args.format == "json")
+        with _Stream(args.output) as stream:
+            ok = class_command(args, _render_options(args), stream.write)
         return 0 if ok else 1
     from attntrace.grading.checker import check
 

@@ -19,6 +19,12 @@ here asserts a wall time (tests/test_bench_smoke.py only checks that the functio
 - symbolic, fresh process: the same 4x6 report timed ONCE in a new process (its imports done
   first, untimed; Jinja's environment, templates and SymPy's caches all cold), against naive
   SymPy timed once in a new process the same way. Goal >= 30x.
+- class: a folder of 1,008 answers to a two-head problem (causal, W_O; right answers at 2-4
+  decimals, planted mistakes, partial, extra keys, unreadable files) graded by
+  `attntrace check SPEC FOLDER --format csv` as the command does it (streamed rows), in
+  answers per second of WALL time (the workers' CPU time is not this process's), with --jobs 1
+  and --jobs = the cores. Goal >= 300 answers/s on 2 cores. Also the peak memory of the command
+  for 1,008 and 4,032 answers (flat: it must not grow with the class).
 - start-up: `python -m attntrace run <numeric spec> --format md` against
   `python -c "import numpy, jinja2"`, cold processes (median of alternating runs, both with their
   Python bytecode cached; attntrace's compiled templates in a temporary cache folder filled by
@@ -60,7 +66,7 @@ if __name__ == "__main__":
 
 import numpy as np  # noqa: E402
 
-GOALS = {"numeric": 1.3, "symbolic_speed": 10.0, "symbolic_text": 20.0, "symbolic_16": 40.0, "symbolic_fresh": 30.0,
+GOALS = {"class_answers_per_s": 300.0, "numeric": 1.3, "symbolic_speed": 10.0, "symbolic_text": 20.0, "symbolic_16": 40.0, "symbolic_fresh": 30.0,
          "startup": 1.3, "html_bytes": 300_000, "html_render_s": 1.0}
 
 
@@ -555,6 +561,145 @@ def bench_html(repeats=5) -> dict:
 
 
 # -- report ------------------------------------------------------------------------------------
+# -- class grading ------------------------------------------------------------------------------
+CLASS_VARIANTS = ("right-2", "right-3", "right-4", "missing_scale", "column_softmax", "skipped_softmax",
+                  "transposed_scores", "head_order", "partial", "slip", "extra_key", "unreadable")
+
+
+def class_problem(seed: int = 0) -> dict:
+    """Two heads (d_k = 2), three tokens, a causal mask and W_O; one-decimal numbers."""
+    rng = np.random.default_rng(seed)
+    r = lambda *shape: np.round(rng.uniform(-1, 1, size=shape), 1)  # noqa: E731
+    return {"X": rng.integers(-3, 4, size=(3, 4)).astype(float).tolist(), "W_Q": r(4, 4).tolist(), "W_K": r(4, 4).tolist(),
+            "W_V": r(4, 4).tolist(), "W_O": r(4, 4).tolist(), "num_heads": 2, "mask": "causal"}
+
+
+def class_answer(spec: dict, variant: str) -> str:
+    """One student's answer file (TOML), computed here in NumPy from their own rounded values."""
+    if variant == "unreadable":
+        return "weights@1 = [[0.5, 0.5]\n"
+    decimals = int(variant[-1]) if variant.startswith("right") else 3
+    rd = lambda a: np.round(a, decimals)  # noqa: E731
+    X = np.array(spec["X"])
+    out, zs = {}, []
+    with np.errstate(all="ignore"):  # skipped_softmax: -inf weights, nothing after them is written
+        return _class_answer(spec, variant, decimals, rd, X, out, zs)
+
+
+def _class_answer(spec, variant, decimals, rd, X, out, zs) -> str:
+    for h in (1, 2):
+        cols = slice(2 * (h - 1), 2 * h)
+        m = variant if h == 1 or variant == "column_softmax" else None
+        Q, K, V = (rd(X @ np.array(spec[w])[:, cols]) for w in ("W_Q", "W_K", "W_V"))
+        if variant == "slip" and h == 1:
+            Q = Q.copy()
+            Q[0, 0] += 1
+        S = rd(K @ Q.T if m == "transposed_scores" else Q @ K.T)
+        T = rd(S if m == "missing_scale" else S / np.sqrt(2))
+        M = np.where(np.tril(np.ones((3, 3), dtype=bool)), T, -np.inf)
+        ax = 0 if m == "column_softmax" and h == 2 else 1
+        e = np.exp(M - M.max(axis=ax, keepdims=True))
+        A = rd(M if m == "skipped_softmax" else e / e.sum(axis=ax, keepdims=True))
+        Z = rd(A @ V)
+        out.update({f"Q@{h}": Q, f"K@{h}": K, f"V@{h}": V, f"scores@{h}": S, f"scaled@{h}": T, f"masked@{h}": M,
+                    f"weights@{h}": A, f"Z@{h}": Z})
+        zs.append(Z)
+    C = rd(np.hstack(zs[::-1] if variant == "head_order" else zs))
+    out.update({"concat": C, "output": rd(C @ np.array(spec["W_O"]))})
+    if variant == "partial":
+        out = {k: v for k, v in out.items() if k.startswith(("weights", "Z", "output"))}
+    if variant == "skipped_softmax":
+        out = {k: v for k, v in out.items() if not k.startswith(("Z@1", "concat", "output"))}
+    fmt = lambda x: "-inf" if x == -np.inf else f"{x:.{decimals}f}"  # noqa: E731
+    lines = [f'student = "{variant}"'] + (['date = "2026-12-01"'] if variant == "extra_key" else [])
+    lines += [f'"{k}" = [' + ", ".join("[" + ", ".join(fmt(x) for x in row) + "]" for row in v) + "]" for k, v in out.items()]
+    return "\n".join(lines) + "\n"
+
+
+def write_class(folder: Path, n_answers: int = 1008, seed: int = 0) -> Path:
+    """The problem (folder/problem.json) and n_answers answers (folder/answers/*.toml)."""
+    spec = class_problem(seed)
+    (folder / "answers").mkdir(parents=True, exist_ok=True)
+    texts = {v: class_answer(spec, v) for v in CLASS_VARIANTS}
+    for i in range(n_answers):
+        v = CLASS_VARIANTS[i % len(CLASS_VARIANTS)]
+        (folder / "answers" / f"{i:05d}-{v}.toml").write_text(texts[v].replace(f'student = "{v}"', f'student = "{v} {i}"'),
+                                                             encoding="utf-8")
+    path = folder / "problem.json"
+    path.write_text(json.dumps(spec), encoding="utf-8")
+    return path
+
+
+def _grade_class(spec: Path, answers: Path, jobs: int) -> int:
+    """What `attntrace check SPEC FOLDER --format csv --jobs N` does, its rows thrown away."""
+    from attntrace.teach.classcheck import Tally, csv_row, prepare, results
+
+    g, items, _ = prepare(str(spec), answers, weights=None, mode=None, atol=None, rtol=None, decimals=None, lang="en")
+    tally = Tally(g.trace, g.weights, keep_rows=False)
+    for s in results(g, items, jobs):
+        tally.add(s)
+        csv_row(s, g.weights)
+    return tally.n
+
+
+def _peak_rss_mb(spec: Path, answers: Path, jobs: int) -> float:
+    """Peak resident memory (MB) of the command itself, grading to /dev/null."""
+    code = ("import resource, sys\nfrom attntrace.cli import main\n"
+            f"main(['check', {str(spec)!r}, {str(answers)!r}, '--format', 'csv', '--jobs', '{jobs}', '-o', '/dev/null'])\n"
+            "sys.stdout.write(str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), check=True).stdout
+    return int(out.strip().splitlines()[-1]) / 1024
+
+
+def bench_class(n_answers: int = 1008, jobs: int | None = None, repeats: int = 3, memory: bool = True) -> dict:
+    """Answers per second (wall time) grading a class, --jobs 1 and --jobs = cores."""
+    from attntrace.teach.classgrade import default_jobs
+
+    jobs = jobs or default_jobs()
+    with tempfile.TemporaryDirectory() as tmp:
+        spec = write_class(Path(tmp), n_answers)
+        answers = Path(tmp) / "answers"
+        _grade_class(spec, answers, 1)  # warm: imports, templates
+        times = {}
+        for j in dict.fromkeys((1, jobs)):
+            runs = []
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                assert _grade_class(spec, answers, j) == n_answers
+                runs.append(time.perf_counter() - t0)
+            times[j] = statistics.median(runs)
+        t0 = time.process_time()
+        _grade_class(spec, answers, 1)
+        cpu = time.process_time() - t0  # one core's worth of work, whatever else the machine runs
+        out = {"answers": n_answers, "jobs": jobs, "serial_s": times[1], "parallel_s": times[jobs],
+               "serial_cpu_s": cpu, "serial_per_cpu_s": n_answers / cpu,
+               "serial_per_s": n_answers / times[1], "parallel_per_s": n_answers / times[jobs]}
+        if memory:
+            big = Path(tmp) / "big"
+            write_class(big, 4 * n_answers)
+            out["rss_mb"] = _peak_rss_mb(spec, answers, jobs)
+            out["rss_4x_mb"] = _peak_rss_mb(big / "problem.json", big / "answers", jobs)
+    return out
+
+
+def profile_class(n_answers: int = 240, top: int = 20) -> str:
+    """cProfile of grading a class in one process (where the per-answer time goes)."""
+    import cProfile
+    import io as _io
+    import pstats
+
+    with tempfile.TemporaryDirectory() as tmp:
+        spec = write_class(Path(tmp), n_answers)
+        _grade_class(spec, Path(tmp) / "answers", 1)
+        prof = cProfile.Profile()
+        prof.enable()
+        _grade_class(spec, Path(tmp) / "answers", 1)
+        prof.disable()
+    buf = _io.StringIO()
+    pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(top)
+    return buf.getvalue()
+
+
 def _ok(value, goal, le=True) -> str:
     if value is None:
         return "n/a"
@@ -634,12 +779,23 @@ def markdown(results: dict) -> str:
             lines.append(f"| html: Chromium loads and lays out `sentence-4x6` (navigation to load event, layout forced, measured in the page) "
                          f"| {ht['render_s']:.2f} s | {ht['empty_s']:.2f} s (empty page) | - | < {ht['goal_s']} s "
                          f"| {_ok(ht['render_s'], ht['goal_s'])} |")
+    cl = results.get("class")
+    if cl:
+        goal = GOALS["class_answers_per_s"]
+        lines.append(f"| class: {cl['answers']:,} answers to a two-head problem, `--jobs {cl['jobs']}` (WALL time) "
+                     f"| {cl['parallel_per_s']:.0f} answers/s | {cl['serial_per_s']:.0f} answers/s with --jobs 1 "
+                     f"| {cl['parallel_s']:.2f} s vs {cl['serial_s']:.2f} s | >= {goal:.0f}/s | {_ok(cl['parallel_per_s'], goal, le=False)} |")
+        lines.append(f"| - --jobs 1 in answers per CPU second of this process (what one idle core would do) "
+                     f"| {cl['serial_per_cpu_s']:.0f} answers/s | - | {cl['serial_cpu_s']:.2f} s CPU | - | - |")
+        if "rss_mb" in cl:
+            lines.append(f"| - peak memory of the command, {cl['answers']:,} vs {4 * cl['answers']:,} answers (csv, streamed) "
+                         f"| {cl['rss_mb']:.0f} MB | {cl['rss_4x_mb']:.0f} MB | {cl['rss_4x_mb'] / cl['rss_mb']:.2f}x | flat | - |")
     return "\n".join(lines) + "\n"
 
 
 def run_all(quick: bool = False, only=None) -> dict:
     results = {}
-    only = set(only or ("numeric", "symbolic", "startup", "html"))
+    only = set(only or ("numeric", "symbolic", "startup", "html", "class"))
     if "numeric" in only:
         results["numeric"] = bench_numeric(repeats=9 if quick else 21)
         results["numeric_malloc_reuse"] = bench_numeric_malloc_reuse(repeats=9 if quick else 21)
@@ -650,6 +806,8 @@ def run_all(quick: bool = False, only=None) -> dict:
         results["startup"] = bench_startup(repeats=3 if quick else 11)
     if "html" in only:
         results["html"] = bench_html(repeats=3 if quick else 7)
+    if "class" in only:
+        results["class"] = bench_class(repeats=1 if quick else 3)
     results["machine"] = machine()
     return results
 
@@ -659,8 +817,9 @@ def main(argv=None) -> int:
     ap.add_argument("--markdown", type=Path, default=None, help="also write the table to FILE")
     ap.add_argument("--json", type=Path, default=None, help="also write the raw numbers to FILE")
     ap.add_argument("--quick", action="store_true", help="fewer repeats")
-    ap.add_argument("--only", action="append", choices=("numeric", "symbolic", "startup", "html"), help="run only these (repeatable)")
+    ap.add_argument("--only", action="append", choices=("numeric", "symbolic", "startup", "html", "class"), help="run only these (repeatable)")
     ap.add_argument("--profile", action="store_true", help="print a cProfile of the numeric trace")
+    ap.add_argument("--profile-class", action="store_true", help="print a cProfile of grading a class in one process")
     ap.add_argument("--clock", choices=("cpu", "wall"), default="cpu", help="CPU time of this process (default) or wall time")
     ap.add_argument("--blas-threads", default="1", help="OpenBLAS threads (default 1: stable ratios on a shared machine; 0 = library default)")
     args = ap.parse_args(argv)
@@ -674,6 +833,8 @@ def main(argv=None) -> int:
         args.json.write_text(json.dumps(results, indent=2, default=str), encoding="utf-8")
     if args.profile:
         sys.stdout.write("\n```\n" + profile_numeric() + "```\n")
+    if args.profile_class:
+        sys.stdout.write("\n```\n" + profile_class() + "```\n")
     return 0
 
 

@@ -78,6 +78,25 @@ def test_numeric_mode_does_not_import_sympy(tmp_path):
     assert imported == "", f"numeric mode imported SymPy: {imported}"
 
 
+def test_class_bench_runs_and_its_students_are_graded_as_planted(bench, tmp_path):
+    """bench_class at a tiny size (no wall time asserted), and its NumPy students: each
+    planted mistake is the one the checker names, the right answers are right."""
+    import attntrace
+
+    r = bench.bench_class(n_answers=24, jobs=2, repeats=1, memory=False)
+    assert r["serial_per_s"] > 0 and r["parallel_per_s"] > 0
+    assert "answers/s" in bench.markdown({"machine": bench.machine(), "class": r})
+    spec = bench.write_class(tmp_path, len(bench.CLASS_VARIANTS))
+    rep = attntrace.check_class(str(spec), tmp_path / "answers")
+    got = {s.name.split()[0]: s for s in rep.students if s.readable}
+    for variant in ("missing_scale", "column_softmax", "skipped_softmax", "transposed_scores", "head_order"):
+        assert got[variant].codes == (variant,), (variant, got[variant].codes)
+    assert got["slip"].codes == ("arithmetic_slip",)
+    assert all(got[v].ok and got[v].score == 1 for v in ("right-2", "right-3", "right-4", "extra_key"))
+    assert got["extra_key"].ignored == ("date",) and got["partial"].ok and got["partial"].score < 1
+    assert len(rep.unreadable) == 1
+
+
 def test_html_bench_runs(bench):
     r = bench.bench_html(repeats=1)
     assert 10_000 < r["bytes"] < r["goal_bytes"]

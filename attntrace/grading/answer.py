@@ -28,9 +28,11 @@ floats given in a dict count the decimals of `repr(x)` (0.65 -> 2 decimals).
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from pathlib import Path
@@ -151,13 +153,42 @@ class Entry:
         return abs(self.value - nearest) <= policy.allowed(self, nearest) * (1 + 1e-12)
 
 
-@dataclass(frozen=True)
+#: Entry kinds as stored in an AnswerMatrix's `kinds` array.
+KIND_CODES = {"exact": 0, "decimal": 1, "neg_inf": 2}
+_KIND_NAMES = tuple(KIND_CODES)
+#: 0.5 * 10^-d for d = 0..400 (computed by Python, so an array lookup gives exactly the
+#: number `Policy.allowed` computes for one entry); every d > 400 gives 0.
+_HALF_UNITS = np.array([0.5 * 10.0 ** -d for d in range(401)], dtype=np.float64)
+
+
+def _half_units(decimals: np.ndarray) -> np.ndarray:
+    return _HALF_UNITS[np.minimum(decimals, 400)]
+
+
+@dataclass(frozen=True, eq=False)
 class AnswerMatrix:
-    """The student's matrix for one step (`key` is 'weights' or 'weights@2')."""
+    """The student's matrix for one step (`key` is 'weights' or 'weights@2').
+
+    Held as arrays, entry by entry (a 256 x 256 matrix is 65,536 entries; one Python object
+    each cost seconds and gigabytes): `values` (float64), `kinds` (KIND_CODES), `decimals`
+    (digits after the point of a "decimal" entry, else 0) and `texts` (how each was written).
+    `entry(i, j)` and `entries` give `Entry` objects.
+    """
 
     id: str
     head: int | None
-    entries: tuple[tuple[Entry, ...], ...]
+    values: np.ndarray
+    kinds: np.ndarray
+    decimals: np.ndarray
+    texts: np.ndarray
+
+    @classmethod
+    def from_entries(cls, id: str, head: int | None, rows) -> "AnswerMatrix":
+        rows = [list(r) for r in rows]
+        flat = [e for r in rows for e in r]
+        shape = (len(rows), len(rows[0]) if rows else 0)
+        return cls(id, head, *_arrays([e.value for e in flat], [KIND_CODES[e.kind] for e in flat],
+                                      [e.decimals or 0 for e in flat], [e.text for e in flat], shape))
 
     @property
     def key(self) -> str:
@@ -165,35 +196,74 @@ class AnswerMatrix:
 
     @property
     def shape(self) -> tuple[int, int]:
-        return (len(self.entries), len(self.entries[0]))
+        return tuple(self.values.shape)
+
+    def entry(self, i: int, j: int) -> Entry:
+        kind = _KIND_NAMES[int(self.kinds[i, j])]
+        return Entry(float(self.values[i, j]), str(self.texts[i, j]), kind,
+                     int(self.decimals[i, j]) if kind == "decimal" else None)
 
     @property
-    def values(self) -> np.ndarray:
-        a = np.array([[e.value for e in row] for row in self.entries], dtype=np.float64)
-        a.setflags(write=False)
-        return a
+    def entries(self) -> tuple[tuple[Entry, ...], ...]:
+        rows, cols = self.shape
+        return tuple(tuple(self.entry(i, j) for j in range(cols)) for i in range(rows))
 
-    @property
+    @cached_property
     def radii(self) -> np.ndarray:
         """Half a unit of each entry's last written decimal (0 for exact entries)."""
-        return np.array([[e.radius for e in row] for row in self.entries], dtype=np.float64)
+        return np.where(self.kinds == KIND_CODES["decimal"], _half_units(self.decimals), 0.0)
+
+    @cached_property
+    def _neg_inf(self) -> np.ndarray:
+        return self.kinds == KIND_CODES["neg_inf"]
+
+    def allowed(self, expected: np.ndarray, policy: Policy) -> np.ndarray:
+        """`Policy.allowed` of every entry against `expected` (same numbers, entry by entry:
+        slack + 0 is slack, and half + slack is slack + half)."""
+        kind = policy.kind
+        if kind == "absolute":
+            return (policy.atol or 0.0) + (policy.rtol or 0.0) * np.abs(expected)
+        slack = TIE_SLACK * np.maximum(1.0, np.abs(expected))
+        if kind == "decimals":
+            return 0.5 * 10.0 ** -policy.decimals + slack
+        return slack + self.radii
+
+    def ok_mask(self, lo: np.ndarray, hi: np.ndarray, policy: Policy = DEFAULT_POLICY) -> np.ndarray:
+        """Entry by entry, `Entry.within(lo, hi, policy)`: right against some value in [lo, hi]."""
+        v = self.values
+        point = lo is hi
+        lo = np.asarray(lo, dtype=np.float64)
+        hi = lo if point else np.asarray(hi, dtype=np.float64)
+        with np.errstate(invalid="ignore", over="ignore"):
+            if point:  # min(max(v, lo), lo) is lo
+                nan = np.isnan(lo)
+                infinite = self._neg_inf | np.isinf(lo)
+                ok_inf = v == lo
+                nearest = lo
+            else:
+                nan = np.isnan(lo) | np.isnan(hi)
+                infinite = self._neg_inf | np.isinf(lo) | np.isinf(hi)
+                ok_inf = (v == lo) | (v == hi)
+                nearest = np.minimum(np.maximum(v, lo), hi)
+            ok = np.abs(v - nearest) <= self.allowed(nearest, policy) * (1 + 1e-12)
+        return ~nan & np.where(infinite, ok_inf, ok)
 
     def fits(self, lo: np.ndarray | None, hi: np.ndarray | None, policy: Policy = DEFAULT_POLICY) -> bool:
         """Every entry right against some value in [lo, hi] (same shape required)."""
         if lo is None or tuple(lo.shape) != self.shape:
             return False
-        return not self.misfits(lo, hi, policy, stop=True)
+        return bool(self.ok_mask(lo, hi, policy).all())
+
+    def misfit_cells(self, lo: np.ndarray, hi: np.ndarray, policy: Policy = DEFAULT_POLICY) -> np.ndarray:
+        """(row, col) of the entries outside [lo, hi], 0-based, row by row: an (k, 2) array."""
+        return np.argwhere(~self.ok_mask(lo, hi, policy))
 
     def misfits(self, lo: np.ndarray, hi: np.ndarray, policy: Policy = DEFAULT_POLICY, stop: bool = False) -> list[tuple[int, int, Entry]]:
         """(row, col, entry) of the entries outside [lo, hi] with their tolerance, 0-based."""
-        out = []
-        for i, row in enumerate(self.entries):
-            for j, e in enumerate(row):
-                if not e.within(float(lo[i, j]), float(hi[i, j]), policy):
-                    out.append((i, j, e))
-                    if stop:
-                        return out
-        return out
+        cells = self.misfit_cells(lo, hi, policy)
+        if stop:
+            cells = cells[:1]
+        return [(int(i), int(j), self.entry(i, j)) for i, j in cells]
 
     def matches(self, expected: np.ndarray, atol=None, rtol=None, policy: Policy | None = None) -> bool:
         """Every entry right against `expected` (same shape required)."""
@@ -205,13 +275,28 @@ class AnswerMatrix:
 
     def columns(self, first: int, stop: int, head: int) -> "AnswerMatrix":
         """Columns first..stop-1 as head `head`'s matrix (a full-width answer split into heads)."""
-        return AnswerMatrix(self.id, head, tuple(row[first:stop] for row in self.entries))
+        cut = lambda a: _frozen(a[:, first:stop])  # noqa: E731
+        return AnswerMatrix(self.id, head, cut(self.values), cut(self.kinds), cut(self.decimals), cut(self.texts))
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a.setflags(write=False)
+    return a
+
+
+def _arrays(values, kinds, decimals, texts, shape) -> tuple:
+    t = np.empty(len(texts), dtype=object)
+    t[:] = texts
+    return (_frozen(np.asarray(values, dtype=np.float64).reshape(shape)), _frozen(np.asarray(kinds, dtype=np.int8).reshape(shape)),
+            _frozen(np.asarray(decimals, dtype=np.int64).reshape(shape)), _frozen(t.reshape(shape)))
 
 
 class Answers(dict):
-    """{(step id, head): AnswerMatrix} plus the file's text fields (`meta`: title, student, comment)."""
+    """{(step id, head): AnswerMatrix} plus the file's text fields (`meta`: title, student,
+    comment) and the keys that were ignored (`ignored`: not a step, nor close to one)."""
 
     meta: dict
+    ignored: tuple = ()
 
     @property
     def student(self) -> str | None:
@@ -240,9 +325,10 @@ def load_answer(answer: Any, steps: tuple[str, ...] | None = None) -> Answers:
         raise BadInput(f"an answer is a path or a dict, not {type(answer).__name__}")
     out = Answers()
     out.meta = {}
+    ignored: list[str] = []
 
     def put(step_id: str, head: int | None, raw: Any) -> None:
-        m = AnswerMatrix(step_id, head, _matrix(raw, step_id if head is None else f"{step_id}@{head}"))
+        m = _matrix(raw, step_id if head is None else f"{step_id}@{head}", step_id, head)
         if (step_id, head) in out:
             raise BadInput(f"answer gives {m.key} twice (as a key and in a [{HEAD_TABLE}.{head}] table)")
         out[(step_id, head)] = m
@@ -263,14 +349,21 @@ def load_answer(answer: Any, steps: tuple[str, ...] | None = None) -> Answers:
                 if not isinstance(table, Mapping):
                     raise BadInput(f"answer: [{HEAD_TABLE}.{h}] must be a table of step names")
                 for step_id, value in table.items():
+                    if step_id not in known and not _near(str(step_id), known):
+                        ignored.append(f"{HEAD_TABLE}.{h}.{step_id}")
+                        continue
                     if step_id not in known or step_id in STEP_IDS and step_id not in PER_HEAD_STEPS:
                         raise BadInput(f"answer: unknown per-head step {step_id!r} in [{HEAD_TABLE}.{h}]; "
-                                       f"per-head steps are {', '.join(PER_HEAD_STEPS)} (and per-head steps of the trace)")
+                                       f"per-head steps are {', '.join(PER_HEAD_STEPS)} (and per-head steps of the trace)"
+                                       + _did_you_mean(str(step_id), known))
                     put(step_id, head, value)
             continue
         step_id, sep, h = key.partition("@")
         if step_id not in known:
-            raise BadInput(f"answer: unknown step {key!r}; steps are {listed} "
+            if not _near(step_id, known):  # date = "...", notes = "...": not meant as a step
+                ignored.append(key)
+                continue
+            raise BadInput(f"answer: unknown step {key!r}{_did_you_mean(step_id, known)}; steps are {listed} "
                            f"(per head: weights@2 or a [{HEAD_TABLE}.2] table)")
         head = None
         if sep:
@@ -280,7 +373,26 @@ def load_answer(answer: Any, steps: tuple[str, ...] | None = None) -> Answers:
         put(step_id, head, raw)
     if not out:
         raise BadInput("the answer gives no steps; give any of " + listed)
+    out.ignored = tuple(ignored)
     return out
+
+
+#: How alike (difflib's ratio) an unknown key must be to a step id or a text field to be
+#: taken as a misspelling of it ("scors", "weight") rather than a key of its own ("date").
+NEAR_MISS = 0.7
+
+
+def _names(known: frozenset) -> list[str]:
+    return sorted(known | set(META_KEYS) | {HEAD_TABLE})
+
+
+def _near(key: str, known: frozenset) -> bool:
+    return bool(difflib.get_close_matches(key, _names(known), n=1, cutoff=NEAR_MISS))
+
+
+def _did_you_mean(key: str, known: frozenset) -> str:
+    close = difflib.get_close_matches(key, _names(known), n=1, cutoff=NEAR_MISS)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _known_ids() -> frozenset:
@@ -297,7 +409,7 @@ def _head_number(text: str, where: str) -> int:
 
 
 # -- matrices and entries ----------------------------------------------------------------------
-def _matrix(raw: Any, label: str) -> tuple[tuple[Entry, ...], ...]:
+def _matrix(raw: Any, label: str, step_id: str, head: int | None) -> AnswerMatrix:
     if hasattr(raw, "tolist") and not isinstance(raw, (str, bytes)):
         raw = raw.tolist()  # numpy array or SymPy matrix
     if not isinstance(raw, (list, tuple)):
@@ -306,7 +418,6 @@ def _matrix(raw: Any, label: str) -> tuple[tuple[Entry, ...], ...]:
         raise BadInput(f"answer {label}: the matrix is empty")
     if not any(isinstance(r, (list, tuple)) for r in raw):
         raw = [raw]  # a single row written flat
-    rows = []
     width = None
     for i, row in enumerate(raw, start=1):
         if not isinstance(row, (list, tuple)):
@@ -317,10 +428,62 @@ def _matrix(raw: Any, label: str) -> tuple[tuple[Entry, ...], ...]:
             width = len(row)
         elif len(row) != width:
             raise BadInput(f"answer {label}: ragged rows: row 1 has {width} entries but row {i} has {len(row)}")
-        rows.append(tuple(parse_entry(x, f"answer {label}, row {i}, column {j}") for j, x in enumerate(row, start=1)))
-        if len(rows) * width > MAX_ENTRIES:
+        if i * width > MAX_ENTRIES:
             raise BadInput(f"answer {label}: more than {MAX_ENTRIES} entries")
-    return tuple(rows)
+    flat = [x for row in raw for x in row]
+    return AnswerMatrix(step_id, head, *_parse_flat(flat, label, (len(raw), width)))
+
+
+def _parse_flat(flat: list, label: str, shape: tuple[int, int]) -> tuple:
+    """Every entry of a matrix, row by row -> (values, kinds, decimals, texts) arrays.
+
+    The common entries (decimals as TOML/JSON read them, or as plain strings, and small
+    integers) are read in bulk: one regular expression each, their digits after the point
+    from its groups; anything else goes through `parse_entry`. The numbers are exactly those
+    `parse_entry` gives (float() and float(Decimal()) both round correctly)."""
+    n = len(flat)
+    values = [0.0] * n
+    kinds = [0] * n
+    decimals = [0] * n
+    texts: list = [None] * n
+    match = _DECIMAL_PARTS.fullmatch
+    decimal = KIND_CODES["decimal"]
+    for k, x in enumerate(flat):
+        t = type(x)
+        if (t is _Raw or t is str) and len(x) <= _FAST_TEXT:
+            m = match(x)
+            if m is not None:
+                frac, exp = m.group(1) or m.group(2) or "", m.group(3)
+                if exp is None and "." not in x:  # an integer
+                    if len(x) <= 15:
+                        values[k], texts[k] = float(int(x)), x
+                        continue
+                    e = parse_entry(x, _where(label, k, shape))
+                    values[k], kinds[k], decimals[k], texts[k] = e.value, KIND_CODES[e.kind], e.decimals or 0, e.text
+                    continue
+                value = float(x)
+                if value != value or value in (math.inf, -math.inf):
+                    e = parse_entry(x, _where(label, k, shape))  # raises: too large
+                else:
+                    values[k], kinds[k], texts[k] = value, decimal, x
+                    decimals[k] = max(0, len(frac) - (int(exp) if exp else 0))
+                    continue
+        elif t is int and -_EXACT_INT < x < _EXACT_INT:
+            values[k], texts[k] = float(x), str(x)
+            continue
+        e = parse_entry(x, _where(label, k, shape))
+        values[k], kinds[k], decimals[k], texts[k] = e.value, KIND_CODES[e.kind], e.decimals or 0, e.text
+    return _arrays(values, kinds, decimals, texts, shape)
+
+
+def _where(label: str, k: int, shape: tuple[int, int]) -> str:
+    return f"answer {label}, row {k // shape[1] + 1}, column {k % shape[1] + 1}"
+
+
+#: A plain decimal as written (no spaces, no underscores): its digits after the point and its exponent.
+_DECIMAL_PARTS = re.compile(r"[+-]?(?:\d+(?:\.(\d*))?|\.(\d+))(?:[eE]([+-]?\d+))?")
+_EXACT_INT = 2 ** 53
+_FAST_TEXT = 40
 
 
 def _describe(x: Any) -> str:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -57,6 +57,33 @@ class WrongEntry:
         return {"row": self.row, "col": self.col, "expected": _json_number(self.expected), "given": _json_number(self.given)}
 
 
+class WrongEntries(Sequence):
+    """The wrong entries of a step, kept as arrays (an all-wrong 256 x 256 step is 65,536 of
+    them): a sequence of `WrongEntry`, each made when it is read."""
+
+    def __init__(self, answer: AnswerMatrix | None = None, expected: np.ndarray | None = None, cells: np.ndarray | None = None):
+        self._answer, self._expected = answer, expected
+        self._cells = np.zeros((0, 2), dtype=np.int64) if cells is None else cells
+
+    def __len__(self) -> int:
+        return len(self._cells)
+
+    def __getitem__(self, k):
+        if isinstance(k, slice):
+            return tuple(self[i] for i in range(*k.indices(len(self))))
+        i, j = (int(x) for x in self._cells[k])
+        return WrongEntry(i + 1, j + 1, float(self._expected[i, j]), float(self._answer.values[i, j]),
+                          str(self._answer.texts[i, j]))
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Sequence) and tuple(self) == tuple(other)
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return f"WrongEntries({len(self)} entries)"
+
+
 @dataclass(frozen=True)
 class Diagnosis:
     """A mistake's code and the numbers its sentence mentions; `alternatives`: other mistakes
@@ -81,7 +108,7 @@ class StepResult:
     id: str
     head: int | None
     status: str
-    wrong_entries: tuple[WrongEntry, ...] = ()
+    wrong_entries: Sequence = ()  # of WrongEntry (a WrongEntries)
     diagnosis: Diagnosis | None = None  # on a wrong step; a remark (early_rounding, ...) on another
     expected_shape: tuple[int, int] | None = None
     given_shape: tuple[int, int] | None = None
@@ -111,6 +138,7 @@ class Report:
     tolerance: Mapping[str, Any] = field(default_factory=dict)
     student: str | None = None
     policy: Policy = field(default_factory=Policy)
+    ignored: tuple[str, ...] = ()  # keys of the answer that are not steps (date = "..."): not checked
 
     def step(self, id: str, head: int | None = None) -> StepResult:
         for s in self.steps:
@@ -124,8 +152,11 @@ class Report:
 
     def to_dict(self, lang: str | None = None) -> dict:
         lang = lang or self.lang
-        return {"ok": self.ok, "first_wrong": self.first_wrong, "student": self.student,
-                "steps": [s.to_dict(lang) for s in self.steps]}
+        d = {"ok": self.ok, "first_wrong": self.first_wrong, "student": self.student,
+             "steps": [s.to_dict(lang) for s in self.steps]}
+        if self.ignored:
+            d["ignored_keys"] = list(self.ignored)
+        return d
 
     def render(self, format: str = "text", **options) -> str:
         options.setdefault("lang", self.lang)
@@ -177,10 +208,16 @@ def check(spec_or_trace: Any, answer: Any, *, mode: str | None = None, atol: flo
     _check_keys(trace, answers)
     policy = Policy(decimals=decimals, atol=atol, rtol=rtol)
 
-    world = World(trace)
-    given = _written(world, answers)
-    carried_world = world.recompute(given)
-    mutated: list | None = None  # computed on the first wrong step only
+    world = World.of(trace)
+    lazy: dict = {}  # the student's world, computed at the first step that is not simply right
+
+    def student_world() -> tuple[dict, dict]:
+        if not lazy:
+            lazy["given"] = _written(world, answers)
+            lazy["carried"] = world.recompute(lazy["given"])
+        return lazy["given"], lazy["carried"]
+
+    mutated: dict = {}  # the mutated worlds, each computed when a wrong step it can reach needs it
 
     results: dict[tuple, StepResult] = {}
     for step in trace.steps:
@@ -197,23 +234,22 @@ def check(spec_or_trace: Any, answer: Any, *, mode: str | None = None, atol: flo
         if mistakes.large_negative_mask(step, a, expected, policy):
             results[key] = StepResult(status="correct", diagnosis=_diagnosis(world, step, MASK_LARGE_NEGATIVE), **common)
             continue
-        wrong_entries = () if a.shape != shape else tuple(
-            WrongEntry(i + 1, j + 1, float(expected[i, j]), e.value, e.text) for i, j, e in a.misfits(expected, expected, policy))
+        wrong_entries = WrongEntries() if a.shape != shape else WrongEntries(a, expected, a.misfit_cells(expected, expected, policy))
+        given, carried_world = student_world()
         mine = carried_world[key]
         if mine is not None and a.fits(mine.lo, mine.hi, policy):
             upstream = [results[k].status for k in world.ancestors(key) if k in results]
             remark = None if "wrong" in upstream else _diagnosis(world, step, EARLY_ROUNDING)
             results[key] = StepResult(status="carried", wrong_entries=wrong_entries, diagnosis=remark, **common)
             continue
-        if mutated is None:
-            mutated = list(world.candidates(given))
-        diagnosis = _diagnose(world, step, a, mutated, mine, policy)
+        diagnosis = _diagnose(world, step, a, world.candidates_at(key, given, carried_world, mutated), mine, policy)
         results[key] = StepResult(status="wrong", wrong_entries=wrong_entries, diagnosis=diagnosis, **common)
 
     steps = tuple(results.values())
     first = next((s.key for s in steps if s.status == "wrong"), None)
     return Report(ok=first is None, first_wrong=first, steps=steps, trace=trace, lang=lang,
-                  tolerance=policy.to_dict(), student=answers.student, policy=policy)
+                  tolerance=policy.to_dict(), student=answers.student, policy=policy,
+                  ignored=tuple(getattr(answers, "ignored", ())))
 
 
 def _written(world: World, answers: Answers) -> dict:
@@ -242,7 +278,7 @@ def _diagnosis(world: World, step, code: str, mutation=None, shape=None, **extra
     return Diagnosis(code, {**diagnosis_params(world, step, mutation, given_shape=shape), **extra})
 
 
-def _diagnose(world: World, step, a: AnswerMatrix, mutated: list, mine, policy: Policy) -> Diagnosis:
+def _diagnose(world: World, step, a: AnswerMatrix, mutated: Iterable, mine, policy: Policy) -> Diagnosis:
     """Every planted mistake that reproduces the student's values (the first named, the others
     its alternatives), else a mistake read off their numbers, else wrong_shape / unknown."""
     key = (step.id, step.head)
@@ -270,6 +306,7 @@ def split_full_width(trace: Trace, answers: Answers) -> Answers:
         return answers
     out = Answers()
     out.meta = answers.meta
+    out.ignored = answers.ignored
     for (step_id, head), a in answers.items():
         if head is not None or step_id not in FULL_WIDTH_STEPS or trace.has(step_id, None) or not trace.has(step_id, 1):
             out[(step_id, head)] = a

@@ -90,6 +90,8 @@ REMARKS = (EARLY_ROUNDING, MASK_LARGE_NEGATIVE)
 CODES = tuple(CATALOGUE) + (WRONG_SHAPE, UNKNOWN)
 
 Key = tuple  # (step id or operand name, head or None)
+#: `World.of`'s cache: the world of the last trace checked.
+_LAST_WORLD: dict = {}
 
 
 @dataclass(frozen=True)
@@ -140,6 +142,38 @@ class World:
         from attntrace.grading import mistakes  # mistakes reads this module's catalogue
 
         self.mutations = mistakes.mutations(self)
+        # Where each step's inputs point, with no mistake planted (the same for every answer).
+        present: dict[Key, None] = dict.fromkeys(self.operands)
+        self._keys: list[tuple[Key, ...]] = []
+        for step in self.steps:
+            self._keys.append(tuple(self.key_of(ref, step.head, present) for ref in step.inputs))
+            present[(step.id, step.head)] = None
+        self._points = {k: intervals.point(v) for k, v in self.operands.items()}
+        self._ancestors: dict[Key, set[Key]] = {}
+        self._reach = [self._reached_by(m) for m in self.mutations]
+
+    def _reached_by(self, mutation: Mutation) -> frozenset:
+        """The steps whose value `mutation` may change, whatever the student gave: the steps it
+        changes and every step after them that reads one (a superset of the dirty steps of
+        `recompute(given, mutation, base)`; a step outside it keeps base's value)."""
+        reached: set[Key] = set()
+        for index, step in enumerate(self.steps):
+            if mutation.changes(step.id) or any(k in reached for k in self._keys[index]):
+                reached.add((step.id, step.head))
+        return frozenset(reached)
+
+    def reaches(self, index: int, key: Key) -> bool:
+        """Can the index-th mutation change step `key`?"""
+        return key in self._reach[index]
+
+    @classmethod
+    def of(cls, trace: Trace) -> "World":
+        """The world of `trace`, built once per trace (a class's answers share it: the truth
+        as floats, the operands and the catalogue's mutations do not depend on the answer)."""
+        cached = _LAST_WORLD.get("world")
+        if cached is None or cached.trace is not trace:
+            cached = _LAST_WORLD["world"] = cls(trace)
+        return cached
 
     # -- structure ---------------------------------------------------------------------------
     def key_of(self, ref: str, head: int | None, values: dict[Key, Any]) -> Key:
@@ -154,6 +188,8 @@ class World:
 
     def ancestors(self, key: Key) -> set[Key]:
         """Every step key this step depends on, transitively."""
+        if key in self._ancestors:
+            return self._ancestors[key]
         step = self.trace.step(*key)
         out: set[Key] = set()
         for ref in step.inputs:
@@ -161,32 +197,46 @@ class World:
             if k in self.truth and k not in out:
                 out.add(k)
                 out |= self.ancestors(k)
+        self._ancestors[key] = out
         return out
 
     # -- recomputation -------------------------------------------------------------------------
-    def recompute(self, given: dict[Key, Box], mutation: Mutation | None = None) -> dict[Key, Box | None]:
+    def recompute(self, given: dict[Key, Box], mutation: Mutation | None = None,
+                  base: dict[Key, Box | None] | None = None) -> dict[Key, Box | None]:
         """Each step computed from the student's world before it: their written value (as an
         interval, half a unit either side) where they gave one, else the recomputed one.
 
         A given value of the wrong shape is used when the next step can be computed from it
         (K and V from X instead of X_kv: every later step follows), else the recomputed value
         stands in for it. Returns {step key: interval, or None when it cannot be computed}.
+
+        base: this world without `mutation` (`recompute(given)`). Then only the steps the
+        mutation changes, and the steps that read one of them, are computed again; the others
+        are base's (the same numbers: a step's rule reads the mutation only where it changes it).
         """
-        values: dict[Key, Any] = {k: intervals.point(v) for k, v in self.operands.items()}
+        values: dict[Key, Any] = dict(self._points)
         computed: dict[Key, Box | None] = {}
-        for step in self.steps:
+        dirty: set[Key] = set()
+        for index, step in enumerate(self.steps):
             key = (step.id, step.head)
+            changes = mutation is not None and mutation.changes(step.id)
+            if base is not None and not changes and not any(
+                    k in dirty and (k not in given or given[k].shape != self.truth[k].shape) for k in self._keys[index]):
+                computed[key] = base[key]
+                values[key] = given[key] if key in given else base[key]
+                continue
             refs = step.inputs
-            if mutation is not None and mutation.swap and mutation.changes(step.id):
+            if changes and mutation.swap:
                 refs = tuple(dict(mutation.swap).get(r, r) for r in refs)
             refs = kindrules.rewire(step, refs, mutation)
-            keys = [self.key_of(ref, step.head, values) for ref in refs]
+            keys = self._keys[index] if refs == step.inputs else [self.key_of(ref, step.head, values) for ref in refs]
             result = self._compute(step, [values.get(k) if k in values else self._later(k, given) for k in keys], mutation)
             if result is None:  # a wrong-shaped given input: the recomputed one instead
                 alt = [computed.get(k) if k in given and k in self.truth and given[k].shape != self.truth[k].shape
                        else values.get(k) for k in keys]
                 result = self._compute(step, alt, mutation)
             computed[key] = result
+            dirty.add(key)
             values[key] = given[key] if key in given else result
         return computed
 
@@ -207,10 +257,24 @@ class World:
         except mistakes.Impossible:
             return None
 
-    def candidates(self, given: dict[Key, Box]) -> Iterable[tuple[Mutation, dict[Key, Box | None]]]:
-        """Each catalogued mistake with the world it produces (computed lazily, in order)."""
+    def candidates(self, given: dict[Key, Box], base: dict[Key, Box | None] | None = None
+                   ) -> Iterable[tuple[Mutation, dict[Key, Box | None]]]:
+        """Each catalogued mistake with the world it produces (computed lazily, in order);
+        base: `recompute(given)`, so that only what a mistake changes is computed again."""
         for mutation in self.mutations:
-            yield mutation, self.recompute(given, mutation)
+            yield mutation, self.recompute(given, mutation, base)
+
+    def candidates_at(self, key: Key, given: dict[Key, Box], base: dict[Key, Box | None], cache: dict
+                      ) -> Iterable[tuple[Mutation, dict[Key, Box | None]]]:
+        """The catalogued mistakes that can change step `key`, in order, with their worlds
+        (each computed once per answer, kept in `cache`): a mistake that cannot reach `key`
+        leaves base's value there, which the student's value has already failed to fit."""
+        for index, mutation in enumerate(self.mutations):
+            if key not in self._reach[index]:
+                continue
+            if index not in cache:
+                cache[index] = self.recompute(given, mutation, base)
+            yield mutation, cache[index]
 
 
 def diagnosis_params(world: World, step: Step, mutation: Mutation | None, *, given_shape=None) -> dict:

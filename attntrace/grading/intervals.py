@@ -15,6 +15,7 @@ computation, used only to name it) is bounded to first order.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -31,13 +32,14 @@ class Box:
     def shape(self) -> tuple[int, int]:
         return tuple(self.lo.shape)
 
-    @property
+    @cached_property
     def mid(self) -> np.ndarray:
+        """Computed once per box (a student's box is read by many recomputations)."""
         with np.errstate(invalid="ignore"):
             m = (self.lo + self.hi) / 2
         return np.where(self.lo == self.hi, self.lo, m)
 
-    @property
+    @cached_property
     def rad(self) -> np.ndarray:
         with np.errstate(invalid="ignore"):
             r = (self.hi - self.lo) / 2

@@ -24,7 +24,7 @@ import math
 import numpy as np
 
 from attntrace.grading import intervals, kindrules
-from attntrace.grading.answer import AnswerMatrix, Policy
+from attntrace.grading.answer import KIND_CODES, AnswerMatrix, Policy
 from attntrace.grading.diagnose import ANY, CATALOGUE, Mutation
 from attntrace.grading.intervals import Box
 
@@ -192,10 +192,14 @@ def large_negative_mask(step, answer: AnswerMatrix, truth: np.ndarray, policy: P
     keep = np.isfinite(truth)
     values = answer.values
     finite_masked = ~keep & np.isfinite(values)
-    if not finite_masked.any() or any(keep[i, j] for i, j, _ in answer.mismatches(truth, policy=policy)):
+    if not finite_masked.any() or (keep & ~answer.ok_mask(truth, truth, policy)).any():
         return False
     kept_max = np.where(keep, values, -np.inf).max(axis=1, keepdims=True)
     return bool(np.all(np.where(finite_masked, values - kept_max, -np.inf) <= -LARGE_NEGATIVE))
+
+
+#: ROUNDING_UNITS units of the d-th decimal, d = 0..400 (Python's numbers, looked up).
+_ROUNDING_SLACK = np.array([ROUNDING_UNITS * 10.0 ** -d for d in range(401)], dtype=np.float64)
 
 
 def read_off(step, answer: AnswerMatrix, reference: Box, policy: Policy) -> list[tuple[str, dict]]:
@@ -203,25 +207,34 @@ def read_off(step, answer: AnswerMatrix, reference: Box, policy: Policy) -> list
     from their own earlier values), most specific first: each (code, its numbers)."""
     if answer.shape != reference.shape:
         return []
-    wrong = answer.misfits(reference.lo, reference.hi, policy)
-    if not wrong:
+    bad = ~answer.ok_mask(reference.lo, reference.hi, policy)
+    n_wrong = int(bad.sum())
+    if not n_wrong:
         return []
     found = []
-    cells = [(i + 1, j + 1) for i, j, _ in wrong]
-    if all(e.kind == "decimal" and e.within(float(reference.lo[i, j]), float(reference.hi[i, j]),
-                                            Policy(atol=ROUNDING_UNITS * 10.0 ** -e.decimals))
-           for i, j, e in wrong):
-        found.append(("rounding", {"cells": cells, "decimals": max(e.decimals for _, _, e in wrong)}))
+    wrong = np.argwhere(bad)
+    cells = lambda: [(int(i) + 1, int(j) + 1) for i, j in wrong]  # noqa: E731 - only when named
+    decimal = answer.kinds == KIND_CODES["decimal"]
+    if decimal[bad].all():
+        slack = _ROUNDING_SLACK[np.minimum(answer.decimals, 400)]
+        # within ROUNDING_UNITS units of the last decimal written: Policy(atol=...) entry by entry
+        lo, hi, v = reference.lo, reference.hi, answer.values
+        with np.errstate(invalid="ignore", over="ignore"):
+            nearest = np.minimum(np.maximum(v, lo), hi)
+            near = np.abs(v - nearest) <= slack * (1 + 1e-12)
+        near &= ~(np.isnan(lo) | np.isnan(hi)) & ~(np.isinf(lo) | np.isinf(hi))
+        if near[bad].all():
+            found.append(("rounding", {"cells": cells(), "decimals": int(answer.decimals[bad].max())}))
     values = answer.values
     if step.id == "masked":
         hidden = np.isneginf(reference.lo)
         finite = hidden & np.isfinite(values)
-        if finite.any() and all(hidden[i, j] for i, j, _ in wrong):
+        if finite.any() and hidden[bad].all():
             found.append(("mask_not_infinite", {"cells": [(int(i) + 1, int(j) + 1) for i, j in np.argwhere(finite)],
-                                                "written": sorted({e.text for i, j, e in wrong})}))
+                                                "written": sorted({str(t) for t in answer.texts[bad]})}))
     size = answer.shape[0] * answer.shape[1]
-    if not found and len(wrong) < size and len(wrong) <= max(1, size // 4):
-        found.append(("arithmetic_slip", {"cells": cells}))
+    if not found and n_wrong < size and n_wrong <= max(1, size // 4):
+        found.append(("arithmetic_slip", {"cells": cells()}))
     if step.id == "weights":
         sums = np.where(np.isfinite(values), values, 0.0).sum(axis=1)
         rows = [i + 1 for i, s in enumerate(sums) if abs(s - 1.0) > _allowed_sum(answer, i, policy) + 1e-9]
@@ -232,4 +245,5 @@ def read_off(step, answer: AnswerMatrix, reference: Box, policy: Policy) -> list
 
 def _allowed_sum(answer: AnswerMatrix, i: int, policy: Policy) -> float:
     """How far a row of correctly rounded weights may sum from 1 under the policy."""
-    return sum(policy.allowed(e, abs(e.value)) for e in answer.entries[i])
+    with np.errstate(invalid="ignore"):
+        return sum(answer.allowed(np.abs(answer.values), policy)[i].tolist())
