@@ -10,7 +10,7 @@ templates/check/messages.<lang>.j2; the layout in templates/check/report.<format
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 from attntrace.grading.checker import FORMATS, LANGS, Report, StepResult
 from attntrace.grading.diagnose import UNKNOWN
@@ -142,28 +142,13 @@ def _row(s: StepResult, trace: Trace, format: str, lang: str, precision: int, te
         "code": d.code if d else None,
         "message": d.message(lang, format, template_dir) if d else None,
         "alternatives": [{"code": a.code, "message": a.message(lang, format, template_dir)} for a in d.alternatives] if d else [],
-        "entries": _EntryRows(s.wrong_entries, precision),
+        # a report shows a few of up to 65,536 wrong entries: only those are formatted (plain data)
+        "entries": [{"row": e.row, "col": e.col, "expected": format_number(e.expected, precision), "given": clean_text(e.given_text)}
+                    for e in s.wrong_entries[:options.get("max_size") or 8]],
+        "n_entries": len(s.wrong_entries),
         "expected_shape": s.expected_shape, "given_shape": s.given_shape,
         "derivation": _correct_computation(trace, s, format, lang, options) if s.status == "wrong" else None,
     }
-
-
-class _EntryRows(Sequence):
-    """The wrong entries as the templates show them ({row, col, expected, given}), each
-    formatted when a template reads it: a report shows a few of 65,536 wrong entries."""
-
-    def __init__(self, entries: Sequence, precision: int):
-        self._entries, self._precision = entries, precision
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def __getitem__(self, k):
-        if isinstance(k, slice):
-            return [self[i] for i in range(*k.indices(len(self)))]
-        e = self._entries[k]
-        return {"row": e.row, "col": e.col, "expected": format_number(e.expected, self._precision),
-                "given": clean_text(e.given_text)}
 
 
 def _correct_computation(trace: Trace, result: StepResult, format: str, lang: str, options: Mapping[str, Any]) -> str:
