@@ -12,9 +12,10 @@ the sandbox still allows can exhaust memory or time: ``"{:>3300000000}".format("
   `MAX_INT_BITS` bits (``**`` and ``*`` on integers are checked from the operands' sizes);
 - any value written out or turned into a string (``{{ x }}``, ``|string``, ``~``) is sized
   first, so a list holding one long string a million times is refused, not printed;
-- loop iterations and calls (macros, methods, filters through calls) together are counted
-  per render, at most `MAX_STEPS`: nested loops stop with a clear error in a fraction of a
-  second, and so do macros that call each other exponentially often;
+- loop iterations, calls (macros, methods) and the work of filters and operators (1 per item
+  or 1,000 characters of their input) together are counted per render, at most `MAX_STEPS`:
+  nested loops, ``range(100000)|sum`` in a loop and macros that call each other exponentially
+  often stop with a clear error within seconds;
 - the whole output, and every captured block or macro body, is at most `MAX_OUTPUT`;
 - string methods are a whitelist (no `translate`, `encode`, ...), and so are the methods of
   lists, dicts and numbers; `lipsum` and `pprint` are gone.
@@ -70,7 +71,8 @@ def _spend(cost: int = 1) -> None:
     left = getattr(_STATE, "left", MAX_STEPS) - cost
     _STATE.left = left
     if left < 0:
-        raise TemplateLimit(f"more than {MAX_STEPS:,} loop iterations (a call counts {CALL_COST}) in one render")
+        raise TemplateLimit(f"more than {MAX_STEPS:,} loop iterations in one render (a call counts {CALL_COST}, "
+                            "a filter or operator 1 per item or 1,000 characters of its input)")
 
 
 @contextmanager
@@ -82,6 +84,40 @@ def fresh_budget() -> Iterator[None]:
         yield
     finally:
         _STATE.left = previous
+
+
+#: Filters that take constant time whatever their input's size: charged one step.
+CHEAP_FILTERS = frozenset({"length", "count", "first", "last", "default", "d", "attr", "int", "float", "abs", "round", "bool"})
+
+
+def _cost(value: Any) -> int:
+    """Steps charged for work on `value`: a string 1 per 1,000 characters, a collection 1 per item."""
+    if isinstance(value, str):
+        return 1 + len(value) // 1000
+    try:
+        return 1 + len(value)
+    except TypeError:
+        return 1
+
+
+def _charged(name: str, fn):
+    """A filter whose work is charged to the render's budget: by its input's size, or item by
+    item as it consumes an iterator (``range(100000)|sum`` in a loop of 100,000 stops)."""
+    passes = getattr(fn, "jinja_pass_arg", None)
+
+    def charged(*args, **kwargs):
+        i = 1 if passes is not None else 0
+        if len(args) > i:
+            value = args[i]
+            if isinstance(value, Iterator):
+                args = (*args[:i], _counted(value), *args[i + 1:])
+            else:
+                _spend(_cost(value))
+        return fn(*args, **kwargs)
+    charged.__name__ = name
+    if passes is not None:
+        charged.jinja_pass_arg = passes
+    return charged
 
 
 def _counted(iterable: Any) -> Iterator[Any]:
@@ -156,9 +192,10 @@ def _width(n: Any, what: str) -> int:
 
 
 def bounded_join(items: Any, sep: str = "") -> str:
-    """sep.join(str(item) ...) with the total checked before joining."""
+    """sep.join(str(item) ...) with the total checked before joining (and charged)."""
     parts, total = [], 0
     for item in items:
+        _spend()
         part = bounded_str(item)
         total += len(part) + (len(sep) if parts else 0)
         _need(total, "joining")
@@ -323,6 +360,22 @@ def _check_str_call(obj: str, name: str, args: tuple, kwargs: dict) -> None:
 
 # ----------------------------------------------------------------------------- the environment
 
+class _ChargedFilters(dict):
+    """The filter table: every filter set in it (also those attntrace registers later, such as
+    `tex_escape`) is wrapped so that its work is charged to the step budget."""
+
+    def __init__(self, filters: dict) -> None:
+        super().__init__()
+        for name, fn in filters.items():
+            self[name] = fn
+
+    def __setitem__(self, name: str, fn) -> None:
+        if name != "attntrace_loop" and name not in CHEAP_FILTERS and not getattr(fn, "attntrace_charged", False):
+            fn = _charged(name, fn)
+            fn.attntrace_charged = True
+        super().__setitem__(name, fn)
+
+
 class BudgetedTemplate(jinja2.Template):
     """A template whose every render gets plain data only (`plain_context`) and a fresh
     step budget."""
@@ -350,12 +403,20 @@ class ReportEnvironment(ImmutableSandboxedEnvironment):
         self.globals = {"range": bounded_range, "dict": dict, "cycler": jinja2.utils.Cycler,
                         "joiner": jinja2.utils.Joiner, "namespace": Namespace}
         filters = {}
-        for name, fn in self.filters.items():
+        for name, fn in jinja2.filters.FILTERS.items():
             if name in REMOVED_FILTERS:
                 continue
             filters[name] = BOUNDED_FILTERS.get(name) or (_stringifying(name, fn) if name in _STRINGIFYING else fn)
-        filters["attntrace_loop"] = _counted
         self.filters = filters
+        self.filters["attntrace_loop"] = _counted
+
+    @property
+    def filters(self) -> dict:
+        return self._filters
+
+    @filters.setter
+    def filters(self, value: dict) -> None:
+        self._filters = _ChargedFilters(value)
 
     # -- syntax: every loop counted, every `~` bounded
     def _parse(self, source: str, name: str | None, filename: str | None) -> nodes.Template:
@@ -405,6 +466,8 @@ class ReportEnvironment(ImmutableSandboxedEnvironment):
 
     # -- operators
     def call_binop(self, context, operator: str, left: Any, right: Any) -> Any:
+        if isinstance(left, (str, list, tuple)) or isinstance(right, (str, list, tuple)):
+            _spend(_cost(left) + _cost(right))
         if operator == "**":
             if type(left) in (int, bool) and type(right) in (int, bool) and abs(left) > 1 and right > 0:
                 if right > MAX_INT_BITS or left.bit_length() * right > MAX_INT_BITS:
@@ -434,18 +497,24 @@ class ReportEnvironment(ImmutableSandboxedEnvironment):
         if not isinstance(owner, str):
             return super().call(__context, __obj, *args, **kwargs)
         name = getattr(__obj, "__name__", "")
+        _spend(_cost(owner))
         if name == "join" and len(args) == 1 and not kwargs:
             return bounded_join(args[0], owner)
         _check_str_call(owner, name, args, kwargs)
         return check_size(super().call(__context, __obj, *args, **kwargs), f"str.{name}")
 
     def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
-        if not super().is_safe_attribute(obj, attr, value):
+        if attr.startswith("_"):
             return False
-        for kind, allowed in SAFE_METHODS.items():
-            if isinstance(obj, kind):
-                return attr in allowed or not callable(value)
-        return True
+        kind = type(obj)
+        if kind is TemplateModule:  # another template's macros and variables
+            return True
+        allowed = SAFE_METHODS.get(kind)
+        if allowed is None:
+            allowed = next((a for k, a in SAFE_METHODS.items() if isinstance(obj, k)), None)
+        if allowed is not None:  # plain data: a whitelist, stricter than Jinja's checks
+            return attr in allowed or not callable(value)
+        return super().is_safe_attribute(obj, attr, value)
 
     def wrap_str_format(self, value: Any):
         wrapper = super().wrap_str_format(value)
