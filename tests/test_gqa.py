@@ -221,8 +221,9 @@ def test_reports_say_which_query_heads_share_which_kv_head(lang, says):
         # K^(2) is shown with head 3, the first query head that reads it, after Q^(3)
         heads = [text.index(h) for h in (("Head 3", "Head 4") if lang == "en" else ("第 3 个头", "第 4 个头"))]
         word = "Keys" if lang == "en" else "键矩阵"
-        keys2 = text.index(word + {"md": " $K^{(2)}$", "tex": " \\(K^{(2)}\\)", "text": " K(2)"}[fmt])  # the step's title
-        assert heads[0] < keys2 < heads[1]
+        keys2 = text.index(word, heads[0])  # the step's title (a heading holds no math)
+        name = {"md": "{K^{(2)}} = ", "tex": "{K^{(2)}} = ", "text": "K(2) (3 x 2) = "}[fmt]
+        assert heads[0] < keys2 < text.index(name, heads[0]) < heads[1]
     shapes = attntrace.render(attntrace.run("examples/gqa-4-query-2-kv.toml", mode="shape"), format="text", lang=lang)
     assert "K(j) = X W_K(j)" in shapes and "S(i) = Q(i) K(j)^T" in shapes and "Z(i) = A(i) V(j)" in shapes
     assert "W_K(j): 2 x 2" in shapes and "floor((i - 1) / 2) + 1" in shapes

@@ -200,7 +200,7 @@ def test_report_shows_the_cache_growing_and_the_row_t_claim():
     assert "appended as row 4 (below the line)" in tex
     assert "equals row 4 of full causal attention over all 4 tokens" in tex
     zh = attntrace.render(t, format="md", lang="zh")
-    assert "作为第 4 行追加在下面（横线以下）" in zh and "等于对全部 4 个词做完整因果注意力时的第 4 行" in zh
+    assert "作为第 4 行追加在下面（横线以下）" in zh and "等于对全部 4 个词元做完整因果注意力时的第 4 行" in zh
     text = attntrace.render(t, format="text")
     assert "K_cache (4 x 4) = [K_past; K] =" in text and "below the line" not in text  # no rule in plain text
 

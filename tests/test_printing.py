@@ -22,7 +22,9 @@ def test_entry_names_with_heads():
 
 
 def test_numbers():
-    assert [printing.tex_number(x, 4) for x in (0.64565631, -0.0, -1e-9, 3.0, 2.5)] == ["0.6457", "0", "0", "3", "2.5"]
+    # -1e-9 is not 0: it prints as 0.0000 (rounded), never as an exact 0 (issue 22)
+    assert [printing.tex_number(x, 4) for x in (0.64565631, -0.0, -1e-9, 3.0, 2.5)] == ["0.6457", "0", "0.0000", "3", "2.5"]
+    assert printing.tex_number(0.99995, 4) == "1.0000" and printing.tex_number(1.0, 4) == "1"
     assert printing.plain_number(float("-inf"), 4) == "-inf"
 
 

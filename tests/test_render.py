@@ -126,7 +126,7 @@ def test_render_step_and_environment(tmp_path):
 
 
 def test_precision_and_negative_zero():
-    assert printing.tex_number(-0.00001, 4) == "0"
+    assert printing.tex_number(-0.00001, 4) == "0.0000"  # rounds to zero, is not zero; no "-0.0000"
     assert printing.tex_number(1.5, 4) == "1.5"
     assert printing.tex_number(2.0, 4) == "2"
     assert printing.tex_number(float("-inf"), 4) == "-\\infty"

@@ -31,7 +31,7 @@ BLOCK_OPERANDS = {
     "gamma_1": ("\\gamma_1", "gamma_1", "g"), "beta_1": ("\\beta_1", "beta_1", "c"),
     "gamma_2": ("\\gamma_2", "gamma_2", "g^{f}"), "beta_2": ("\\beta_2", "beta_2", "c^{f}"),
     "W_1": ("W_1", "W_1", "w^{h}"), "b_1": ("b_1", "b_1", "b^{h}"), "W_2": ("W_2", "W_2", "w^{f}"), "b_2": ("b_2", "b_2", "b^{f}"),
-    "W_gate": ("W_{gate}", "W_gate", "w^{g}"), "W_up": ("W_{up}", "W_up", "w^{u}"), "W_down": ("W_{down}", "W_down", "w^{d}"),
+    "W_gate": ("W_{\\mathrm{gate}}", "W_gate", "w^{g}"), "W_up": ("W_{\\mathrm{up}}", "W_up", "w^{u}"), "W_down": ("W_{\\mathrm{down}}", "W_down", "w^{d}"),
 }
 _FFN_KEYS = {"W_1", "b_1", "W_2", "b_2", "activation"}
 _SWIGLU_KEYS = {"W_gate", "W_up", "W_down"}

@@ -16,7 +16,7 @@ import numpy as np
 from attntrace.rendering.layout import Seq
 from attntrace.rendering.printing import pick
 from attntrace.rendering.stepview import register_view
-from attntrace.rendering.viewparts import block, resolve, rows_to_expand
+from attntrace.rendering.viewparts import entry_columns, block, resolve, rows_to_expand
 
 
 def _fn(o, tex: str, plain: str, arg: str) -> str:
@@ -74,7 +74,8 @@ def _num(o, x) -> str:
     return o.num(float(x)) if isinstance(x, (float, np.floating)) else o.expr(x)
 
 
-def _lay_out(sv, vm, sides: list, entry, default_rows: int = 1, before=None, first_row: int = 0, full_matrix: bool = True) -> None:
+def _lay_out(sv, vm, sides: list, entry, default_rows: int = 1, before=None, first_row: int = 0, full_matrix: bool = True,
+             entry_has_result: bool = False) -> None:
     """main: name = sides... = result; entries: for each chosen row, before(i) (chains that
     come first, such as a norm's statistics), then entry(i, j) -> the sides of entry (i, j)
     before its value (names, numbers substituted)."""
@@ -105,14 +106,16 @@ def _lay_out(sv, vm, sides: list, entry, default_rows: int = 1, before=None, fir
     for i in rows:
         if before is not None:
             chains += before(i)
-        for j in pick(s.shape[1], o.max_size):
+        for j in entry_columns(sv, s.shape[1]):
             if j is None:
+                chains.append([o.dots(None, 0)])
                 continue
             label = sv.entry_label(i, j)
             if sv.mode == "symbolic":
                 chains.append(sv.fit(label, [sv.symbolic_sum(i, j)], align=True, lhs_width=sv.lw))
             else:
-                chains.append(sv.fit(label, entry(i, j) + sv.entry_result(s.value, i, j), align=True, lhs_width=sv.lw))
+                result = [] if entry_has_result else sv.entry_result(s.value, i, j)
+                chains.append(sv.fit(label, entry(i, j) + result, align=True, lhs_width=sv.lw))
     vm["entries"] = sv.blocks_of(chains)
 
 
@@ -131,11 +134,15 @@ def build_sum(sv, vm) -> None:
 
     def entry(i, j):
         names = Seq((sv.ename(a, i, j), "+ " + sv.ename(b, i, j)), " ")
-        nums = Seq((o.entry(a.value, i, j), "+ " + o.factor(b.value, i, j)), " ")
-        return [names, nums]
+        p, result = o.precision, sv.entry_result(s.value, i, j)
+        if isinstance(a.value, np.ndarray) and isinstance(b.value, np.ndarray):  # the printed sum gives the printed result
+            p, result = sv.reproduced([(float(a.value[i, j]),), (float(b.value[i, j]),)], i, j)
+        with o.digits(p):
+            nums = Seq((o.entry(a.value, i, j), "+ " + o.factor(b.value, i, j)), " ")
+        return [names, nums] + result
 
     # E = X + P: row 1 adds sin 0 = 0 and cos 0 = 1; row 2 shows a position at work
-    _lay_out(sv, vm, sides, entry, first_row=1 if s.id == "embed" and s.inputs[1] == "pos_enc" else 0)
+    _lay_out(sv, vm, sides, entry, first_row=1 if s.id == "embed" and s.inputs[1] == "pos_enc" else 0, entry_has_result=True)
 
 
 # -- activations: ReLU, GELU (erf and tanh), SiLU(H) * U ---------------------------------

@@ -9,9 +9,11 @@ is multiplied by. Symbolic mode shows each entry's definition one level deep. No
 
 from __future__ import annotations
 
+import numpy as np
+
 from attntrace.kinds import kind_of
 from attntrace.rendering.layout import Seq
-from attntrace.rendering.printing import pick
+from attntrace.rendering.printing import pick, reproducing_precision
 from attntrace.rendering.stepview import register_view
 from attntrace.rendering.viewparts import SHAPE_LINES, Ref, block, resolve, rows_to_expand
 
@@ -117,8 +119,12 @@ def _product_entry(sv, i: int, j: int) -> list[str]:
     bj = (lambda k: (j, k)) if tb else (lambda k: (k, j))
     inner = a.shape[0] if ta else a.shape[1]
     names = sv.sum_seq(inner, lambda k: o.juxt(sv.ename(a, *ai(k)), sv.ename(b, *bj(k))))
-    nums = sv.sum_seq(inner, lambda k: o.mul(o.factor(a.value, *ai(k)), o.factor(b.value, *bj(k))))
-    return sv.fit(sv.entry_label(i, j), _shown_sides(sv, [names, nums]) + sv.entry_result(sv.s.value, i, j), align=True, lhs_width=sv.lw)
+    p, result = o.precision, None
+    if sv.mode == "numeric" and inner <= o.max_size:  # operands precise enough to give the printed result
+        p, result = sv.reproduced([(float(a.value[ai(k)]), float(b.value[bj(k)])) for k in range(inner)], i, j)
+    with o.digits(p):
+        nums = sv.sum_seq(inner, lambda k: o.mul(o.factor(a.value, *ai(k)), o.factor(b.value, *bj(k))))
+    return sv.fit(sv.entry_label(i, j), _shown_sides(sv, [names, nums]) + (result or sv.entry_result(sv.s.value, i, j)), align=True, lhs_width=sv.lw)
 
 
 def _softmax_rows(sv, vm) -> None:
@@ -138,9 +144,15 @@ def _softmax_rows(sv, vm) -> None:
     for i in rows:
         js = kept(i)
         chain: list = [sv.sum_seq(len(js), lambda k: o.juxt(sv.ename(a, i, js[k]), sv.ename(da, i, js[k])))]
+        numeric = isinstance(a.value, np.ndarray) and isinstance(da.value, np.ndarray)
         if not symbolic:
-            chain.append(sv.sum_seq(len(js), lambda k: o.mul(o.factor(a.value, i, js[k]), o.factor(da.value, i, js[k]))))
-            chain.append(_value(sv, rowdot[i]))
+            r_text = _value(sv, rowdot[i])
+            p = o.precision
+            if numeric:  # operands precise enough to give the printed r_i
+                p = reproducing_precision(o.precision, [(float(a.value[i, j]), float(da.value[i, j])) for j in js], r_text)
+            with o.digits(p):
+                chain.append(sv.sum_seq(len(js), lambda k: o.mul(o.factor(a.value, i, js[k]), o.factor(da.value, i, js[k]))))
+            chain.append(r_text)
             if sv.mode == "exact":
                 chain.append(("\\approx" if not o.plain else "~", o.num(float(rowdot[i].evalf(17)))))
         lines = [sv.fit(rname(i), _shown_sides(sv, chain), align=True)]
@@ -150,8 +162,13 @@ def _softmax_rows(sv, vm) -> None:
             gname = sv.ename(da, i, j)
             entry = [o.juxt(sv.ename(a, i, j), o.paren(f"{gname} - {rname(i)}"))]
             if not symbolic:
-                entry.append(o.mul(o.factor(a.value, i, j), o.paren(f"{o.entry(da.value, i, j)} - {_value(sv, rowdot[i])}")))
-                entry = _shown_sides(sv, entry) + sv.entry_result(s.value, i, j)
+                p, result = o.precision, sv.entry_result(s.value, i, j)
+                if numeric:  # a_ij (g_ij - r_i) from the printed numbers gives the printed result
+                    aij, r = float(a.value[i, j]), float(rowdot[i])
+                    p, result = sv.reproduced([(aij, float(da.value[i, j])), (-aij, r)], i, j)
+                with o.digits(p):
+                    entry.append(o.mul(o.factor(a.value, i, j), o.paren(f"{o.entry(da.value, i, j)} - {_value(sv, rowdot[i])}")))
+                entry = _shown_sides(sv, entry) + result
             elif s.expansion is not None:
                 entry.append(o.expr(s.expansion[i, j]))
             lines.append(sv.fit(sv.entry_label(i, j), entry, align=True, lhs_width=sv.lw))

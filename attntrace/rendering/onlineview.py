@@ -71,11 +71,13 @@ def _shapes(o, s, d) -> str:
     shp = lambda r, c: f"({r}{times}{c})"  # noqa: E731
     n = s.shape[0]
     if "rows" not in d:  # L from m and l; Z from l and O
-        return f"{shp(n, 1)} {shp(n, 1) if s.id == 'lse' else shp(*s.shape)}{arrow}{shp(*s.shape)}"
+        # L = m + log l: an addition; Z = diag(l)^-1 O: a product
+        return f"{shp(n, 1)}{' + ' if s.id == 'lse' else ' '}{shp(n, 1) if s.id == 'lse' else shp(*s.shape)}{arrow}{shp(*s.shape)}"
     r, c = d["rows"][1] - d["rows"][0] + 1, d["cols"][1] - d["cols"][0] + 1
     reads = {"online_max": [shp(r, c)], "online_exp": [shp(r, c), shp(r, 1)], "online_sum": [shp(r, c)],
              "online_out": [shp(r, c), shp(c, s.shape[1])]}[s.id]
-    return " ".join(reads) + arrow + shp(*s.shape)
+    # the exponentials subtract the row maximum, a column broadcast across the block
+    return (" - " if s.id == "online_exp" else " ").join(reads) + arrow + shp(*s.shape)
 
 
 @register_view("online_z")

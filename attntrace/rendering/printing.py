@@ -10,6 +10,7 @@ the cost of a report follows what it shows, not the size of the matrices.
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 import re
 from typing import Any, Sequence
 
@@ -97,9 +98,15 @@ def plain_name(name: str) -> str:
 
 
 def _trim(x: float, precision: int) -> str:
+    """x at `precision` decimals, trailing zeros trimmed; a value that is not a whole number keeps
+    its zeros when it would print as one (cos 0.01 is 1.0000, not 1: a reader must not take it
+    for an exact 1), and a nonzero value that rounds to zero prints as 0.0000, not 0."""
     s = f"{x:.{precision}f}"
     if "." in s:
-        s = s.rstrip("0").rstrip(".")
+        t = s.rstrip("0").rstrip(".")
+        if "." not in t and math.isfinite(x) and x != int(x):
+            return s.lstrip("-") if float(s) == 0 else s
+        s = t
     return "0" if s in ("-0", "", "-") else s
 
 
@@ -132,6 +139,30 @@ def decimals_needed(xs: list[float], precision: int) -> int:
             if "." in t:
                 d = max(d, len(t) - t.index(".") - 1)
     return d
+
+
+def reproducing_precision(precision: int, terms: list[tuple[float, ...]], result: str, most: int = 6) -> int:
+    """The decimals (at least `precision`, at most `precision + most`) at which the printed
+    operands of a substituted line, sum over terms of the product of each term's factors,
+    reproduce its printed `result` at the result's own decimals; `precision` when none does.
+
+    Why: RoPE's cos 0.01 printed as 1.0000 gives 2 * 1.0000 - 1 * 0.0100 = 1.99, which does not
+    round to the printed 1.9899; at 5 decimals 2 * 0.99995 - 1 * 0.01 does."""
+    try:
+        target = float(result)
+    except ValueError:
+        return precision
+    d = len(result.split(".")[1]) if "." in result else 0
+    for p in range(precision, precision + most + 1):
+        total = 0.0
+        for factors in terms:
+            prod = 1.0
+            for x in factors:
+                prod *= float(f"{x:.{p}f}")
+            total += prod
+        if abs(total - target) <= 0.5 * 10 ** -d + 1e-9 * max(1.0, abs(target)):
+            return p
+    return precision
 
 
 def _scientific(x: float) -> tuple[str, int]:
@@ -249,10 +280,14 @@ class _Out:
         d = decimals_needed(shown, self.precision)
         if any(v is not None and float(value[i, j]) != 0 for (i, j), v in inexact.items()):
             d = self.precision  # a rounded 1.0000 must not read as an exact 1
+        # a column of exact zeros (a masked key, an unused feature) needs no phantom decimals
+        zero_cols = {j for j in ci if j is not None and all(float(value[i, j]) == 0 and inexact.get((i, j)) is None
+                                                              for i in ri if i is not None)}
+
         def cell(i, j):  # noqa: E306
             x, lg = float(value[i, j]), inexact.get((i, j))
             if lg is None:
-                return self.fixed(x, d, pad)
+                return self.fixed(x, d, pad and j not in zero_cols)
             if x == 0:
                 return self.power_of_ten(lg)
             if x == int(x):  # a float that rounded to a whole number (1 - 1e-20): show the rounding
@@ -290,12 +325,25 @@ class _Out:
             return None
         return self.matrix_of(rows, cols, lambda i, j: cells[i, j], budget)
 
+    @contextmanager
+    def digits(self, precision: int):
+        """Operands printed at more decimals for one substituted line (reproducing_precision)."""
+        old, self.precision = self.precision, precision
+        try:
+            yield self
+        finally:
+            self.precision = old
+
     def fixed(self, x: float, d: int, pad: bool = True) -> str:
         """x with d decimals; a whole number (exact 0 above all) without them, padded to the
         column's decimals in a matrix; a nonzero value that would print as 0 in scientific
         notation, so that it never looks like an exact 0."""
+        if math.isfinite(x) and x == 0:
+            return "0" + (self.pad(d) if d and pad else "")  # an exact zero stays 0 (masked weights)
         if math.isfinite(x) and x == int(x) and abs(x) < 1e15:
-            return str(int(x)) + (self.pad(d) if d and pad else "")
+            # a whole number among decimals gets the same decimals (no 1 next to 1.0000);
+            # a matrix of whole numbers prints as integers (d = 0)
+            return f"{x:.{d}f}" if d and pad else str(int(x))
         if math.isinf(x) or math.isnan(x):
             return self.special(x)
         if abs(x) < 0.5 * 10 ** -d:

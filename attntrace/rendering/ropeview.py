@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attntrace.rendering.printing import decimals_needed, pick
+from attntrace.rendering.printing import decimals_needed, pick, reproducing_precision
 from attntrace.rendering.stepview import register_view
 from attntrace.rendering.viewparts import block, pack, resolve, rows_to_expand
 
@@ -66,7 +66,8 @@ class _Rotation:
         base = s.formula.split("\\theta_i = ")[1].split("^")[0] if not o.plain else str(s.details["base"])
         half = self.d // 2
         if o.plain:
-            theta = f"theta_i = {base}^(-2(i-1)/{self.d}),  i = 1, ..., {half}"
+            theta = (f"theta_i = {base}^(-2(i-1)/{self.d}),  i = 1, ..., {half}" if half > 1
+                     else f"theta_1 = {base}^0 = 1 (one pair)")
             a, b = self.index_tex()
             ph = "" if head is None else f"({head})"
             e, x = f"{s.id[0].lower()}~{ph}", f"{self.src.plain_letter.lower()}{ph}"
@@ -74,7 +75,8 @@ class _Rotation:
                    f"{e}_r,{b} = {x}_r,{a} sin(m_r theta_i) + {x}_r,{b} cos(m_r theta_i)")
             return [block([theta]), block([rot])]
         ids = "1, 2" if half == 2 else ("1" if half == 1 else f"1, \\ldots, {half}")
-        theta = f"\\theta_i = {base}^{{-2(i-1)/{self.d}}}, \\quad i = {ids}"
+        theta = (f"\\theta_i = {base}^{{-2(i-1)/{self.d}}}, \\quad i = {ids}" if half > 1
+                 else f"\\theta_1 = {base}^{{0}} = 1")  # one pair: no formula over i
         a, b = self.index_tex()
         hs = "" if head is None else f"^{{({head})}}"
         out_e, in_e = self.sv.ref.base, self.src.base
@@ -104,7 +106,8 @@ class _Rotation:
         theta = (lambda i: f"theta_{i}") if o.plain else (lambda i: f"\\theta_{{{i}}}")  # noqa: E731
         names = [theta(1), dots, theta(half)] if half > 3 else [theta(i + 1) for i in range(half)]
         vals = [dots if i is None else cell(i) for i in shown]
-        chains = [sv.fit(o.row(names), [sv.vector_tex(vals)])]  # a Seq: breaks after a comma when long
+        # a Seq: breaks after a comma when long; one pair's theta_1 = 1 is in the rule already
+        chains = [sv.fit(o.row(names), [sv.vector_tex(vals)])] if half > 1 else []
         pos = [dots if r is None else str(self.positions[r]) for r in pick(len(self.positions), o.max_size)]
         chains.append(sv.fit("m", [sv.vector_tex(pos)]))
         lhs = "[m_r theta_i]" if o.plain else "\\left[m_r\\theta_i\\right]"
@@ -148,8 +151,10 @@ class _Rotation:
             res = (float(s.value[r, j]), float(s.value[r, k]))
             dec = decimals_needed([c, sn, x, y, *res], o.precision)
             f = lambda v: o.fixed(v, dec, pad=False)  # noqa: E731
-            nums = o.layout_numeric([[f(c), f(-sn)], [f(sn), f(c)]], dec)
-            sides.append(f"{nums} {o.layout_numeric([[f(x)], [f(y)]], dec)}")
+            p = _operand_decimals(dec, c, sn, x, y, f(res[0]), f(res[1]))
+            g = lambda v: o.fixed(v, p, pad=False)  # noqa: E731
+            nums = o.layout_numeric([[g(c), g(-sn)], [g(sn), g(c)]], p)
+            sides.append(f"{nums} {o.layout_numeric([[g(x)], [g(y)]], p)}")
             sides.append(o.layout_numeric([[f(res[0])], [f(res[1])]], dec))
             return sv.fit(lhs, sides, align=True)
         sides.append(f"{rot} {col(o.entry(self.src.value, r, j), o.entry(self.src.value, r, k))}")
@@ -173,10 +178,11 @@ class _Rotation:
             phi = float(self.angles[r, p])
             vals = [float(np.cos(phi)), float(np.sin(phi)), float(self.src.value[r, j]), float(self.src.value[r, k])]
             dec = decimals_needed(vals + [float(s.value[r, j]), float(s.value[r, k])], o.precision)
-            fc, fs, fx, fy = (o.fixed(v, dec, pad=False) for v in vals)
+            res = {j: o.fixed(float(s.value[r, j]), dec, pad=False), k: o.fixed(float(s.value[r, k]), dec, pad=False)}
+            p = _operand_decimals(dec, vals[0], vals[1], vals[2], vals[3], res[j], res[k])
+            fc, fs, fx, fy = (o.fixed(v, p, pad=False) for v in vals)
             par = lambda t: o.paren(t) if t.startswith("-") else t  # noqa: E731
             nums = {j: f"{par(fx)}*{fc} - {par(fy)}*{fs}", k: f"{par(fx)}*{fs} + {par(fy)}*{fc}"}
-            res = {j: o.fixed(float(s.value[r, j]), dec, pad=False), k: o.fixed(float(s.value[r, k]), dec, pad=False)}
         lines = []
         for col, names in ((j, f"{xj} {c} - {xk} {sn}"), (k, f"{xj} {sn} + {xk} {c}")):
             if sv.mode == "symbolic":
@@ -188,6 +194,12 @@ class _Rotation:
                 line = o.eq(sv.entry_label(r, col), names, value)
                 lines.append(line if approx is None or approx == value else o.approx(line, approx))
         return [lines]
+
+
+def _operand_decimals(dec: int, c: float, sn: float, x: float, y: float, res_j: str, res_k: str) -> int:
+    """Decimals for cos, sin and the pair so that x cos - y sin and x sin + y cos, computed from the
+    printed numbers, give the printed results (cos 0.01 = 0.99995 must not print as 1.0000)."""
+    return max(reproducing_precision(dec, [(x, c), (-y, sn)], res_j), reproducing_precision(dec, [(x, sn), (y, c)], res_k))
 
 
 @register_view("rotation")

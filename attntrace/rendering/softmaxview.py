@@ -11,10 +11,12 @@ that looks like a masked one.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from attntrace.rendering.layout import Seq, join_sum
-from attntrace.rendering.printing import pick, plain_name
+from attntrace.rendering.printing import decimals_needed, pick, plain_name
 from attntrace.rendering.viewparts import SATURATED, Ref, block, resolve, rows_to_expand
 
 
@@ -31,7 +33,7 @@ class SoftmaxView:
             vm["main"] = [block(self.fit(lhs, [matrix]))]
         else:
             vm["main"] = [block(self.fit(lhs, self.result_side(s.value, self.budget(lhs))))]
-        rows = rows_to_expand(self.rows_opt, s.shape[0], 4)
+        rows = rows_to_expand(self.rows_opt, s.shape[0], 2)  # two rows show the pattern; --rows asks for more
         vm["entry_rows"] = rows
         if self.mode == "symbolic":
             if s.expansion is not None:  # named: each row's sum of exponentials once, then its weights
@@ -91,7 +93,11 @@ class SoftmaxView:
             exp_row = np.asarray(d["exp"][i], dtype=float)
             vec = lambda xs, lg=None: self.vector([None if j is None else float(xs[j]) for j in cols],  # noqa: E731
                                                   None if lg is None else [None if j is None else lg(i, j) for j in cols])
-            m_val = o.vector([float(d["row_max"][i])])[0]
+            # the row maximum as the matrix it comes from prints it (1.6330 there, not 1.633 here)
+            src_all = np.asarray(src.value, dtype=float)
+            dsrc = decimals_needed([float(x) for x in src_all.ravel()[:4096] if np.isfinite(x)], o.precision)
+            mx = float(d["row_max"][i])
+            m_val = f"{mx:.{dsrc}f}" if dsrc and math.isfinite(mx) and mx != 0 and mx == int(mx) else o.fixed(mx, dsrc, pad=False)
             several = np.isfinite(self.shifted(i)).sum() > 1  # then the sum is 1 + something, never exactly 1
             total = o.vector([float(d["row_sum"][i])], [0.0] if several else None)[0]
             shifted_v = vec(shifted_row)
@@ -171,7 +177,13 @@ class SoftmaxView:
     def saturation(self, rows: list[int], tokens) -> list[dict]:
         s = self.s
         notes = []
+        # keys each row may see: a row with a single unmasked key has all of its weight by
+        # construction (the mask did it), which is no saturation of the softmax
+        masked = next((m for m in self.t.steps if m.id == "masked" and m.head == s.head), None)
+        keep = masked.details.get("keep") if masked is not None else None
         for i in range(s.shape[0]):
+            if keep is not None and int(np.count_nonzero(np.asarray(keep)[i])) <= 1:
+                continue
             if self.mode != "numeric" and not all(s.value[i, j].is_number for j in range(s.shape[1])):
                 continue  # a row with symbols has no weights to compare
             vals = [float(s.value[i, j]) if self.mode == "numeric" else float(s.value[i, j].evalf(17)) for j in range(s.shape[1])]

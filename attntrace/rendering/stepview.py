@@ -8,17 +8,19 @@ result), the entry-by-entry blocks of the rows chosen for expansion, the softmax
 
 from __future__ import annotations
 
+import math
+
 from typing import Any, Callable
 
 import numpy as np
 
 from attntrace.model.errors import BadInput
 from attntrace.rendering.layout import Seq, fit_chain, join_sum
-from attntrace.rendering.printing import STATS, decimals_needed, pick, plain_name
+from attntrace.rendering.printing import STATS, decimals_needed, pick, plain_name, reproducing_precision
 from attntrace.rendering.softmaxview import SoftmaxView
 from attntrace.kinds import kind_of
 from attntrace.rendering import views
-from attntrace.rendering.viewparts import BLOCK_LINES, Ref, block, pack, resolve, rows_to_expand, shape_dims, step_ref
+from attntrace.rendering.viewparts import Ref, block, entry_columns, pack, resolve, rows_to_expand, shape_dims, step_ref
 
 
 #: Views of newer kinds, kept in modules of their own: view name -> function(step_view, vm)
@@ -113,14 +115,14 @@ class StepView(SoftmaxView):
         return join_sum([self.out.ellipsis_term() if k is None else term(k) for k in ks])
 
     def blocks_of(self, chains: list[list[str]]) -> list[dict[str, Any]]:
-        """Group single-line chains into aligned blocks of at most BLOCK_LINES lines."""
-        blocks: list[list[str]] = []
-        for lines in chains:
-            if blocks and len(blocks[-1]) + len(lines) <= BLOCK_LINES:
-                blocks[-1].extend(lines)
-            else:
-                blocks.append(list(lines))
-        return [block(b) for b in blocks]
+        """The chains of an entry list as one aligned block (two blocks left a visible gap in
+        the middle of one list; LaTeX breaks a long block across pages, \\allowdisplaybreaks).
+        The block records each chain's line count, so a report can show the first entry only."""
+        if not chains:
+            return []
+        b = block([line for lines in chains for line in lines])
+        b["chains"] = [len(lines) for lines in chains]
+        return [b]
 
     # -- the view -------------------------------------------------------------------
     def build(self) -> dict[str, Any]:
@@ -235,9 +237,8 @@ class StepView(SoftmaxView):
         vm["entry_rows"] = rows
         chains = []
         for i in rows:
-            for j in pick(s.shape[1], o.max_size):
-                if j is not None:
-                    chains.append(self.product_entry(a, b, tr, bias, i, j))
+            for j in entry_columns(self, s.shape[1]):
+                chains.append(self.product_entry(a, b, tr, bias, i, j) if j is not None else [o.dots(None, 0)])
         vm["entries"] = self.blocks_of(chains)
 
     def product_entry(self, a, b, tr, bias, i, j) -> list[str]:
@@ -248,25 +249,45 @@ class StepView(SoftmaxView):
             return self.fit(lhs, [self.symbolic_sum(i, j)], align=True, lhs_width=self.lw)
         inner = a.shape[1]
         names = self.sum_seq(inner, lambda k: o.juxt(self.ename(a, i, k), self.ename(b, *bij(k))))
-        nums = self.sum_seq(inner, lambda k: o.mul(o.entry(a.value, i, k) if k == 0 and not o.plain else o.factor(a.value, i, k),
-                                                     o.factor(b.value, *bij(k))))
+        result, p = None, o.precision
+        if self.mode == "numeric" and inner <= o.max_size:
+            terms = [(float(a.value[i, k]), float(b.value[bij(k)])) for k in range(inner)]
+            if bias is not None:
+                terms.append((float(bias.value[0, j]),))
+            p, result = self.reproduced(terms, i, j)
+        with o.digits(p):
+            nums = self.sum_seq(inner, lambda k: o.mul(o.entry(a.value, i, k) if k == 0 and not o.plain else o.factor(a.value, i, k),
+                                                         o.factor(b.value, *bij(k))))
+            if bias is not None:
+                nums = Seq(nums.items + ("+ " + o.factor(bias.value, 0, j),), " ")
         if bias is not None:
             names = Seq(names.items + ("+ " + self.ename(bias, 0, j),), " ")
-            nums = Seq(nums.items + ("+ " + o.factor(bias.value, 0, j),), " ")
         if self.mode == "exact" and not o.plain and any(o.measure(t) > o.limit - self.lw - 4.0 for t in nums.items):
             # a factor wider than the page (RoPE's exact weights): the products of its values instead
             ap = lambda v, r, c: (lambda x: o.paren(x) if x.startswith("-") else x)(o.approx_entry(v, r, c) or o.entry(v, r, c))  # noqa: E731
             nums = ("\\approx", self.sum_seq(inner, lambda k: o.mul(ap(a.value, i, k), ap(b.value, *bij(k)))))
-        return self.fit(lhs, [names, nums] + self.entry_result(s.value, i, j), align=True, lhs_width=self.lw)
+        return self.fit(lhs, [names, nums] + (result or self.entry_result(s.value, i, j)), align=True, lhs_width=self.lw)
 
-    def entry_result(self, value, i, j) -> list:
-        """The result of entry (i, j); numeric results of one step share one decimal layout."""
+    def reproduced(self, terms: list[tuple[float, ...]], i: int, j: int) -> tuple[int, list]:
+        """For a substituted line sum_t prod(t) = entry (i, j): the decimals its operands need so
+        that the printed numbers give the printed result, and that result."""
+        result = self.entry_result(self.s.value, i, j, operands=[x for t in terms for x in t])
+        return reproducing_precision(self.out.precision, terms, result[0]), result
+
+    def entry_result(self, value, i, j, operands: list[float] | None = None) -> list:
+        """The result of entry (i, j); numeric results of one step share one decimal layout, the
+        matrix's: a whole number among decimals gets them too (1.0000, as the matrix prints it),
+        unless every operand of its line is a whole number (0 + 1 = 1, not 1.0000)."""
         o = self.out
         if isinstance(value, np.ndarray):
             if not hasattr(self, "_decimals"):
                 self._decimals = decimals_needed([float(x) for x in value.ravel()[:4096]], o.precision)
             STATS["entries"] += 1
-            return [o.fixed(float(value[i, j]), self._decimals, pad=False)]
+            x, d = float(value[i, j]), self._decimals
+            whole_line = operands is not None and all(math.isfinite(v) and v == int(v) for v in operands)
+            if d and x != 0 and math.isfinite(x) and x == int(x) and not whole_line:
+                return [f"{x:.{d}f}"]
+            return [o.fixed(x, d, pad=False)]
         result = o.entry(value, i, j)
         sides: list = [result]
         if self.mode == "exact":

@@ -161,7 +161,7 @@ def report_view(trace, fmt: str, precision: int, max_size: int, figures: list[di
     operands = [operand_chain(trace, op, out) for op in trace.operands]
     by_sqrt = any(s.id == "scaled" and s.details.get("by_sqrt_dk", True) for s in trace.steps)
     scaled = any(s.id == "scaled" for s in trace.steps)
-    return {
+    view = {
         "formula_block": block(flow) if flow else block([intro_formula(trace, scaled, by_sqrt, out.plain)]),
         # the Transformer block (attntrace.rendering.blockview): its arrangement, steps before and after attention
         "block": arrangement,
@@ -172,6 +172,9 @@ def report_view(trace, fmt: str, precision: int, max_size: int, figures: list[di
         "norm_kind": next((s.details.get("norm") for s in trace.steps if s.id in ("norm1", "norm2")), ""),
         # user text: $...$ spans through the whitelist parser, everything else escaped
         "title": format_user_text(trace.localized("title", lang) or "", fmt, inline_math=inline_math_for(fmt, math_delimiters), escape=esc),
+        # the same title as plain text for the heading: math in a heading ends up raw in navigation,
+        # tables of contents and <title> (MkDocs, Sphinx, nbconvert), so headings carry no math
+        "title_plain": esc(format_user_text(trace.localized("title", lang) or "", "text")),
         "description": format_user_text(trace.localized("description", lang) or "", fmt,
                                         inline_math=inline_math_for(fmt, math_delimiters), escape=esc),
         "tokens": [esc(t) for t in settings.get("tokens") or ()],
@@ -197,6 +200,8 @@ def report_view(trace, fmt: str, precision: int, max_size: int, figures: list[di
         # the backward pass (attntrace.kinds.backward), in trace order after the forward steps
         "backward": [] if shape_mode else [StepView(trace, s, out, rows, esc).build() for s in trace.steps if _backward(s)],
     }
+    mark_repeats(view)
+    return view
 
 
 def _backward(step) -> bool:
@@ -254,3 +259,36 @@ def given_shapes(trace, out) -> list[dict[str, Any]]:
         if op.head is not None:
             seen[key] = row
     return rows
+
+
+def mark_repeats(view: dict[str, Any]) -> None:
+    """Mark each step view whose explanation the report has already given (issue 22: the
+    projection paragraph appeared 6 to 8 times in one report). The first view of a prose kind
+    keeps its explanation; a later one gets ``again = {"head", "kind"}`` naming the first, and the
+    prose says it briefly and refers back. Views are visited in the order the report prints them."""
+    order = list(view["block_pre"])
+    for sec in view["sections"]:
+        order += sec["steps"]
+    order += view["combined"] + view["block_post"] + view["backward"]
+    first: dict[str, dict[str, Any]] = {}
+    for vm in order:
+        if not isinstance(vm, dict) or "prose" not in vm:
+            continue
+        # Q, K, V share one explanation, as do the two norms and the two residuals; other kinds
+        # that share a prose module (the backward steps, the online softmax) differ by kind
+        key = vm["prose"] if vm["prose"] in ("projection", "norm", "residual", "rope") else f'{vm["prose"]}/{vm["kind"]}'
+        seen = first.get(key)
+        if seen is None:
+            first[key] = {"head": vm.get("head", 0), "kind": vm["kind"]}
+        else:
+            vm["again"] = seen
+            if seen["kind"] == vm["kind"] and seen["head"] and vm.get("head") != seen["head"]:
+                # a later head repeats the computation: its result is shown, its entries were
+                # written out once, for the first head
+                vm["entries"], vm["softmax_rows"] = [], []
+            elif vm["prose"] == "projection" and seen["kind"] != vm["kind"] and vm.get("entries") and vm["entries"][0].get("chains"):
+                # K after Q: the same kind of product, so one entry as an example is enough
+                b = vm["entries"][0]
+                n = b["chains"][0]
+                vm["entries"] = [block(b["lines"][:n])]
+                vm["entries_cut"] = True

@@ -29,7 +29,17 @@ OPERAND_PLAIN.update({k: v[1] for k, v in BLOCK_OPERANDS.items()})
 OPERAND_BASE.update({k: v[2] for k, v in BLOCK_OPERANDS.items()})
 #: A softmax row whose largest weight is at least this is called saturated in the report.
 SATURATED = 0.999
-#: Lines per aligned block at most: a long block cannot break across pages.
+#: Entries of one row written out at most (the first ones, a gap, the last), unless rows are
+#: asked for: a reader who has followed three entries can do the rest (issue 22: page budgets).
+ENTRY_COLUMNS = 4
+
+
+def entry_columns(sv, cols: int) -> list[int | None]:
+    """The columns whose entries a report writes out for one row (None: the gap, shown as dots)."""
+    return pick(cols, sv.out.max_size if sv.rows_opt else min(sv.out.max_size, ENTRY_COLUMNS))
+
+
+#: Lines per aligned block at most where a view packs blocks itself (the given matrices).
 BLOCK_LINES = 8
 
 
@@ -98,6 +108,13 @@ def rows_to_expand(option, n: int, default: int) -> list[int]:
 SHAPE_LINES: dict = {}
 
 
+#: Steps whose two inputs meet entry by entry (a row or a column broadcast where the shapes
+#: differ): (TeX, plain) sign of their shape line, (4 x 6) + (4 x 6) -> (4 x 6).
+ELEMENTWISE = {"embed": ("+", "+"), "residual1": ("+", "+"), "residual2": ("+", "+"), "lse": ("+", "+"),
+               "ffn_act": ("\\odot", "*"), "dscaled": ("\\odot", "*"), "norm1": ("\\odot", "*"), "norm2": ("\\odot", "*"),
+               "online_exp": ("-", "-")}
+
+
 def shape_dims(trace, step, out, short: bool = False) -> str:
     """(100 x 3) (3 x 3) -> (100 x 3): the shapes a step reads and the shape it makes."""
     arrow = " -> " if out.plain else " \\to "
@@ -124,6 +141,16 @@ def shape_dims(trace, step, out, short: bool = False) -> str:
     shapes = [r.shape for r in ins]
     if step.id == "scores":
         shapes[1] = shapes[1][::-1]
+    op = ELEMENTWISE.get(step.id)
+    if op is not None and len(shapes) == 2:  # an addition or an entrywise product, not a matrix product
+        sign = op[1] if out.plain else op[0]
+        return f"{paren(shapes[0])} {sign} {paren(shapes[1])}{arrow}{paren(step.shape)}"
+    if step.id in ("K_cache", "V_cache") and len(shapes) == 2:  # the new rows stacked under the cached ones
+        stacked = f"[{paren(shapes[0])}; {paren(shapes[1])}]" if out.plain else f"\\bigl[{paren(shapes[0])};\\ {paren(shapes[1])}\\bigr]"
+        return stacked + arrow + paren(step.shape)
+    if len(shapes) == 3 and shapes[2][0] == 1 and shapes[0][0] != 1:  # X W + b: the bias row is broadcast, added
+        return (f"{paren(shapes[0])}{' ' if out.plain else chr(92) + ','}{paren(shapes[1])} + {paren(shapes[2])}"
+                + arrow + paren(step.shape))
     return (" " if out.plain else "\\,").join(paren(sh) for sh in shapes) + arrow + paren(step.shape)
 
 

@@ -1,0 +1,60 @@
+"""Notes that do not mislead and one Chinese term for token (issue 22 items 3 and 8)."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import attntrace
+from attntrace.teach.examples import example_paths
+
+NAMES = [p.stem for p in example_paths()]
+
+
+def _saturated_rows(md: str, lang: str) -> list[int]:
+    pattern = r"saturated in row (\d+)" if lang == "en" else r"第 (\d+) 行(?:（[^）]*）)?的 softmax 已饱和"
+    return [int(x) for x in re.findall(pattern, md)]
+
+
+@pytest.mark.parametrize("name", ["causal-mask", "alibi-causal", "llama-block-tiny", "sliding-window"])
+def test_no_saturation_note_for_a_row_with_one_key(name):
+    """Under a causal mask row 1 sees one key: its weight 1 is the mask's doing, not saturation."""
+    trace = attntrace.run(name)
+    one_key = {i + 1 for s in trace.steps if s.id == "masked"
+               for i, row in enumerate(np.asarray(s.details["keep"])) if np.count_nonzero(row) == 1}
+    assert one_key, name
+    for lang in ("en", "zh"):
+        md = attntrace.render(trace, format="md", lang=lang)
+        assert not set(_saturated_rows(md, lang)) & one_key, (name, lang)
+
+
+def test_a_saturated_row_is_still_said():
+    for lang in ("en", "zh"):
+        md = attntrace.render(attntrace.run("height-weight-raw"), format="md", lang=lang)
+        assert _saturated_rows(md, lang) == [1], lang
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_kv_cache_gives_the_right_reason(lang):
+    md = attntrace.render(attntrace.run("kv-cache-decoding"), format="md", lang=lang)
+    if lang == "en":
+        assert "depends only on its own token" not in md
+        assert "under the causal mask no earlier key or value depends on a later token" in md
+    else:
+        assert "只取决于它自己的词和位置" not in md
+        assert "前面的键和值都不依赖后面的词元" in md
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_zh_glossary_token_is_ciyuan(name):
+    """词元 for token in the prose; 样本 never (词 stays where an example's own text is about words)."""
+    md = attntrace.render(attntrace.run(name), format="md", lang="zh")
+    assert "样本" not in md
+    assert "维度偏见" not in md and "增益 $\\gamma$ 按特征学习得到" not in md
+
+
+def test_en_gain_agrees_with_its_verb():
+    md = attntrace.render(attntrace.run("llama-block-tiny"), format="md")
+    assert "gamma$ are learned" not in md and "the gain $\\gamma$ is learned per feature" in md

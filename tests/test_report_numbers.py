@@ -1,0 +1,129 @@
+"""Numbers a reader can check, and no paragraph said twice (issue 22 items 2 and 4), over every
+example in en and zh:
+
+- within a matrix one number format: every entry has the same decimals (an exact 0 may print as
+  0; no 1 next to 1.0000), a matrix of whole numbers prints as integers;
+- every substituted line reproduces its printed result from its printed operands: the numbers
+  are parsed back from the text report (``name = symbols = 2*0.99995 - 1*0.01000 = 1.9899``),
+  recomputed by a tiny arithmetic walker over Python's ``ast`` (numbers, + - * /, parentheses;
+  never eval) and compared with the printed result at its own decimals;
+- no paragraph longer than 100 characters appears twice in one report (the Markdown source).
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+import re
+
+import pytest
+
+import attntrace
+from attntrace.rendering.renderer import render
+from attntrace.teach.examples import example_paths
+
+NAMES = [p.stem for p in example_paths()]
+LANGS = ("en", "zh")
+NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+ARITHMETIC = re.compile(r"^[-+*/ ().0-9]+$")
+OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
+
+
+@pytest.fixture(scope="module")
+def traces():
+    return {name: attntrace.run(name) for name in NAMES}
+
+
+def _value(node) -> float:
+    """Numbers and + - * / only: anything else is not a substituted line."""
+    if isinstance(node, ast.Expression):
+        return _value(node.body)
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
+        return float(node.value)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        return -_value(node.operand) if isinstance(node.op, ast.USub) else _value(node.operand)
+    if isinstance(node, ast.BinOp) and type(node.op) in OPS:
+        return OPS[type(node.op)](_value(node.left), _value(node.right))
+    raise ValueError(ast.dump(node))
+
+
+def substituted_lines(text: str) -> list[tuple[str, float, str]]:
+    """(line, recomputed value, printed result) of every one-line 'numbers = result' chain."""
+    found = []
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split(" = ")]
+        if len(parts) < 3:
+            continue
+        expr, result = parts[-2], parts[-1]
+        if not NUMBER.fullmatch(result) or not ARITHMETIC.match(expr) or not re.search(r"[-+*/]", expr.lstrip("-")):
+            continue
+        try:
+            found.append((line.strip(), _value(ast.parse(expr, mode="eval")), result))
+        except (SyntaxError, ValueError):
+            continue
+    return found
+
+
+def text_matrices(text: str) -> list[list[str]]:
+    """The entries of every matrix of a text report (consecutive '[ a  b ]' lines)."""
+    out, cur = [], []
+    for line in text.splitlines() + [""]:
+        m = re.match(r"^\s*(?:\S.*?=\s+)?\[ (.*) \]$", line)
+        if m and "|" not in m.group(1) and ";" not in m.group(1):
+            cur += m.group(1).split()
+        elif cur:
+            out.append(cur)
+            cur = []
+    return out
+
+
+def paragraphs(md: str) -> list[str]:
+    out = []
+    for chunk in re.split(r"\n\s*\n", md):
+        p = " ".join(line.strip() for line in chunk.splitlines()).strip()
+        if p and not p.startswith(("$$", "\\[", "#", "|")):
+            out.append(p)
+    return out
+
+
+@pytest.mark.parametrize("lang", LANGS)
+@pytest.mark.parametrize("name", NAMES)
+def test_one_number_format_within_a_matrix(name, lang, traces):
+    text = render(traces[name], format="text", lang=lang)
+    for entries in text_matrices(text):
+        numbers = [x for x in entries if NUMBER.fullmatch(x)]
+        decimals = {len(x.split(".")[1]) if "." in x else 0 for x in numbers if x != "0"}
+        assert len(decimals) <= 1, f"{name} {lang}: one matrix mixes {sorted(decimals)} decimals: {entries[:12]}"
+
+
+def test_the_matrix_check_sees_matrices(traces):
+    assert sum(len(text_matrices(render(t, format="text"))) for t in traces.values()) > 200
+
+
+@pytest.mark.parametrize("lang", LANGS)
+@pytest.mark.parametrize("name", NAMES)
+def test_substituted_lines_reproduce_their_results(name, lang, traces):
+    for line, value, result in substituted_lines(render(traces[name], format="text", lang=lang)):
+        d = len(result.split(".")[1]) if "." in result else 0
+        assert abs(value - float(result)) <= 0.5 * 10 ** -d + 1e-9 * max(1.0, abs(value)), \
+            f"{name} {lang}: {line} (the printed operands give {value!r})"
+
+
+def test_the_line_check_sees_lines(traces):
+    lines = [x for t in traces.values() for x in substituted_lines(render(t, format="text"))]
+    assert len(lines) > 250
+    # the RoPE case of issue 22: cos 0.01 needs five decimals for 2 cos - sin to give 1.9899
+    rope = substituted_lines(render(traces["rope-4-tokens-half"], format="text"))
+    assert any("0.99995" in line for line, _, _ in rope)
+    assert substituted_lines("q = a*b = 2*1.0000 - 1*0.0100 = 1.9899")[0][1] == pytest.approx(1.99)
+
+
+@pytest.mark.parametrize("lang", LANGS)
+@pytest.mark.parametrize("name", NAMES)
+def test_no_long_paragraph_twice(name, lang, traces):
+    seen: dict[str, int] = {}
+    for p in paragraphs(render(traces[name], format="md", lang=lang)):
+        if len(p) > 100:
+            seen[p] = seen.get(p, 0) + 1
+    twice = [p[:80] for p, n in seen.items() if n > 1]
+    assert not twice, f"{name} {lang}: said again: {twice}"
