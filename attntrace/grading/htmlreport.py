@@ -62,7 +62,10 @@ def check_html(report: Report, answer: Any, lang: str = "en", fragment: bool = F
         st["diagnosis"] = markdown_to_html(msg) if msg else ""
     keep = {k: v for k, v in options.items() if k in ("precision", "max_size", "template_dir")}
     md = render_report(report, format="md", lang=lang, **keep)
+    from attntrace.rendering.jinja_env import user_template_errors
+
     env = environment(options.get("template_dir"))
-    extra = env.get_template("html/check.j2").render(lang=lang, steps=steps)
+    with user_template_errors(env, options.get("template_dir")):  # a user's html/check.j2 fails in one line
+        extra = env.get_template("html/check.j2").render(lang=lang, steps=steps)
     title = trace.localized("title", lang) or ""
     return markdown_page(md, lang, title, fragment=fragment, extra=extra, template_dir=options.get("template_dir"))

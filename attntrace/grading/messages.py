@@ -16,64 +16,42 @@ from attntrace.inputs.textescape import escape_md, escape_tex as tex_escape
 from attntrace.inputs.usertext import format_user_text, inline_math_for
 from attntrace.model.errors import BadInput
 from attntrace.model.trace import Trace
+from attntrace.rendering.plaindata import Formatted, plain_context, to_plain
 from attntrace.rendering.printing import plain_number
+from attntrace.rendering.sandbox import fresh_budget
 
 LANGS = ("en", "zh")
 FORMATS = ("text", "md", "tex")
 
 
 class _Messages:
-    """The phrases and diagnosis sentences of one language (templates/check/messages.<lang>.j2)."""
+    """The phrases and diagnosis sentences of one language (templates/check/messages.<lang>.j2).
+    A diagnosis macro gets `d`: the diagnosis numbers as plain data plus the helper macros of
+    templates/check/helpers.j2 (d.math, d.code, d.num, d.shape), never a Python object."""
 
-    def __init__(self, module: Any, format: str):
+    def __init__(self, module: Any, format: str, helpers: Any):
         self.module = module
         self.format = format
+        self.helpers = {name: getattr(helpers, name) for name in ("math", "code", "num", "shape")}
 
     def diagnosis(self, code: str, params: Mapping[str, Any]) -> str:
-        macro = getattr(self.module, code, None) or getattr(self.module, UNKNOWN)
-        return str(macro(_Params(params, self.format)))
+        macro = getattr(self.module, code, None) or getattr(self.module, UNKNOWN, None)
+        if macro is None:  # a user's messages template without the catch-all macro
+            raise BadInput(f"template {getattr(self.module, '__name__', 'check/messages')}: no macro {code!r} "
+                           f"and no {UNKNOWN!r} macro for the mistakes it does not name")
+        d = plain_context({"d": {**to_plain(dict(params)), **self.helpers}})["d"]
+        with fresh_budget():
+            return str(macro(d))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.module, name)
-
-
-class _Params(dict):
-    """Diagnosis numbers plus a helper writing math for the report's format."""
-
-    def __init__(self, params: Mapping[str, Any], format: str):
-        super().__init__(params)
-        self.format = format
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self[name]
-        except KeyError:
-            raise AttributeError(name) from None
-
-    def math(self, tex: str, plain: str) -> str:
-        """`$tex$` in Markdown and LaTeX, `plain` in text."""
-        return plain if self.format == "text" else f"${tex}$"
-
-    def code(self, text: str) -> str:
-        """A step's key as code: `weights@2` in Markdown, \\texttt in LaTeX, plain in text."""
-        if self.format == "md":
-            return f"`{text}`"
-        return f"\\texttt{{{tex_escape(text)}}}" if self.format == "tex" else text
-
-    def num(self, x: Any) -> str:
-        return format_number(x, 4)
-
-    def shape(self, s) -> str:
-        return "" if s is None else f"{s[0]} × {s[1]}" if self.format == "text" else f"${s[0]} \\times {s[1]}$"
 
 
 def format_number(x: Any, precision: int = 4) -> str:
     return "" if x is None else plain_number(float(x), precision, count=False)
 
 
-class _Formatted(str):
-    """User text already formatted for its output (math printed, the rest escaped): the
-    escaping filters pass it through unchanged."""
+_Formatted = Formatted  # user text already formatted for its output: the escaping filters pass it through
 
 
 def _escaper(escape):
@@ -103,4 +81,5 @@ def messages(lang: str, template_dir, format: str) -> _Messages:
     if lang not in LANGS:
         raise BadInput(f"unknown language {lang!r}; choose one of {', '.join(LANGS)}")
     env = report_environment(template_dir)
-    return _Messages(env.get_template(f"check/messages.{lang}.j2").make_module({"format": format}), format)
+    return _Messages(env.get_template(f"check/messages.{lang}.j2").make_module({"format": format}), format,
+                     env.get_template("check/helpers.j2").make_module({"format": format}))

@@ -9,13 +9,14 @@ templates/check/messages.<lang>.j2; the layout in templates/check/report.<format
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 from attntrace.grading.messages import FORMATS, format_number, messages, report_environment, report_title
 from attntrace.inputs.usertext import clean_output, clean_text
 from attntrace.model.errors import BadInput
 from attntrace.model.trace import Trace
 from attntrace.rendering.jinja_env import user_template_errors
+from attntrace.rendering.plaindata import to_plain
 
 
 def render_report(report, format: str = "text", lang: str = "en", **options: Any) -> str:
@@ -45,21 +46,26 @@ def render_report(report, format: str = "text", lang: str = "en", **options: Any
 
 def _render_report(report, format: str, lang: str, precision: int, template_dir, env, options: Mapping[str, Any]) -> str:
     msgs = messages(lang, template_dir, format)
-    rows = [_row(s, report.trace, format, lang, precision, template_dir, options) for s in report.steps]
+    rows = to_plain([_row(s, report.trace, format, lang, precision, template_dir, options) for s in report.steps])
     wrong = [r for r in rows if r["status"] == "wrong"]
     student = report.student
     text = env.get_template(f"check/report.{format}.j2").render(
-        m=msgs, lang=lang, report=report, rows=rows, wrong=wrong, first=wrong[0] if wrong else None,
+        m=msgs.module, lang=lang, report={"ok": report.ok}, rows=rows, wrong=wrong, first=wrong[0] if wrong else None,
         remarks=[r for r in rows if r["code"] and r["status"] != "wrong"],
         student=None if student is None else clean_text(student),
         ignored=[clean_text(k)[:80] for k in report.ignored],
-        policy=report.policy, slack=report.tolerance.get("slack"),
+        policy=policy_view(report.policy), slack=to_plain(report.tolerance.get("slack")),
         title=report_title(report.trace, format, lang, options.get("math_delimiters") or "dollars"),
         standalone=bool(options.get("standalone")), math_delimiters=options.get("math_delimiters") or "dollars",
         n_wrong=len(wrong), n_carried=sum(r["status"] == "carried" and not r["code"] for r in rows),
         max_entries=options.get("max_size") or 8,
     )
     return clean_output(text.rstrip("\n") + "\n")  # whatever a template folder writes (issue 20)
+
+
+def policy_view(policy) -> dict[str, Any]:
+    """The tolerance rule in force, as the footer's templates read it (kind, decimals, atol, rtol)."""
+    return to_plain({"kind": policy.kind, "decimals": policy.decimals, "atol": policy.atol, "rtol": policy.rtol})
 
 
 def _row(s, trace: Trace, format: str, lang: str, precision: int, template_dir, options) -> dict:
@@ -71,28 +77,13 @@ def _row(s, trace: Trace, format: str, lang: str, precision: int, template_dir, 
         "code": d.code if d else None,
         "message": d.message(lang, format, template_dir) if d else None,
         "alternatives": [{"code": a.code, "message": a.message(lang, format, template_dir)} for a in d.alternatives] if d else [],
-        "entries": _EntryRows(s.wrong_entries, precision),
+        # a report shows a few of up to 65,536 wrong entries: only those are formatted (plain data)
+        "entries": [{"row": e.row, "col": e.col, "expected": format_number(e.expected, precision), "given": clean_text(e.given_text)}
+                    for e in s.wrong_entries[:options.get("max_size") or 8]],
+        "n_entries": len(s.wrong_entries),
         "expected_shape": s.expected_shape, "given_shape": s.given_shape,
         "derivation": _correct_computation(trace, s, format, lang, options) if s.status == "wrong" else None,
     }
-
-
-class _EntryRows(Sequence):
-    """The wrong entries as the templates show them ({row, col, expected, given}), each
-    formatted when a template reads it: a report shows a few of 65,536 wrong entries."""
-
-    def __init__(self, entries: Sequence, precision: int):
-        self._entries, self._precision = entries, precision
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def __getitem__(self, k):
-        if isinstance(k, slice):
-            return [self[i] for i in range(*k.indices(len(self)))]
-        e = self._entries[k]
-        return {"row": e.row, "col": e.col, "expected": format_number(e.expected, self._precision),
-                "given": clean_text(e.given_text)}
 
 
 def _correct_computation(trace: Trace, result, format: str, lang: str, options: Mapping[str, Any]) -> str:

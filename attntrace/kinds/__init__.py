@@ -3,7 +3,7 @@
 `HEAD_PIPELINE` is the order in which the per-head kinds run; `COMBINE_PIPELINE` the kinds
 that combine the heads. A kind runs when it is enabled for the problem (its start, scale,
 mask, ... settings). To add a kind: write its module here, put it in a pipeline, add its
-block `templates/steps/{id}.j2` and its prose `templates/prose/{en,zh}/{prose}.j2`.
+block (`templates/steps/{id}.j2`, else its view's, else the default) and its prose `templates/prose/{en,zh}/{prose}.j2`.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ A kind says which values of a head's state it reads and which it writes, whether
 for a problem, how it computes (through the algebra interface, so one body serves numeric,
 exact, symbolic and shape mode), its general formula in LaTeX and plain math, the names
 its matrix and entries go by, how reports lay it out (`view`), which prose templates
-explain it (`templates/prose/{lang}/{prose}.j2`, block `templates/steps/{id}.j2`), its
+explain it (`templates/prose/{lang}/{prose}.j2`, block `Kind.templates`: `steps/{id}.j2`, else `steps/view/{view}.j2`, else `steps/default.j2`), its
 extra JSON fields and the checker mistakes that change it. The tracer only composes kinds
 (`attntrace.kinds.PIPELINE`); adding a kind touches no other kind.
 """
@@ -72,8 +72,10 @@ class Kind:
         return f"computed from {', '.join(inputs)}"
 
     @property
-    def template(self) -> str:
-        return f"steps/{self.id}.j2"
+    def templates(self) -> tuple[str, str, str]:
+        """The step's block, first found wins: the kind's own template, its view's, the default
+        body (a kind with no special layout needs no template file)."""
+        return (f"steps/{self.id}.j2", f"steps/view/{self.view}.j2", "steps/default.j2")
 
 
 def sup(head: int | None) -> str:

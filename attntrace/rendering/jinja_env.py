@@ -18,15 +18,14 @@ template edit compiles and stores; later processes only read (a cold `attntrace 
 write to it, rendering compiles from source and says nothing; nothing is ever written into the
 installed package.
 
-Every environment is Jinja's sandbox (`jinja2.sandbox.SandboxedEnvironment`, issue 16): a
-template folder shared by a colleague can lay out a report but cannot run code
-(``{{ self.__init__.__globals__ }}`` and every other attribute starting with an underscore
-is refused), and ``*``/``**`` on huge operands is refused rather than filling memory. The
-shipped templates run in the same sandbox: a user folder overrides single templates, so
-both kinds meet in one environment, and the sandbox costs nothing measurable (its module
-imports in 0.3 ms; a report renders as fast). Sandboxed templates compile to different code,
-so the sandbox is part of the bytecode cache's fingerprint: a template compiled without it
-is never loaded.
+Every environment is `sandbox.ReportEnvironment` (issue 20), Jinja's immutable sandbox with
+every size and count bounded, and every template file is read by `templatefiles.FolderLoader`
+(inside its folder, regular files, at most 1 MiB): a template folder shared by a colleague can
+lay out a report but cannot run code, read or write a file, or exhaust memory or time. Templates
+are given plain data only (`plaindata.plain_context` guards every render). The shipped
+templates run in the same sandbox: a user folder overrides single templates, so both kinds
+meet in one environment. Sandboxed templates compile to different code, so the sandbox is
+part of the bytecode cache's fingerprint: a template compiled without it is never loaded.
 
 An error in a template of the user's folder (syntax, undefined variable, missing include,
 macros recursing without end, an unsafe attribute) becomes one line naming the template and
@@ -44,9 +43,11 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import jinja2
-from jinja2.sandbox import SandboxedEnvironment, SecurityError
+from jinja2.sandbox import SecurityError
 
 from attntrace.model.errors import AttntraceError, BadInput
+from attntrace.rendering.templatefiles import FolderLoader
+from attntrace.rendering.sandbox import MAX_OUTPUT, MAX_STRING, ReportEnvironment, TemplateLimit  # noqa: F401 - re-exported
 
 _PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # the attntrace package
 
@@ -162,53 +163,14 @@ def _bytecode_cache(folder: Path | None, options: dict[str, Any]) -> jinja2.Byte
     except (OSError, RuntimeError, ValueError):
         return None
     # the environment class is part of it: sandboxed code and plain code never share a file
-    fingerprint = hashlib.sha1(repr((jinja2.__version__, ReportEnvironment.__name__, "sandbox",
+    fingerprint = hashlib.sha1(repr((jinja2.__version__, ReportEnvironment.__name__, "immutable-bounded-1",
                                      sorted(options.items()))).encode()).hexdigest()[:10]
     return _QuietBytecodeCache(str(folder), f"{fingerprint}-%s.cache")
 
 
-#: `*` and `**` in a template may not build results larger than this (characters, items, digits).
-MAX_PRODUCT = 1_000_000
-
-
-#: A report (one template's whole output) may not be longer than this, in characters.
-MAX_OUTPUT = 50_000_000
 #: Rendering with a user's template folder may take at most this long, in seconds (the CLI,
 #: on POSIX: a SIGALRM timer while no other timer or SIGALRM handler is in use).
 TEMPLATE_TIME_LIMIT = 60.0
-
-
-class TemplateLimit(SecurityError):
-    """A template wrote too much or ran too long."""
-
-
-class ReportEnvironment(SandboxedEnvironment):
-    """The sandbox with `*` and `**` checked (``{{ "x" * 10**10 }}`` is refused, not computed)
-    and the output of a template bounded by `MAX_OUTPUT`."""
-
-    intercepted_binops = frozenset({"*", "**"})
-
-    def concat(self, pieces) -> str:  # Template.render joins the root generator's pieces here
-        out, size = [], 0
-        for piece in pieces:
-            size += len(piece)
-            if size > MAX_OUTPUT:
-                frame = getattr(pieces, "gi_frame", None)
-                exc = TemplateLimit(f"writes more than {MAX_OUTPUT:,} characters")
-                exc.template_file = frame.f_code.co_filename if frame is not None else None
-                raise exc
-            out.append(piece)
-        return "".join(out)
-
-    def call_binop(self, context, operator, left, right):
-        if operator == "**":
-            if isinstance(left, (int, float)) and isinstance(right, (int, float)) and abs(left) > 1 and right > 64:
-                raise SecurityError(f"{left} ** {right} is too large for a template")
-        else:
-            for seq, n in ((left, right), (right, left)):
-                if isinstance(seq, (str, list, tuple)) and isinstance(n, int) and len(seq) * n > MAX_PRODUCT:
-                    raise SecurityError(f"a repetition of {len(seq) * n} items is too large for a template")
-        return super().call_binop(context, operator, left, right)
 
 
 def cached_environment(template_dirs: list[str | os.PathLike], **options: Any) -> jinja2.Environment:
@@ -224,7 +186,7 @@ def cached_environment(template_dirs: list[str | os.PathLike], **options: Any) -
         if env is not None:
             _ENVIRONMENTS.move_to_end(key)
             return env
-    loader = _OverlayLoader([jinja2.FileSystemLoader(f) for f in folders])
+    loader = _OverlayLoader([FolderLoader(f) for f in folders])
     env = ReportEnvironment(loader=loader, auto_reload=True, bytecode_cache=_bytecode_cache(bcc_folder, options), **options)
     with _LOCK:
         env = _ENVIRONMENTS.setdefault(key, env)

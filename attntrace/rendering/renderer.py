@@ -4,7 +4,7 @@ Pipeline (latexify_py style): validate settings -> build the view model
 (`attntrace.rendering.viewmodel`, math fragments from `attntrace.rendering.printing`) -> render templates
 (prose and layout only, `templates/`). Settings are declared once in `DEFAULTS` and unknown
 ones are refused (SymPy printer style). Templates: `<format>/report.j2` for a whole report,
-`steps/<kind>.j2` for one step (shared by the formats), `<format>/fmt.j2` for the format's
+`steps/<kind>.j2`, else `steps/view/<view>.j2`, else `steps/default.j2` for one step (shared by the formats), `<format>/fmt.j2` for the format's
 primitives (headings, display math, matrices) and `prose/<lang>.j2` for all the words.
 """
 
@@ -25,6 +25,7 @@ from attntrace.rendering.jinja_env import cached_environment, user_template_erro
 from attntrace.resources import templates_dir
 from attntrace.model.trace import Step, Trace
 from attntrace.rendering.viewmodel import report_view, step_view
+from attntrace.kinds import kind_of
 
 FORMATS = ("md", "tex", "text")
 LANGS = ("en", "zh")
@@ -142,7 +143,7 @@ def render_step(trace: Trace, step: Step | str, *, format: str, lang: str = "en"
     vm = step_view(trace, step, s["format"], s["precision"], s["max_size"], fit_limit(s), s["rows"])
     with user_template_errors(env, s["template_dir"]):
         ctx = _context(env, s["format"], s["lang"], s["math_delimiters"])
-        text = env.get_template(f"steps/{step.id}.j2").render(**ctx, vm=vm)
+        text = env.select_template(list(kind_of(step.id).templates)).render(**ctx, vm=vm)
     return tidy(text, s["format"])
 
 
@@ -153,15 +154,48 @@ def _figures(trace: Trace, directory, output_path, fmt: str) -> list[dict]:
         raise BadInput("figures need attntrace[figures] (matplotlib)") from None
     weight_matrices(trace)  # nothing to plot: refused before the folder is made
     directory = Path(directory)
-    check_figures_folder(directory)
     base = Path(output_path).resolve().parent if output_path is not None else Path.cwd()
+    figure_link(_relative(directory, base), fmt, shown=os.fspath(directory))  # refused before the folder is made
+    check_figures_folder(directory)
     out = []
     # LaTeX cannot \\includegraphics an SVG: give it a PDF; Markdown viewers show SVG.
     formats = ("pdf",) if fmt == "tex" else ("svg",)
     for fig in write_heatmaps(trace, directory, formats=formats):
-        rel = os.path.relpath(Path(fig["path"]).resolve(), base).replace(os.sep, "/")
-        out.append({"path": rel, "head": fig.get("head") or 0})
+        link = figure_link(_relative(Path(fig["path"]), base), fmt, shown=os.fspath(directory))
+        out.append({"path": link, "head": fig.get("head") or 0})
     return out
+
+
+def _relative(path: Path, base: Path) -> str:
+    return os.path.relpath(path.resolve(), base).replace(os.sep, "/")
+
+
+#: The characters a figure path may hold in LaTeX (any letter or digit, and these): a path is
+#: an argument of \\includegraphics, where { } \\ % # ~ $ & ^ would be markup.
+TEX_PATH_PUNCTUATION = frozenset("._-/+ ")
+
+
+def figure_link(rel: str, fmt: str, shown: str) -> str:
+    """A figure's path (relative to the report) as the report writes it. Markdown: percent-
+    encoded (RFC 3986; only letters, digits and ``_.-~/`` stay), so no character of the path
+    can end the link or open HTML (``g)<script>`` becomes ``g%29%3Cscript%3E``), and viewers
+    decode it back to the file's name. LaTeX has no such encoding for \\includegraphics
+    (``\\detokenize`` fails on an unbalanced brace), so a path with any character other than
+    letters, digits and ``._-/+`` and space is refused in one line. Text: the path as is,
+    control characters removed."""
+    if fmt == "md":
+        from urllib.parse import quote
+
+        return quote(rel, safe="/")
+    if fmt == "tex":
+        bad = sorted({c for c in rel if not (c.isalnum() or c in TEX_PATH_PUNCTUATION)})
+        if bad:
+            raise BadInput(f"--figures {shown!r}: a figure path in LaTeX may hold only letters, digits, spaces and "
+                           f". _ - / +, not {''.join(bad)!r}")
+        return rel
+    from attntrace.inputs.safetext import clean_text
+
+    return clean_text(rel)
 
 
 def check_figures_folder(directory: str | os.PathLike) -> None:

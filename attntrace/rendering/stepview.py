@@ -129,7 +129,7 @@ class StepView(SoftmaxView):
         s, o = self.s, self.out
         sup = "" if s.head is None else f"^{{({s.head})}}"
         vm: dict[str, Any] = {
-            "kind": s.id, "prose": kind_of(s.id).prose, "key": s.key, "head": s.head or 0, "mode": self.mode, "sup": sup,
+            "kind": s.id, "view": kind_of(s.id).view, "prose": kind_of(s.id).prose, "key": s.key, "head": s.head or 0, "mode": self.mode, "sup": sup,
             "psup": "" if s.head is None else f"({s.head})",
             "name": self.mname(self.ref),
             "formula": s.plain if o.plain else s.formula,

@@ -392,6 +392,7 @@ def _render_document(trace: Trace, weights: Mapping[str, float], tally: Tally, s
     from attntrace.grading.messages import FORMATS as CHECK_FORMATS, LANGS, messages as _messages, report_environment, report_title
     from attntrace.grading.reports import render_report
     from attntrace.rendering.jinja_env import user_template_errors
+    from attntrace.rendering.plaindata import to_plain
 
     options = dict(options)
     if format not in CHECK_FORMATS:
@@ -421,14 +422,14 @@ def _render_document(trace: Trace, weights: Mapping[str, float], tally: Tally, s
         m = _messages(lang, template_dir, format)
         c = env.get_template(f"check/class_messages.{lang}.j2").make_module({"format": format})
         text = env.get_template(f"check/class.{format}.j2").render(
-            m=m, c=c, lang=lang, students=students, steps=steps, mistakes=tally.mistakes(),
+            m=m.module, c=c, lang=lang, students=to_plain(students), steps=to_plain(steps), mistakes=to_plain(tally.mistakes()),
             n_students=tally.n, n_ok=tally.n_ok, n_unreadable=tally.n_unreadable, n_readable=tally.n - tally.n_unreadable,
             mean=percent(tally.mean_score), summary_only=summary_only, standalone=standalone,
             equal_weights=len(set(weights.values())) == 1,
             title=report_title(trace, format, lang, options.get("math_delimiters") or "dollars"),
-            skipped=[{"source": name, "reason": why} for name, why in skipped],
-            duplicates=[{"student": d["student"], "files": list(d["files"])} for d in tally.duplicates()],
-            ignored=[{"key": k, "count": n} for k, n in tally.ignored.most_common()], n_ignoring=tally.n_ignoring,
+            skipped=to_plain([{"source": name, "reason": why} for name, why in skipped]),
+            duplicates=to_plain([{"student": d["student"], "files": list(d["files"])} for d in tally.duplicates()]),
+            ignored=to_plain([{"key": k, "count": n} for k, n in tally.ignored.most_common()]), n_ignoring=tally.n_ignoring,
         )
     return text.rstrip("\n") + "\n"
 

@@ -201,13 +201,13 @@ def _entry_alternatives(wrongs, i: int, j: int, value: float) -> list[tuple[floa
     """The usual mistakes' values at entry (i, j) that a student can tell from the key (outside
     both tolerances) and from each other, first sentence kept."""
     out: list[tuple[float, str]] = []
-    for matrix, feedback in wrongs:
+    for matrix, message in wrongs:
         wrong = round(float(matrix[i][j]), DECIMALS)
         if not math.isfinite(wrong) or abs(wrong - value) <= tolerance(value) + tolerance(wrong):
             continue
         if any(abs(wrong - w) <= tolerance(w) + tolerance(wrong) for w, _ in out):
             continue
-        out.append((wrong, feedback))
+        out.append((wrong, message))
     return out
 
 

@@ -18,6 +18,7 @@ from attntrace.model.trace import Trace
 from attntrace.rendering.jinja_env import user_template_errors
 from attntrace.rendering.printing import TexOut
 from attntrace.rendering.renderer import environment, tidy
+from attntrace.rendering.plaindata import to_plain
 from attntrace.teach.prosemarkup import prose_markup
 
 _TEX = TexOut()  # the reports' LaTeX layout: bmatrix, head superscripts
@@ -82,10 +83,10 @@ def render_worksheet(spec: dict, trace: Trace, format: str = "md", lang: str = "
         raise BadInput(f"lang must be en or zh, not {lang!r}")
     env = environment(template_dir)
     view = worksheet_view(spec, trace)
+    env.filters["prose_markup"] = prose_markup  # the worksheet's macro t(text) applies it
     with user_template_errors(env, template_dir):
         prose = env.get_template(f"exercise/prose/{lang}.j2").make_module({})
         brackets = math_delimiters == "brackets"
         text = env.get_template(f"exercise/worksheet.{format}.j2").render(
-            ex=view, p=prose, lang=lang, standalone=standalone, brackets=brackets,
-            t=lambda s: prose_markup(s, format, brackets))
+            ex=to_plain(view), p=prose, lang=lang, standalone=standalone, brackets=brackets)
     return tidy(text)
