@@ -120,11 +120,11 @@ def test_each_render_has_its_own_budget(trace, tmp_path):
 def test_every_environment_is_the_immutable_sandbox():
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-    from attntrace.grading.reports import _environment
+    from attntrace.grading.messages import report_environment
     from attntrace.rendering.renderer import environment
 
     assert isinstance(environment(), ImmutableSandboxedEnvironment)
-    assert isinstance(_environment(None), ImmutableSandboxedEnvironment)
+    assert isinstance(report_environment(None), ImmutableSandboxedEnvironment)
 
 
 @pytest.mark.parametrize("value", [np.zeros((2, 2)), np.float64(1.0), attntrace.run("sentence-4x6"),
