@@ -24,7 +24,6 @@ gelu_relu_confused) are computed as before; only the right computation is here.
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 

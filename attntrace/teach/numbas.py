@@ -18,9 +18,10 @@ types are themselves rounded to 4 decimals (error at most d = 5e-5 an entry), an
 marked against the formula on those rounded inputs, while a careful student may have kept
 more digits. The slack bounds that difference from the true values, with a factor 2 for
 inputs that are not the true ones (a carried-forward answer): a product C = A B gets
-sum_k (|A_ik| + |B_kj|) d, the scaling d / sqrt(d_k), the softmax d / 2 (a row of softmax
-moves at most half the largest change of its inputs: sum_j |da_i/dt_j| = 2 a_i (1 - a_i) <= 1/2),
-the concatenation d, the output projection like a product.
+sum_k (|A_ik| + |B_kj|) d (an input of whole numbers was typed exactly and adds nothing), the
+scaling d / sqrt(d_k), the softmax d / 2 (a row of softmax moves at most half the largest
+change of its inputs: sum_j |da_i/dt_j| = 2 a_i (1 - a_i) <= 1/2), the concatenation nothing
+(it copies), the output projection like a product with the exact W_O.
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ import numpy as np
 
 from attntrace.inputs.safetext import clean_text, json_safe
 from attntrace.model.errors import BadInput
-from attntrace.model.trace import Trace
 
 #: The first line of a .exam file that Numbas's compiler reads as JSON.
 HEADER = "// Numbas version: exam_results_page_options"
