@@ -301,3 +301,17 @@ def test_json_names_the_rule_and_the_row_sums():
     from attntrace.inputs.expr import parse_expr
 
     assert float(parse_expr(exact["dscaled"]["rowdot"][0], allow_symbols=False)) == pytest.approx(steps["dscaled"]["rowdot"][0], abs=1e-12)
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_exact_mode_with_a_symbolic_do_renders(katex, lang):
+    """backward-2x2-symbolic in exact mode: dO is a table of symbols, so the softmax backward's
+    r_i has no float approximation; every format renders (it exited 3 on a float() of a symbol)."""
+    from mathcheck import markdown_math_spans
+
+    trace = attntrace.run("backward-2x2-symbolic", mode="exact")
+    r = trace.step("dscaled").details["rowdot"]
+    assert not all(getattr(x, "is_number", False) for x in r)
+    for fmt in ("md", "tex", "text"):
+        assert attntrace.render(trace, format=fmt, lang=lang)
+    assert katex(markdown_math_spans(attntrace.render(trace, format="md", lang=lang))) == []
