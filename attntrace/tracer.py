@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attntrace.budget import check_budget, work_estimate  # noqa: F401 - work_estimate is public here
+from attntrace.budget import check_budget
 from attntrace.inputs.spec import Problem, load_spec
 from attntrace.kinds import BACKWARD_PIPELINE, COMBINE_PIPELINE, HEAD_PIPELINE
 from attntrace.kinds.block import block_pipelines

@@ -340,7 +340,7 @@ def load_answer(answer: Any, steps: tuple[str, ...] | None = None) -> Answers:
         if key in META_KEYS:
             if not isinstance(raw, str):
                 raise BadInput(f"answer: {key} must be text")
-            # cleaned where it enters: no control or format character reaches a report (issue 20)
+            # cleaned where it enters: no control or format character reaches a report
             out.meta[key] = " ".join(clean_text(raw).split())
             continue
         if key == HEAD_TABLE:

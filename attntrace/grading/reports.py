@@ -60,7 +60,7 @@ def _render_report(report, format: str, lang: str, precision: int, template_dir,
         n_wrong=len(wrong), n_carried=sum(r["status"] == "carried" and not r["code"] for r in rows),
         max_entries=options.get("max_size") or 8,
     )
-    return clean_output(text.rstrip("\n") + "\n")  # whatever a template folder writes (issue 20)
+    return clean_output(text.rstrip("\n") + "\n")  # whatever a template folder writes
 
 
 def policy_view(policy) -> dict[str, Any]:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import numpy as np
 
 from attntrace.rendering.layout import Seq
-from attntrace.rendering.printing import pick
 from attntrace.rendering.stepview import register_view
 from attntrace.rendering.viewparts import entry_columns, block, resolve, rows_to_expand
 

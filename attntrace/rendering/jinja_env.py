@@ -18,7 +18,7 @@ template edit compiles and stores; later processes only read (a cold `attntrace 
 write to it, rendering compiles from source and says nothing; nothing is ever written into the
 installed package.
 
-Every environment is `sandbox.ReportEnvironment` (issue 20), Jinja's immutable sandbox with
+Every environment is `sandbox.ReportEnvironment`, Jinja's immutable sandbox with
 every size and count bounded, and every template file is read by `templatefiles.FolderLoader`
 (inside its folder, regular files, at most 1 MiB): a template folder shared by a colleague can
 lay out a report but cannot run code, read or write a file, or exhaust memory or time. Templates
@@ -47,7 +47,7 @@ from jinja2.sandbox import SecurityError
 
 from attntrace.model.errors import AttntraceError, BadInput
 from attntrace.rendering.templatefiles import FolderLoader
-from attntrace.rendering.sandbox import MAX_OUTPUT, MAX_STRING, ReportEnvironment, TemplateLimit  # noqa: F401 - re-exported
+from attntrace.rendering.sandbox import ReportEnvironment, TemplateLimit
 
 _PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # the attntrace package
 

@@ -1,4 +1,4 @@
-"""What a template may be given: plain data, checked before every render (issue 20).
+"""What a template may be given: plain data, checked before every render.
 
 A template folder can come from anyone (a colleague's shared folder), so a template must not
 be able to reach anything that acts: a NumPy array has `tofile`, a Trace holds arrays, a SymPy

@@ -229,7 +229,7 @@ def given_shapes(trace, out) -> list[dict[str, Any]]:
 
 
 def mark_repeats(view: dict[str, Any]) -> None:
-    """Mark each step view whose explanation the report has already given (issue 22: the
+    """Mark each step view whose explanation the report has already given (the
     projection paragraph appeared 6 to 8 times in one report). The first view of a prose kind
     keeps its explanation; a later one gets ``again = {"head", "kind"}`` naming the first, and the
     prose says it briefly and refers back. Views are visited in the order the report prints them."""

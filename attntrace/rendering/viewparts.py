@@ -30,7 +30,7 @@ OPERAND_BASE.update({k: v[2] for k, v in BLOCK_OPERANDS.items()})
 #: A softmax row whose largest weight is at least this is called saturated in the report.
 SATURATED = 0.999
 #: Entries of one row written out at most (the first ones, a gap, the last), unless rows are
-#: asked for: a reader who has followed three entries can do the rest (issue 22: page budgets).
+#: asked for: a reader who has followed three entries can do the rest (page budgets).
 ENTRY_COLUMNS = 4
 
 

@@ -48,8 +48,8 @@ from typing import Any, Iterable, Mapping
 
 from attntrace.model.errors import BadInput
 from attntrace.model.trace import Trace
-from attntrace.teach.classgrade import (ANSWER_SUFFIXES, Grading, StudentResult, clean_name as _clean_name, collect,
-                                        default_jobs, mark_duplicates, reason as _reason, results)
+from attntrace.teach.classgrade import (ANSWER_SUFFIXES, Grading, StudentResult, collect, default_jobs, mark_duplicates,
+                                        results)
 
 #: A step's status in the class summary: the checker's three, plus a step not given.
 STATUSES = ("correct", "carried", "wrong", "missing")
