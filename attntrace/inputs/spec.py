@@ -37,7 +37,7 @@ HEAD_KEYS = {
 }
 #: Matrices shared by all heads.
 SHARED_KEYS = {"X": "x", "X_kv": "y", "W_O": "w^{O}", "b_O": "b^{O}"}
-#: Keys of the spec itself; a step kind's own keys (softcap, qk_norm, online, backward, ...) are
+#: Keys of the spec itself; a step kind's own keys (online, backward, ...) are
 #: the `SpecOption`s it declares, which `load_spec` receives (`attntrace.kinds.registry.SPEC_OPTIONS`).
 OPTION_KEYS = {"title", "description", "title_zh", "description_zh", "mode", "scale", "d_k", "mask", "num_heads", "heads", "Z", "expand", "tokens", "kv_tokens",
                "num_kv_heads", "window", "key_padding", "rope", "alibi", "attn_bias"}
@@ -361,7 +361,7 @@ def load_spec(spec: Any, *, mode: str | None = None, options: tuple[SpecOption, 
     reader = OptionReader(mode, data, len(heads))
     declared = {o.key: value for o in options if data.get(o.key) is not None
                 for value in [o.parse(data[o.key], reader)] if value is not None}
-    shared.update(reader.shared)  # matrices an option gives (qk_norm's gains): operands of the trace
+    shared.update(reader.shared)  # matrices an option gives (a norm's gains): operands of the trace
     expand = data.get("expand", "named")
     if expand not in ("named", "full"):
         raise BadInput(f"expand must be \"named\" or \"full\", not {expand!r}")

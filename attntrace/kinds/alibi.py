@@ -14,7 +14,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from attntrace.inputs.positional import paper_slopes
-from attntrace.kinds.base import Kind, plain_math, plain_sup, sup
+from attntrace.kinds.base import Kind, Mistake, plain_math, plain_sup, sup
 
 
 class Biased(Kind):
@@ -24,7 +24,8 @@ class Biased(Kind):
     starts = ("X", "QKV", "scores")
     letter, plain_letter, entry = "\\hat{T}", "T'", "\\hat{t}"
     view, prose = "alibi", "alibi"
-    mistakes = ("alibi_slope_sign",)
+    #: the bias +m (i - j) instead of -m (i - j): keys further back scored higher
+    mistakes = (Mistake("alibi_slope_sign"),)
 
     def enabled(self, problem) -> bool:
         return super().enabled(problem) and "alibi" in problem.extra
@@ -63,6 +64,15 @@ class Biased(Kind):
 
     def overflow_how(self, inputs, details) -> str:
         return f"{inputs[0]} plus the ALiBi bias"
+
+    def carry(self, iv, step, args, mistake):
+        """T + B from the student's T (B depends on nothing they wrote); alibi_slope_sign: T - B."""
+        bias = iv.floats(step.details["bias"])
+        if mistake == "alibi_slope_sign":
+            bias = -bias
+        if bias.shape != args[0].shape:
+            raise iv.Impossible()
+        return iv.add(args[0], iv.point(bias))
 
 
 def query_offset(problem, rows: int, cols: int) -> int:
