@@ -13,8 +13,21 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from attntrace.inputs.positional import paper_slopes
+from attntrace.inputs.options import SpecOption
+from attntrace.inputs.positional import check_positional, paper_slopes, parse_alibi
+from attntrace.model.errors import BadInput
 from attntrace.kinds.base import Kind, Mistake, plain_math, plain_sup, sup
+
+
+def _check(problem) -> None:
+    """One slope per head, a step that has scores, and no second bias (attn_bias)."""
+    if "attn_bias" in problem.extra:
+        raise BadInput("give alibi or attn_bias, not both: each adds its own B to the scores")
+    check_positional({"alibi": problem.extra["alibi"]}, problem.start, problem.heads, problem.shared)
+
+
+#: `alibi = true` (the paper's slopes) or {slopes = [...]}, one per head.
+SPEC_OPTIONS = (SpecOption("alibi", lambda value, reader: parse_alibi(value), "true or {slopes = [...]}", check=_check),)
 
 
 class Biased(Kind):
