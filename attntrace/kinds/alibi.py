@@ -14,14 +14,15 @@ from __future__ import annotations
 from fractions import Fraction
 
 from attntrace.inputs.positional import paper_slopes
-from attntrace.kinds.base import Kind, plain_math, plain_sup, sup
+from attntrace.kinds.base import Kind
+from attntrace.model.formula import Paren, Parts, Space, sym
 
 
 class Biased(Kind):
     id = "biased"
     reads, writes = ("S",), "S"
     starts = ("X", "QKV", "scores")
-    letter, plain_letter, entry = "\\hat{T}", "T'", "\\hat{t}"
+    letter, entry = sym("T", accent="hat"), sym("t", accent="hat")
     view, prose = "alibi", "alibi"
     mistakes = ("alibi_slope_sign",)
 
@@ -42,12 +43,11 @@ class Biased(Kind):
         bias = ctx.alg.distance_bias(slope, rows, cols, offset)
         result = ctx.alg.plus(t.value, bias)
         details = {"slope": slope, "exponent": exponent, "bias": bias, "heads": len(ctx.p.heads), "head_index": k + 1, "offset": offset}
-        h, ph = sup(head), plain_sup(head)
-        m = t.letter
-        i = f"i + {offset}" if offset else "i"
-        formula = f"\\hat{{T}}{h} = {m}{h} + B{h}, \\quad b{h}_{{ij}} = -m{h} \\, ({i} - j)"
-        plain = f"T'{ph} = {plain_math(t.letter)}{ph} + B{ph},  b{ph}_ij = -m{ph} ({i} - j)"
-        return ctx.emit(self, head, [t.ref], formula, plain, result, t.shape, details)
+        i = sym("i") + offset if offset else sym("i")
+        slope = -sym("m").head(head)
+        formula = Parts((self.letter.head(head).eq(t.letter.head(head) + sym("B").head(head)),
+                         sym("b").head(head).at("i", "j").eq(slope * Space() * Paren(i - sym("j")))))
+        return ctx.emit(self, head, [t.ref], formula, result, t.shape, details)
 
     def json_details(self, details):
         slope = details["slope"]

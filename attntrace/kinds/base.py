@@ -2,7 +2,7 @@
 
 A kind says which values of a head's state it reads and which it writes, whether it runs
 for a problem, how it computes (through the algebra interface, so one body serves numeric,
-exact, symbolic and shape mode), its general formula in LaTeX and plain math, the names
+exact, symbolic and shape mode), its general formula (a tree, `attntrace.model.formula`), the names
 its matrix and entries go by, how reports lay it out (`view`), which prose templates
 explain it (`templates/prose/{lang}/{prose}.j2`, block `Kind.templates`: `steps/{id}.j2`, else `steps/view/{view}.j2`, else `steps/default.j2`), its
 extra JSON fields and the checker mistakes that change it. The tracer only composes kinds
@@ -11,8 +11,9 @@ extra JSON fields and the checker mistakes that change it. The tracer only compo
 
 from __future__ import annotations
 
-import re
 from typing import Any, ClassVar
+
+from attntrace.model.formula import Expr, Node, node
 
 
 class Flow:
@@ -21,9 +22,10 @@ class Flow:
 
     __slots__ = ("value", "shape", "ref", "letter", "entry")
 
-    def __init__(self, value, shape, ref: str, letter: str, entry: str | None = None):
+    def __init__(self, value, shape, ref: str, letter: Expr, entry: Expr | None = None):
         self.value, self.shape, self.ref = value, tuple(shape), ref
-        self.letter, self.entry = letter, entry
+        self.letter: Node = node(letter)
+        self.entry: Node | None = None if entry is None else node(entry)
 
 
 class Kind:
@@ -38,10 +40,10 @@ class Kind:
     writes: ClassVar[str] = ""
     #: Problem starts (spec's first given matrices) at which this kind still runs.
     starts: ClassVar[tuple[str, ...]] = ("X",)
-    #: LaTeX and plain name of its matrix; base of its entry names (q, s, \tilde{t}).
-    letter: ClassVar[str] = ""
-    plain_letter: ClassVar[str | None] = None
-    entry: ClassVar[str] = ""
+    #: The name of its matrix and the base of its entry names, as formula symbols (T-tilde and
+    #: t-tilde; a plain string is a symbol of that name: "S", "s").
+    letter: ClassVar[Expr] = ""
+    entry: ClassVar[Expr] = ""
     #: Symbolic mode names this step's entries with this base (None: keeps computed entries).
     symbol: ClassVar[str | None] = None
     #: How reports lay the step out (a StepView builder): product, scaled, masked, softmax, concat.
@@ -78,26 +80,6 @@ class Kind:
         return (f"steps/{self.id}.j2", f"steps/view/{self.view}.j2", "steps/default.j2")
 
 
-def sup(head: int | None) -> str:
-    """The head superscript of a matrix name: Q^{(2)}."""
-    return "" if head is None else f"^{{({head})}}"
-
-
 def label(name: str, head: int | None) -> str:
     """A step as error messages name it: 'scores' or 'scores (head 2)'."""
     return name if head is None else f"{name} (head {head})"
-
-
-def plain_math(name: str) -> str:
-    """A matrix or entry name in plain text: an accent follows its letter (\\tilde{T} -> T~, \\hat{t} -> t')."""
-    name = re.sub(r"_\{\\text\{(\w+)\}\}", r"_\1", name)  # K_{\text{cache}} -> K_cache (attntrace.kinds.cache)
-    return re.sub(r"\\(tilde|hat)\{(\w)\}", lambda m: m.group(2) + ("~" if m.group(1) == "tilde" else "'"), name)
-
-
-def plain_braces(letter: str) -> str:
-    """A block matrix's name in plain text: its braces dropped (R^{f} -> R^f, W_{gate} -> W_gate)."""
-    return letter.replace("{", "").replace("}", "")
-
-
-def plain_sup(head: int | None) -> str:
-    return "" if head is None else f"({head})"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from attntrace.kinds.base import Kind
 from attntrace.model.errors import BadInput
+from attntrace.model.formula import Frac, Func, Num, Parts, Power, sym
 
 
 class PosEnc(Kind):
@@ -27,11 +28,13 @@ class PosEnc(Kind):
         n, d = x.shape
         base = ctx.p.extra.get("position_base", 10000)
         result = ctx.alg.sinusoid(n, d, base)
-        b = f"{base:g}" if isinstance(base, float) else str(base)
-        formula = (f"P = \\operatorname{{PE}}, \\quad p_{{i,2k}} = \\sin\\frac{{i - 1}}{{{b}^{{2k/d}}}},\\ "
-                   f"p_{{i,2k+1}} = \\cos\\frac{{i - 1}}{{{b}^{{2k/d}}}}")
-        plain = f"P = PE,  p_(i,2k) = sin((i-1) / {b}^(2k/d)),  p_(i,2k+1) = cos((i-1) / {b}^(2k/d))"
-        return ctx.emit(self, None, [x.ref], formula, plain, result, (n, d), {"base": base, "d": d})
+        b = Num(f"{base:g}" if isinstance(base, float) else str(base))
+        angle = (sym("i") - 1) / Power(b, Frac(sym("2k"), sym("d"), inline=True))
+        p = sym("p")
+        formula = Parts((sym("P").eq(Func("PE", ())),
+                         Parts((p.at("i", "2k").eq(Func("sin", (angle,), bare=True)),
+                                p.at("i", "2k+1").eq(Func("cos", (angle,), bare=True))), narrow=True)))
+        return ctx.emit(self, None, [x.ref], formula, result, (n, d), {"base": base, "d": d})
 
     def json_details(self, details):
         return {"base": details["base"]}
@@ -54,7 +57,7 @@ class Embed(Kind):
         if p.shape != x.shape:
             raise BadInput(f"step embed: the position table P is {p.shape} but X is {x.shape}; give one row per token, d_model columns")
         result = ctx.alg.plus(x.value, p.value)
-        return ctx.emit(self, None, [x.ref, p.ref], "E = X + P", "E = X + P", result, x.shape)
+        return ctx.emit(self, None, [x.ref, p.ref], sym("E").eq(sym("X") + sym("P")), result, x.shape)
 
 
 POS_ENC, EMBED = PosEnc(), Embed()

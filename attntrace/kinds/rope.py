@@ -14,7 +14,8 @@ under the roles Q and K, so the scores read them: scores' inputs name Q_rope and
 
 from __future__ import annotations
 
-from attntrace.kinds.base import Kind, plain_sup, sup
+from attntrace.kinds.base import Kind
+from attntrace.model.formula import Frac, Func, Num, Paren, Parts, Power, sym
 from attntrace.kinds.projection import kv_head
 
 
@@ -50,8 +51,8 @@ class Rope(Kind):
         self.which = which
         self.id = f"{which}_rope"
         self.reads, self.writes = (which,), which
-        self.letter, self.plain_letter = f"\\tilde{{{which}}}", f"{which}~"
-        self.entry = self.symbol = f"\\tilde{{{which.lower()}}}"
+        self.letter, self.entry = sym(which, accent="tilde"), sym(which.lower(), accent="tilde")
+        self.symbol = f"\\tilde{{{which.lower()}}}"  # SymPy's name of its entries
 
     def enabled(self, problem) -> bool:
         return super().enabled(problem) and "rope" in problem.extra
@@ -73,12 +74,9 @@ class Rope(Kind):
         grouped = self.which == "K" and ctx.p.extra.get("num_kv_heads") is not None and own is not None
         if grouped:  # the report shows it with the first query head of its group, as K
             details["query_heads"] = tuple(i for i in range(1, len(ctx.p.heads) + 1) if kv_head(ctx.p, i) == own)
-        h, ph = sup(own), plain_sup(own)
-        w = self.which
-        formula = (f"\\tilde{{{w}}}{h} = \\operatorname{{RoPE}}({x.letter}{h}), \\quad "
-                   f"\\theta_i = {_base_tex(rope['base'])}^{{-2(i-1)/d_k}}")
-        plain = f"{w}~{ph} = RoPE({x.letter}{ph}),  theta_i = {rope['base']}^(-2(i-1)/d_k)"
-        flow = ctx.emit(self, own, [x.ref], formula, plain, result, x.shape, details)
+        angle = Power(Num(_base_text(rope["base"])), Frac(-(Num(2) * Paren(sym("i") - 1)), sym("d", "k"), inline=True))
+        formula = Parts((self.letter.head(own).eq(Func("RoPE", (x.letter.head(own),))), sym("theta", "i").eq(angle)))
+        flow = ctx.emit(self, own, [x.ref], formula, result, x.shape, details)
         if grouped:
             flow.ref = f"{self.id}@{own}"  # read by every query head of the group, as K@j
         memo[(self.id, own)] = flow
@@ -93,7 +91,7 @@ class Rope(Kind):
         return f"{inputs[0]} rotated by its positions"
 
 
-def _base_tex(base) -> str:
+def _base_text(base) -> str:
     return str(int(base)) if isinstance(base, float) and base == int(base) else str(base)
 
 

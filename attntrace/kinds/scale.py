@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from attntrace.kinds.base import Kind, plain_sup, sup
+from attntrace.kinds.base import Kind
 from attntrace.model.errors import BadInput
+from attntrace.model.formula import Sqrt, sym
 
 
 class Scaled(Kind):
@@ -26,10 +27,9 @@ class Scaled(Kind):
         factor = ctx.alg.factor(d_k, number)
         result = ctx.alg.divide(s.value, factor)
         details = {"d_k": d_k, "factor": factor, "by_sqrt_dk": number is None}
-        h, ph = sup(head), plain_sup(head)
-        divisor, plain_divisor = ("\\sqrt{d_k}", "sqrt(d_k)") if number is None else ("c", "c")
-        return ctx.emit(self, head, [s.ref], f"T{h} = \\frac{{{s.letter}{h}}}{{{divisor}}}",
-                        f"T{ph} = {s.letter}{ph} / {plain_divisor}", result, s.shape, details)
+        divisor = Sqrt(sym("d", "k")) if number is None else sym("c")
+        formula = sym("T").head(head).eq(s.letter.head(head) / divisor)
+        return ctx.emit(self, head, [s.ref], formula, result, s.shape, details)
 
     def overflow_how(self, inputs, details) -> str:
         return f"{inputs[0]} divided by {details['factor']:.6g}"

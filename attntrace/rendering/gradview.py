@@ -46,7 +46,7 @@ def build_grad(sv, vm) -> None:
     vm["extra"]["by_sqrt"] = bool(s.details.get("by_sqrt_dk", True))
     vm["extra"].update(softmax_rows=[], jacobian=None, jacobian_row=None)
     kind = kind_of(s.id)
-    vm["extra"]["of"] = o.head_name(kind.plain_of if o.plain else kind.of, s.head)
+    vm["extra"]["of"] = o.math(kind.of.head(s.head))
     vm["extra"]["projections"] = ", ".join(s.details.get("projections", ()))
     vm["extra"]["heads"] = s.details.get("heads", 1)
 

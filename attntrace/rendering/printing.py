@@ -18,6 +18,9 @@ from functools import lru_cache
 
 import numpy as np
 
+from attntrace.model.formula import Node
+from attntrace.rendering.formulatext import plain, tex
+
 #: How many entries (numbers or expressions) have been formatted; tests read and reset it.
 STATS = {"entries": 0}
 
@@ -508,6 +511,10 @@ class TexOut(_Out):
     def brackets(self, parts: list[str]) -> str:
         return "\\left[\\;" + " \\quad ".join(parts) + "\\;\\right]"
 
+    def math(self, tree: Node) -> str:
+        """A formula tree (`attntrace.model.formula`) in this output's notation."""
+        return tex(tree)
+
     def head_name(self, letter: str, head: int | None, transpose: bool = False) -> str:
         """K^{(2)\\top}: one superscript holding both the head and the transpose."""
         sup = ("" if head is None else f"({head})") + ("\\top" if transpose else "")
@@ -615,6 +622,9 @@ class PlainOut(_Out):
 
     def brackets(self, parts: list[str]) -> str:
         return "[ " + " | ".join(parts) + " ]"
+
+    def math(self, tree: Node) -> str:
+        return plain(tree)
 
     def head_name(self, letter: str, head: int | None, transpose: bool = False) -> str:
         return (letter if head is None else f"{letter}({head})") + ("^T" if transpose else "")

@@ -12,21 +12,21 @@ from typing import Any
 from attntrace.kinds import kind_of
 from attntrace.rendering import views
 from attntrace.inputs.blockspec import BLOCK_OPERANDS
+from attntrace.model.formula import Word, node, sym
+from attntrace.rendering.formulatext import plain, tex
 from attntrace.rendering.printing import entry_name, pick
 
 OPERAND_BASE = {"X": "x", "X_kv": "y", "W_Q": "w^{Q}", "W_K": "w^{K}", "W_V": "w^{V}", "W_O": "w^{O}", "b_Q": "b^{Q}", "b_K": "b^{K}",
                 "b_V": "b^{V}", "b_O": "b^{O}", "Q": "q", "K": "k", "V": "v", "scores": "s", "weights": "a", "Z": "z"}
-OPERAND_LETTER = {"X": "X", "X_kv": "X_{kv}", "W_Q": "W_Q", "W_K": "W_K", "W_V": "W_V", "W_O": "W_O", "b_Q": "b_Q", "b_K": "b_K",
-                  "b_V": "b_V", "b_O": "b_O", "Q": "Q", "K": "K", "V": "V", "scores": "S", "weights": "A", "Z": "Z"}
-OPERAND_PLAIN = {"X_kv": "X_kv"}
+#: The symbol of each given matrix in formulas (an operand named like a step stands in for it).
+OPERAND_SYMBOL = {"X": sym("X"), "X_kv": sym("X", "kv"), "scores": sym("S"), "weights": sym("A"), "Z": sym("Z"),
+                  **{m: sym(m) for m in "QKV"}, **{f"{w}_{m}": sym(w, m) for w in "Wb" for m in "QKVO"}}
 #: The KV cache's past keys and values (attntrace.kinds.cache).
-OPERAND_LETTER.update({"K_past": "K_{\\text{past}}", "V_past": "V_{\\text{past}}"})
-OPERAND_PLAIN.update({"K_past": "K_past", "V_past": "V_past"})
+OPERAND_SYMBOL.update({"K_past": sym("K", Word("past")), "V_past": sym("V", Word("past"))})
 OPERAND_BASE.update({"K_past": "k^{p}", "V_past": "v^{p}"})
 # the Transformer block's matrices (attntrace.inputs.blockspec): P, gamma_1, W_1, W_gate, ...
-OPERAND_LETTER.update({k: v[0] for k, v in BLOCK_OPERANDS.items()})
-OPERAND_PLAIN.update({k: v[1] for k, v in BLOCK_OPERANDS.items()})
-OPERAND_BASE.update({k: v[2] for k, v in BLOCK_OPERANDS.items()})
+OPERAND_SYMBOL.update({k: v[0] for k, v in BLOCK_OPERANDS.items()})
+OPERAND_BASE.update({k: v[1] for k, v in BLOCK_OPERANDS.items()})
 #: A softmax row whose largest weight is at least this is called saturated in the report.
 SATURATED = 0.999
 #: Entries of one row written out at most (the first ones, a gap, the last), unless rows are
@@ -85,13 +85,14 @@ def operand_ref(op) -> Ref:
     base = op.symbol or OPERAND_BASE.get(op.name, "x")
     # a given Z_i in symbolic mode already carries its head in its symbol (z^{(2)})
     head = None if (op.symbol and "(" in op.symbol) else op.head
-    return Ref(op.value, op.shape, base, OPERAND_LETTER.get(op.name, op.name), head if op.symbol else op.head,
-               OPERAND_PLAIN.get(op.name))
+    letter = OPERAND_SYMBOL.get(op.name) or node(op.name)
+    return Ref(op.value, op.shape, base, tex(letter), head if op.symbol else op.head, plain(letter))
 
 
 def step_ref(step) -> Ref:
     kind = kind_of(step.id)  # its entry and matrix names (the masked scores are T-tilde, not T)
-    return Ref(step.value, step.shape, kind.entry, kind.letter, step.head, kind.plain_letter)
+    letter = node(kind.letter)
+    return Ref(step.value, step.shape, tex(node(kind.entry)), tex(letter), step.head, plain(letter))
 
 
 def rows_to_expand(option, n: int, default: int) -> list[int]:

@@ -1,0 +1,333 @@
+"""A formula as data: a small expression tree, written once and printed in several notations.
+
+A kind builds its general formula (S = Q K^T, the softmax of a row, ...) from these nodes, and
+views build their lines from them; `attntrace.rendering.formulatext` prints a tree as LaTeX
+(reports, JSON), as plain math (text reports) and as MathML. The tree holds no notation of any
+printer: symbols by name (Greek letters by their English names), operators, indices, heads,
+transposes, fractions and functions. Nodes are frozen dataclasses, so a formula is a value.
+
+Why a dedicated tree and not SymPy expressions: SymPy's printers reorder and simplify (S = Q K^T
+would print as a MatMul with its own spacing and transpose sign, `e^{t}/sum` as a Mul with a
+negative power), and they know neither the head superscript `Q^{(2)}` merged with the transpose
+`K^{(2)\\top}`, nor a block slice `T_{:, 1:2}`, nor `cases`; the reports' notation (the 2017
+paper's) would be distorted or need a printer subclass per node anyway. The tree is ~20 node
+types; each printer is one `_print_<Node>` method per type, SymPy's dispatch (printer.py).
+
+`Step.formula` and `Step.plain` are the printed tree (`PRINTERS`, filled by
+attntrace/__init__.py with the rendering printers, as `trace.PRESENTERS`: this layer imports
+nothing above it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Union
+
+#: Printers by notation ("tex", "plain", "mathml"): tree -> str, filled by attntrace/__init__.py.
+PRINTERS: dict[str, Callable[["Node"], str]] = {}
+
+
+class Node:
+    """Base of every formula node. Operators build trees: a + b, a - b, a * b (juxtaposition), a / b."""
+
+    __slots__ = ()
+
+    def __add__(self, other): return Add(_terms(self) + (node(other),))  # noqa: E704
+    def __sub__(self, other): return Add(_terms(self) + (Neg(node(other)),))  # noqa: E704
+    def __mul__(self, other): return Juxt(_factors(self) + (node(other),))  # noqa: E704
+    def __rmul__(self, other): return Juxt((node(other),) + _factors(self))  # noqa: E704
+    def __truediv__(self, other): return Frac(self, node(other))  # noqa: E704
+    def __radd__(self, other): return Add((node(other),) + _terms(self))  # noqa: E704
+    def __rsub__(self, other): return Add((node(other), Neg(self)))  # noqa: E704
+    def __neg__(self): return Neg(self)  # noqa: E704
+
+    def eq(self, *sides) -> "Rel":
+        return Rel((self,) + tuple(node(s) for s in sides))
+
+    def T(self) -> "Transpose":  # noqa: N802
+        return Transpose(self)
+
+    def head(self, h: int | None) -> "Node":
+        return self if h is None else Head(self, h)
+
+    def at(self, *index) -> "Index":
+        """An entry: a_{ij}, p_{i,2k}; the index is symbols (or numbers) shown side by side, or
+        separated by commas when any of them is more than one character."""
+        return Index(self, tuple(node(i) for i in index))
+
+    def text(self, notation: str = "tex") -> str:
+        return PRINTERS[notation](self)
+
+
+Expr = Union[Node, str, int]
+
+
+def _terms(x: Node) -> tuple:
+    return x.terms if isinstance(x, Add) else (x,)
+
+
+def _factors(x: Node) -> tuple:
+    return x.factors if isinstance(x, Juxt) else (x,)
+
+
+def node(x: Expr) -> Node:
+    """Numbers become Num, a one-word string a Sym."""
+    if isinstance(x, Node):
+        return x
+    if isinstance(x, bool):
+        raise TypeError("a formula has no booleans")
+    if isinstance(x, (int, float)):
+        return Num(x)
+    return Sym(x)
+
+
+@dataclass(frozen=True, eq=True)
+class Sym(Node):
+    """A letter or a name: T, d_k (sub "k"), R^f (sup "f"), gamma_1, K_cache (sub a Word).
+
+    name: Latin letters, or a Greek letter's name (ell, theta, gamma, mu, nu, sigma, varepsilon, pi).
+    accent: "tilde" or "hat"; style: "roman" (an upright name such as the differential d)
+    or "bold" (the ones vector)."""
+
+    name: str
+    sub: Node | str | None = None
+    sup: Node | str | None = None
+    accent: str | None = None
+    style: str | None = None
+
+
+@dataclass(frozen=True)
+class Word(Node):
+    """An upright word inside a formula, as a subscript (K_cache, W_gate): `roman` for the
+    \\mathrm spelling, else text."""
+
+    word: str
+    roman: bool = False
+
+
+@dataclass(frozen=True)
+class Num(Node):
+    value: int | float | str
+
+
+@dataclass(frozen=True)
+class Head(Node):
+    """The head superscript: Q^{(2)}, plain Q(2)."""
+
+    of: Node
+    head: int | Node
+
+
+@dataclass(frozen=True)
+class Transpose(Node):
+    """of^T; a head superscript and the transpose share one superscript: K^{(2)T}."""
+
+    of: Node
+
+
+@dataclass(frozen=True)
+class Index(Node):
+    """An entry index or a block number: a_{ij}, m_{2}."""
+
+    of: Node
+    index: tuple[Node, ...]
+
+
+@dataclass(frozen=True)
+class Slice(Node):
+    """A block of a matrix: rows and columns as (first, last) 1-based, or None for all."""
+
+    of: Node
+    rows: tuple[int, int] | None
+    cols: tuple[int, int] | None
+
+
+@dataclass(frozen=True)
+class Add(Node):
+    """A sum; a Neg term prints as a subtraction."""
+
+    terms: tuple[Node, ...]
+
+
+@dataclass(frozen=True)
+class Neg(Node):
+    of: Node
+
+
+@dataclass(frozen=True)
+class Juxt(Node):
+    """A product written side by side (matrix products, coefficients): Q K^T, 2 O."""
+
+    factors: tuple[Node, ...]
+
+
+@dataclass(frozen=True)
+class Space(Node):
+    """A thin space between factors (-m \\, (i - j)): nothing in plain math."""
+
+
+@dataclass(frozen=True)
+class Op(Node):
+    """A binary operator between two operands: "hadamard" (entrywise product), "circ"
+    (a column times each row), "in" (membership)."""
+
+    op: str
+    left: Node
+    right: Node
+
+
+@dataclass(frozen=True)
+class Frac(Node):
+    """num / den; `small` is a textstyle fraction (1/2 beside a symbol); `inline` keeps
+    the slash in every notation (2k/d in an exponent)."""
+
+    num: Node
+    den: Node
+    small: bool = False
+    inline: bool = False
+
+
+@dataclass(frozen=True)
+class Partial(Node):
+    """The derivative of f by x: df/dx."""
+
+    f: Node
+    x: Node
+
+
+@dataclass(frozen=True)
+class Power(Node):
+    """base^exp (e^{t}, sigma^2, 10000^{2k/d})."""
+
+    base: Node
+    exp: Node
+
+
+@dataclass(frozen=True)
+class Sqrt(Node):
+    of: Node
+
+
+@dataclass(frozen=True)
+class Paren(Node):
+    """Parentheses the reader needs: (i - j); `sized` grows them with their content."""
+
+    of: Node
+    sized: bool = False
+
+
+@dataclass(frozen=True)
+class Func(Node):
+    """A named function: softmax, RoPE, max, exp, log, sin, erf, diag, rowmax, ...
+
+    `sized`: parentheses that grow with their argument; `bare`: no parentheses where the
+    argument is a fraction or a single symbol (log l, sin (i-1)/b) in typeset math, where plain
+    math still needs them unless the argument is a single symbol; `sep`: ";" puts the parameters
+    after a semicolon (LayerNorm(R; gamma, beta))."""
+
+    name: str
+    args: tuple[Node, ...]
+    sized: bool = False
+    bare: bool = False
+    params: tuple[Node, ...] = ()
+
+
+@dataclass(frozen=True)
+class Sum(Node):
+    """sum over `index` of body (sum_k e^{t_ik})."""
+
+    index: Node
+    body: Node
+
+
+@dataclass(frozen=True)
+class Dots(Node):
+    """An elision in a list (Z^(1), ..., Z^(h))."""
+
+
+@dataclass(frozen=True)
+class Infinity(Node):
+    pass
+
+
+@dataclass(frozen=True)
+class Range(Node):
+    """first..last of an index (dZ_{:, 3..4}); a single number when first == last."""
+
+    first: int
+    last: int
+
+
+@dataclass(frozen=True)
+class Seq(Node):
+    """Items separated by commas (function arguments, a set {Q, K, V})."""
+
+    items: tuple[Node, ...]
+    braces: bool = False
+
+
+@dataclass(frozen=True)
+class Stack(Node):
+    """Matrices stacked vertically: [A; B]."""
+
+    rows: tuple[Node, ...]
+
+
+@dataclass(frozen=True)
+class Hcat(Node):
+    """Matrices side by side: [A, B]."""
+
+    items: tuple[Node, ...]
+
+
+@dataclass(frozen=True)
+class Cases(Node):
+    """A definition by cases: ((value, condition), ...)."""
+
+    cases: tuple[tuple[Node, Node], ...]
+
+
+@dataclass(frozen=True)
+class Rel(Node):
+    """A chain of equal sides: a = b = c."""
+
+    sides: tuple[Node, ...]
+
+
+@dataclass(frozen=True)
+class Parts(Node):
+    """Several formulas on one line (A = softmax(T), a_ij = ...): a wide gap between them, or a
+    narrow one (`narrow`) between two cases of one definition."""
+
+    items: tuple[Node, ...]
+    narrow: bool = False
+
+
+def sym(name: str, sub: Expr | None = None, sup: Expr | None = None, *, accent: str | None = None,
+        style: str | None = None) -> Sym:
+    """A symbol; sub and sup may be strings (a letter, "kv") or nodes."""
+    return Sym(name, sub, sup, accent, style)
+
+
+@dataclass(frozen=True)
+class Diff(Node):
+    """The differential of a matrix, dO (an upright d before it)."""
+
+    of: Node
+
+
+ONES = Sym("1", style="bold")
+
+
+def lhs(formula: Node) -> Node:
+    """The left side of a formula (its first relation's first side)."""
+    first = formula.items[0] if isinstance(formula, Parts) else formula
+    return first.sides[0] if isinstance(first, Rel) else first
+
+
+def rhs(formula: Node) -> Node | None:
+    """The right side of a formula's first relation, without its further parts; None without one."""
+    first = formula.items[0] if isinstance(formula, Parts) else formula
+    if isinstance(first, Rel) and len(first.sides) > 1:
+        return first.sides[1] if len(first.sides) == 2 else Rel(first.sides[1:])
+    return None
