@@ -234,10 +234,13 @@ class Func(Node):
 
 @dataclass(frozen=True)
 class Sum(Node):
-    """sum over `index` of body (sum_k e^{t_ik})."""
+    """sum over `index` of body (sum_k e^{t_ik}); `op` "max" is the maximum over the index
+    (max_j t_1j); `small` keeps a text-size sign inside a fraction."""
 
     index: Node
     body: Node
+    op: str = "sum"
+    small: bool = False
 
 
 @dataclass(frozen=True)

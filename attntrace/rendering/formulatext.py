@@ -167,7 +167,8 @@ class TexPrinter(Printer):
         return f"{name}\\left({inner}\\right)" if f.sized else f"{name}({inner})"
 
     def _print_Sum(self, s: F.Sum) -> str:
-        return f"\\sum_{{{self.p(s.index)}}} {self.p(s.body)}"
+        size = "\\textstyle" if s.small else ""
+        return f"{size}\\{s.op}_{{{self.p(s.index)}}} {self.p(s.body)}"
 
     def _print_Dots(self, d: F.Dots) -> str:
         return "\\ldots"
@@ -225,7 +226,9 @@ class PlainPrinter(Printer):
 
     def _print_Index(self, x: F.Index) -> str:
         parts = [self.p(i) for i in x.index]
-        return f"{self.p(x.of)}_" + (f"({','.join(parts)})" if any(len(p) > 1 for p in parts) else "".join(parts))
+        # an entry's head is a superscript, as SymPy's entry names print (t^(2)_11); a matrix's is not (T(2))
+        of = f"{self.p(x.of.of)}^({self.p(x.of.head)})" if isinstance(x.of, F.Head) else self.p(x.of)
+        return f"{of}_" + (f"({','.join(parts)})" if any(len(p) > 1 for p in parts) else "".join(parts))
 
     def _range(self, r) -> str:
         return ":" if r is None else (f"{r[0]}" if r[0] == r[1] else f"{r[0]}..{r[1]}")
@@ -247,10 +250,10 @@ class PlainPrinter(Printer):
 
     def _operand(self, x) -> str:
         text = self.p(x)
-        return f"({text})" if isinstance(x, (F.Add, F.Neg, F.Juxt, F.Op)) else text
+        return f"({text})" if isinstance(x, (F.Add, F.Neg, F.Op)) else text
 
     def _print_Frac(self, f: F.Frac) -> str:
-        if f.small or f.inline:  # 2k/d, -2 (i - 1)/d_k: a slash without spaces binds to its neighbours
+        if f.small or (f.inline and self.exponent):  # 2k/d, -2 (i - 1)/d_k: a slash without spaces binds to its neighbours
             num = f"({self.p(f.num)})" if isinstance(f.num, F.Add) else self.p(f.num)
             return f"{num}/{self._operand(f.den)}"
         return f"{self._operand(f.num)} / {self._operand(f.den)}"
@@ -258,8 +261,14 @@ class PlainPrinter(Printer):
     def _print_Partial(self, d: F.Partial) -> str:
         return f"d{self.p(d.f)}/d{self.p(d.x)}"
 
+    exponent = 0  # inside an exponent: fractions without spaces
+
     def _print_Power(self, pw: F.Power) -> str:
-        e = self.p(pw.exp)
+        self.exponent += 1
+        try:
+            e = self.p(pw.exp)
+        finally:
+            self.exponent -= 1
         base = self.p(pw.base) if _atomic(pw.base) or isinstance(pw.base, F.Func) else f"({self.p(pw.base)})"
         return f"{base}^{e}" if e.isalnum() else f"{base}^({e})"
 
@@ -279,7 +288,7 @@ class PlainPrinter(Printer):
 
     def _print_Sum(self, s: F.Sum) -> str:
         index = self.p(s.index)
-        return f"sum_{index if _atomic(s.index) else f'({index})'} {self.p(s.body)}"
+        return f"{s.op}_{index if _atomic(s.index) else f'({index})'} {self.p(s.body)}"
 
     def _print_Dots(self, d: F.Dots) -> str:
         return "..."
@@ -432,7 +441,8 @@ class MathMLPrinter(Printer):
         return self.row(name, self.mo("\u2061"), self.mo("("), *inner, self.mo(")"))
 
     def _print_Sum(self, s: F.Sum) -> str:
-        return self.row(f"<munder>{self.mo('∑')}{self.p(s.index)}</munder>", self.p(s.body))
+        sign = self.mo("∑") if s.op == "sum" else self.mi(s.op, upright=True)
+        return self.row(f"<munder>{sign}{self.p(s.index)}</munder>", self.p(s.body))
 
     def _print_Dots(self, d: F.Dots) -> str:
         return self.mo("…")

@@ -15,6 +15,7 @@ from attntrace.inputs.textescape import escape_md, escape_tex, escape_text
 from attntrace.inputs.usertext import format_user_text, inline_math_for
 from attntrace.inputs.spec import KV_KEYS
 from attntrace.kinds import kind_of
+from attntrace.model import formula as F
 from attntrace.rendering.printing import PlainOut, TexOut
 from attntrace.rendering.stepview import StepView
 from attntrace.kinds.block import BLOCK_KINDS
@@ -129,7 +130,7 @@ def report_view(trace, fmt: str, precision: int, max_size: int, figures: list[di
     by_sqrt = any(s.id == "scaled" and s.details.get("by_sqrt_dk", True) for s in trace.steps)
     scaled = any(s.id == "scaled" for s in trace.steps)
     view = {
-        "formula_block": block(flow) if flow else block([intro_formula(trace, scaled, by_sqrt, out.plain)]),
+        "formula_block": block(flow) if flow else block([out.math(intro_formula(trace, scaled, by_sqrt))]),
         # the Transformer block (attntrace.rendering.blockview): its arrangement, steps before and after attention
         "block": arrangement,
         "block_part": "self_attention" if arrangement and not any(s.id == "residual2" for s in trace.steps) else "",
@@ -187,24 +188,24 @@ def kv_groups(trace) -> list[dict[str, int]]:
     return groups
 
 
-def intro_formula(trace, scaled: bool, by_sqrt: bool, plain: bool) -> str:
+def intro_formula(trace, scaled: bool, by_sqrt: bool) -> F.Node:
     """The one formula the report's introduction names: what this trace computes, no more."""
     start = trace.settings.get("start")
     if start == "weights":
-        return "Z = A V"
+        return F.sym("Z").eq(F.sym("A") * F.sym("V"))
     if start == "Z":
-        w_o = any(s.id == "output" for s in trace.steps)
-        if plain:
-            return "O = Concat(Z(1), ..., Z(h)) W_O" if w_o else "Z = Concat(Z(1), ..., Z(h))"
-        cat = "\\operatorname{Concat}(Z^{(1)}, \\ldots, Z^{(h)})"
-        return f"O = {cat}\\, W_O" if w_o else f"Z = {cat}"
+        z = F.sym("Z")
+        cat = F.Func("Concat", (F.Seq((z.head(1), F.Dots(), z.head(F.sym("h")))),))
+        return F.sym("O").eq(cat * F.Space() * F.sym("W", "O")) if any(s.id == "output" for s in trace.steps) else z.eq(cat)
     rope = any(s.id == "Q_rope" for s in trace.steps)  # the scores read the rotated Q-tilde, K-tilde
     bias = any(s.id in ("biased", "bias") for s in trace.steps)  # ALiBi or a given bias adds B to the scaled scores
-    if plain:
-        inner = ("Q~ K~^T" if rope else "Q K^T") + (" / sqrt(d_k)" if by_sqrt else " / c" if scaled else "") + (" + B" if bias else "")
-        return f"softmax({inner}) V"
-    inner = ("\\tilde{Q} \\tilde{K}^{\\top}" if rope else "Q K^{\\top}") + ("/\\sqrt{d_k}" if by_sqrt else "/c" if scaled else "") + (" + B" if bias else "")
-    return f"\\operatorname{{softmax}}({inner})\\, V"
+    accent = "tilde" if rope else None
+    inner: F.Node = F.sym("Q", accent=accent) * F.sym("K", accent=accent).T()
+    if scaled:
+        inner = F.Frac(inner, F.Sqrt(F.sym("d", "k")) if by_sqrt else F.sym("c"), inline=True)
+    if bias:
+        inner = inner + F.sym("B")
+    return F.Func("softmax", (inner,)) * F.Space() * F.sym("V")
 
 
 def given_shapes(trace, out) -> list[dict[str, Any]]:

@@ -7,12 +7,13 @@ with the names its entries and the matrix itself go by in reports.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from attntrace.kinds import kind_of
 from attntrace.rendering import views
 from attntrace.inputs.blockspec import BLOCK_OPERANDS
-from attntrace.model.formula import Word, node, sym
+from attntrace.model.formula import Node, Word, node, sym
 from attntrace.rendering.formulatext import plain, tex
 from attntrace.rendering.printing import entry_name, pick
 
@@ -53,9 +54,11 @@ def block(lines: list[str]) -> dict[str, Any]:
 class Ref:
     """A matrix a step reads: its value, shape, entry base name and matrix name."""
 
-    def __init__(self, value, shape, base, letter, head, plain_letter=None):
+    def __init__(self, value, shape, base, letter, head, plain_letter=None, symbol: Node | None = None):
         self.value, self.shape, self.base, self.letter, self.head = value, tuple(shape), base, letter, head
         self.plain_letter = plain_letter or letter
+        #: the base of its entry names as a formula symbol (t-tilde), with its head
+        self.symbol = (symbol or node(base)).head(head)
 
     def name(self, i: int, j: int) -> str:
         wide = max(self.shape) >= 10
@@ -64,6 +67,19 @@ class Ref:
             sub = f"{i + 1},{j + 1}" if wide else f"{i + 1}{j + 1}"
             return f"{self.base}{sup}_{{{sub}}}"
         return entry_name(self.base, i + 1, j + 1, self.head, wide=wide)
+
+
+_ENTRY_NAME = re.compile(r"(?:\\(tilde|hat)\{(\w)\}|(\w))(?:\^\{\((\d+)\)\})?_\{[\d,]+\}")
+
+
+def entry_base(name: str) -> Node:
+    """The base of a SymPy entry name as a formula symbol: t^{(2)}_{11} -> t with head 2,
+    \\tilde{t}_{11} -> t-tilde; another name is kept whole."""
+    m = _ENTRY_NAME.fullmatch(name)
+    if m is None:
+        return sym(name.rsplit("_", 1)[0])
+    accent, accented, letter, head = m.groups()
+    return sym(accented or letter, accent=accent).head(None if head is None else int(head))
 
 
 def resolve(trace, name: str, head: int | None) -> Ref:
@@ -92,7 +108,8 @@ def operand_ref(op) -> Ref:
 def step_ref(step) -> Ref:
     kind = kind_of(step.id)  # its entry and matrix names (the masked scores are T-tilde, not T)
     letter = node(kind.letter)
-    return Ref(step.value, step.shape, tex(node(kind.entry)), tex(letter), step.head, plain(letter))
+    entry = node(kind.entry)
+    return Ref(step.value, step.shape, tex(entry), tex(letter), step.head, plain(letter), entry)
 
 
 def rows_to_expand(option, n: int, default: int) -> list[int]:
