@@ -156,9 +156,19 @@ class Neg(Node):
 
 @dataclass(frozen=True)
 class Juxt(Node):
-    """A product written side by side (matrix products, coefficients): Q K^T, 2 O."""
+    """A product written side by side (matrix products, coefficients): Q K^T, 2 O; `thin`
+    sets the factors a thin space apart instead ((4 x 3)(3 x 2), shapes of a product)."""
 
     factors: tuple[Node, ...]
+    thin: bool = False
+
+
+@dataclass(frozen=True)
+class Shape(Node):
+    """A matrix shape, (rows x cols)."""
+
+    rows: Node | int
+    cols: Node | int
 
 
 @dataclass(frozen=True)
@@ -169,7 +179,8 @@ class Space(Node):
 @dataclass(frozen=True)
 class Op(Node):
     """A binary operator between two operands: "hadamard" (entrywise product), "circ"
-    (a column times each row), "in" (membership)."""
+    (a column times each row), "in" (membership), "times" (h copies of a shape), "cdot"
+    (a product of two numbers)."""
 
     op: str
     left: Node
@@ -245,7 +256,9 @@ class Sum(Node):
 
 @dataclass(frozen=True)
 class Dots(Node):
-    """An elision in a list (Z^(1), ..., Z^(h))."""
+    """An elision in a list (Z^(1), ..., Z^(h)); `centered` between operators or blocks."""
+
+    centered: bool = False
 
 
 @dataclass(frozen=True)
@@ -267,13 +280,15 @@ class Seq(Node):
 
     items: tuple[Node, ...]
     braces: bool = False
+    semi: bool = False  # a list of shapes: (2 x 3); (2 x 3), a wider gap between them
 
 
 @dataclass(frozen=True)
 class Stack(Node):
-    """Matrices stacked vertically: [A; B]."""
+    """Matrices stacked vertically: [A; B]; `inline` on one line (shapes of the blocks)."""
 
     rows: tuple[Node, ...]
+    inline: bool = False
 
 
 @dataclass(frozen=True)
@@ -292,9 +307,11 @@ class Cases(Node):
 
 @dataclass(frozen=True)
 class Rel(Node):
-    """A chain of equal sides: a = b = c."""
+    """A chain of sides: a = b = c; `ops` names each relation ("eq", "approx", "to", "le"),
+    all "eq" when not given."""
 
     sides: tuple[Node, ...]
+    ops: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -304,6 +321,11 @@ class Parts(Node):
 
     items: tuple[Node, ...]
     narrow: bool = False
+
+
+def to(*sides: Expr) -> Rel:
+    """a -> b: what a step reads and what it makes."""
+    return Rel(tuple(node(s) for s in sides), ("to",) * (len(sides) - 1))
 
 
 def sym(name: str, sub: Expr | None = None, sup: Expr | None = None, *, accent: str | None = None,

@@ -23,7 +23,11 @@ GREEK = {"ell": ("\\ell", "l", "ℓ"), "theta": ("\\theta", "theta", "θ"), "gam
 #: Functions LaTeX knows by name (\max, \log); the others are \operatorname{...}.
 TEX_FUNCTIONS = {"max", "min", "exp", "log", "sin", "cos", "tanh"}
 #: Binary operators of `Op`: LaTeX, plain, MathML.
-OPERATORS = {"hadamard": ("\\odot", "*", "⊙"), "circ": ("\\circ", "o", "∘"), "in": ("\\in", "in", "∈")}
+OPERATORS = {"hadamard": (" \\odot ", " * ", "⊙"), "circ": (" \\circ ", " o ", "∘"), "in": (" \\in ", " in ", "∈"),
+             "times": (" \\times ", " x ", "×"), "cdot": (" \\cdot ", "*", "⋅")}
+#: Relations of `Rel`: LaTeX, plain, MathML.
+RELATIONS = {"eq": (" = ", " = ", "="), "approx": (" \\approx ", " ~ ", "≈"), "to": (" \\to ", " -> ", "→"),
+             "le": (" \\le ", " <= ", "≤")}
 ACCENTS = {"tilde": ("\\tilde", "~", "~"), "hat": ("\\hat", "'", "^")}
 
 
@@ -128,6 +132,8 @@ class TexPrinter(Printer):
         return f"-({inner})" if isinstance(n.of, F.Add) else f"-{inner}"
 
     def _print_Juxt(self, j: F.Juxt) -> str:
+        if j.thin:
+            return "\\,".join(self.p(f) for f in j.factors)
         out = ""
         for k, f in enumerate(j.factors):
             out += ("" if k == 0 or isinstance(f, F.Space) else " ") + self.p(f)
@@ -137,7 +143,10 @@ class TexPrinter(Printer):
         return "\\,"
 
     def _print_Op(self, o: F.Op) -> str:
-        return f"{self.p(o.left)} {OPERATORS[o.op][0]} {self.p(o.right)}"
+        return f"{self.p(o.left)}{OPERATORS[o.op][0]}{self.p(o.right)}"
+
+    def _print_Shape(self, s: F.Shape) -> str:
+        return f"({self.p(s.rows)} \\times {self.p(s.cols)})"
 
     def _print_Frac(self, f: F.Frac) -> str:
         if f.inline:
@@ -171,15 +180,19 @@ class TexPrinter(Printer):
         return f"{size}\\{s.op}_{{{self.p(s.index)}}} {self.p(s.body)}"
 
     def _print_Dots(self, d: F.Dots) -> str:
-        return "\\ldots"
+        return "\\cdots" if d.centered else "\\ldots"
 
     def _print_Infinity(self, i: F.Infinity) -> str:
         return "\\infty"
 
     def _print_Seq(self, s: F.Seq) -> str:
+        if s.semi:
+            return ",\\ ".join(self.p(x) for x in s.items)
         return f"\\{{{self.args(s.items)}\\}}" if s.braces else self.args(s.items)
 
     def _print_Stack(self, s: F.Stack) -> str:
+        if s.inline:
+            return "\\bigl[" + ";\\ ".join(self.p(r) for r in s.rows) + "\\bigr]"
         return "\\begin{bmatrix} " + " \\\\ ".join(self.p(r) for r in s.rows) + " \\end{bmatrix}"
 
     def _print_Hcat(self, h: F.Hcat) -> str:
@@ -188,8 +201,11 @@ class TexPrinter(Printer):
     def _print_Cases(self, c: F.Cases) -> str:
         return "\\begin{cases} " + " \\\\ ".join(f"{self.p(v)} & {self.p(w)}" for v, w in c.cases) + " \\end{cases}"
 
+    notation = 0  # the column of RELATIONS and OPERATORS
+
     def _print_Rel(self, r: F.Rel) -> str:
-        return " = ".join(self.p(s) for s in r.sides)
+        ops = r.ops or ("eq",) * (len(r.sides) - 1)
+        return self.p(r.sides[0]) + "".join(RELATIONS[op][self.notation] + self.p(s) for op, s in zip(ops, r.sides[1:]))
 
     def _print_Parts(self, p: F.Parts) -> str:
         return (",\\ " if p.narrow else ", \\quad ").join(self.p(x) for x in p.items)
@@ -246,7 +262,10 @@ class PlainPrinter(Printer):
         return " ".join(self.p(f) for f in j.factors if not isinstance(f, F.Space))
 
     def _print_Op(self, o: F.Op) -> str:
-        return f"{self.p(o.left)} {OPERATORS[o.op][1]} {self.p(o.right)}"
+        return f"{self.p(o.left)}{OPERATORS[o.op][1]}{self.p(o.right)}"
+
+    def _print_Shape(self, s: F.Shape) -> str:
+        return f"({self.p(s.rows)} x {self.p(s.cols)})"
 
     def _operand(self, x) -> str:
         text = self.p(x)
@@ -297,6 +316,8 @@ class PlainPrinter(Printer):
         return "inf"
 
     def _print_Seq(self, s: F.Seq) -> str:
+        if s.semi:
+            return "; ".join(self.p(x) for x in s.items)
         return f"{{{self.args(s.items)}}}" if s.braces else self.args(s.items)
 
     def _print_Stack(self, s: F.Stack) -> str:
@@ -308,6 +329,7 @@ class PlainPrinter(Printer):
     def _print_Cases(self, c: F.Cases) -> str:
         return ", ".join(f"{self.p(v)} ({self.p(w)})" for v, w in c.cases)
 
+    notation = 1
     _print_Rel = TexPrinter._print_Rel
 
     def _print_Parts(self, p: F.Parts) -> str:
@@ -409,6 +431,9 @@ class MathMLPrinter(Printer):
     def _print_Juxt(self, j: F.Juxt) -> str:
         return self.row(*[self.p(f) for f in j.factors])
 
+    def _print_Shape(self, s: F.Shape) -> str:
+        return self.row(self.mo("("), self.p(s.rows), self.mo("×"), self.p(s.cols), self.mo(")"))
+
     def _print_Space(self, s: F.Space) -> str:
         return '<mspace width="0.1667em"></mspace>'
 
@@ -445,7 +470,7 @@ class MathMLPrinter(Printer):
         return self.row(f"<munder>{sign}{self.p(s.index)}</munder>", self.p(s.body))
 
     def _print_Dots(self, d: F.Dots) -> str:
-        return self.mo("…")
+        return self.mo("⋯" if d.centered else "…")
 
     def _print_Infinity(self, i: F.Infinity) -> str:
         return self.mi("∞")
@@ -466,7 +491,8 @@ class MathMLPrinter(Printer):
         return self.row(self.mo("{"), f"<mtable>{rows}</mtable>")
 
     def _print_Rel(self, r: F.Rel) -> str:
-        return self.row(*[self.p(s) if k == 0 else self.mo("=") + self.p(s) for k, s in enumerate(r.sides)])
+        ops = r.ops or ("eq",) * (len(r.sides) - 1)
+        return self.row(self.p(r.sides[0]), *[self.mo(RELATIONS[op][2]) + self.p(s) for op, s in zip(ops, r.sides[1:])])
 
     def _print_Parts(self, p: F.Parts) -> str:
         gap = '<mspace width="0.1667em"></mspace>' if p.narrow else '<mspace width="1em"></mspace>'

@@ -11,23 +11,22 @@ from __future__ import annotations
 
 import numpy as np
 
+from attntrace.model.formula import to
 from attntrace.kinds import kind_of
 from attntrace.rendering.layout import Seq
 from attntrace.rendering.printing import pick, reproducing_precision
 from attntrace.rendering.stepview import register_view
-from attntrace.rendering.viewparts import SHAPE_LINES, Ref, block, resolve, rows_to_expand
+from attntrace.rendering.viewparts import SHAPE_LINES, Ref, block, resolve, rows_to_expand, shape_of, shapes_of
 
 
 def _shape_line(step, out):
     """op(A) op(B) -> C with the transposes applied (dV: (2 x 3) (3 x 2) for A^T, dZ); the seed: its shape."""
     d = step.details
-    shp = lambda shape: f"({out.shape(shape)})"  # noqa: E731
     if d.get("rule") == "given":
-        return shp(step.shape)
+        return out.math(shape_of(step.shape))
     if "factor_shapes" not in d:
         return None
-    arrow = " -> " if out.plain else " \\to "
-    return (" " if out.plain else "\\,").join(shp(x) for x in d["factor_shapes"]) + arrow + shp(step.shape)
+    return out.math(to(shapes_of(*d["factor_shapes"]), shape_of(step.shape)))
 
 
 SHAPE_LINES["grad"] = _shape_line

@@ -8,6 +8,7 @@ softmax's row maxima, sums and A V were all computed by the kind.
 
 from __future__ import annotations
 
+from attntrace.model import formula as F
 from attntrace.rendering.printing import scientific
 from attntrace.rendering.stepview import register_view
 from attntrace.rendering.viewparts import SHAPE_LINES, block
@@ -67,17 +68,16 @@ def build_online(sv, vm) -> None:
 
 def _shapes(o, s, d) -> str:
     """What a block step reads and makes: (rows x block keys) -> (rows x 1), and so on."""
-    arrow, times = (" -> ", " x ") if o.plain else (" \\to ", " \\times ")
-    shp = lambda r, c: f"({r}{times}{c})"  # noqa: E731
     n = s.shape[0]
+    made = F.Shape(*s.shape)
     if "rows" not in d:  # L from m and l; Z from l and O
         # L = m + log l: an addition; Z = diag(l)^-1 O: a product
-        return f"{shp(n, 1)}{' + ' if s.id == 'lse' else ' '}{shp(n, 1) if s.id == 'lse' else shp(*s.shape)}{arrow}{shp(*s.shape)}"
+        column = F.Shape(n, 1)
+        return o.math(F.to(column + column if s.id == "lse" else F.Juxt((column, made)), made))
     r, c = d["rows"][1] - d["rows"][0] + 1, d["cols"][1] - d["cols"][0] + 1
-    reads = {"online_max": [shp(r, c)], "online_exp": [shp(r, c), shp(r, 1)], "online_sum": [shp(r, c)],
-             "online_out": [shp(r, c), shp(c, s.shape[1])]}[s.id]
+    block_, reads = F.Shape(r, c), {"online_exp": F.Shape(r, 1), "online_out": F.Shape(c, s.shape[1])}.get(s.id)
     # the exponentials subtract the row maximum, a column broadcast across the block
-    return (" - " if s.id == "online_exp" else " ").join(reads) + arrow + shp(*s.shape)
+    return o.math(F.to(block_ if reads is None else block_ - reads if s.id == "online_exp" else F.Juxt((block_, reads)), made))
 
 
 @register_view("online_z")

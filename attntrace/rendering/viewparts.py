@@ -13,7 +13,7 @@ from typing import Any
 from attntrace.kinds import kind_of
 from attntrace.rendering import views
 from attntrace.inputs.blockspec import BLOCK_OPERANDS
-from attntrace.model.formula import Node, Word, node, sym
+from attntrace.model.formula import Juxt, Node, Num, Op, Rel, Seq, Shape, Stack, Word, node, sym, to
 from attntrace.rendering.formulatext import plain, tex
 from attntrace.rendering.printing import entry_name, pick
 
@@ -127,16 +127,22 @@ SHAPE_LINES: dict = {}
 
 
 #: Steps whose two inputs meet entry by entry (a row or a column broadcast where the shapes
-#: differ): (TeX, plain) sign of their shape line, (4 x 6) + (4 x 6) -> (4 x 6).
-ELEMENTWISE = {"embed": ("+", "+"), "residual1": ("+", "+"), "residual2": ("+", "+"), "lse": ("+", "+"),
-               "ffn_act": ("\\odot", "*"), "dscaled": ("\\odot", "*"), "norm1": ("\\odot", "*"), "norm2": ("\\odot", "*"),
-               "online_exp": ("-", "-")}
+#: differ): how, in their shape line, (4 x 6) + (4 x 6) -> (4 x 6).
+ELEMENTWISE = {"embed": "add", "residual1": "add", "residual2": "add", "lse": "add", "ffn_act": "hadamard", "dscaled": "hadamard",
+               "norm1": "hadamard", "norm2": "hadamard", "online_exp": "sub"}
+
+
+def shape_of(shape) -> Node:
+    return Shape(*shape)
+
+
+def shapes_of(*shapes) -> Node:
+    """Factors of a product, (4 x 3)(3 x 2): a thin space apart."""
+    return Juxt(tuple(Shape(*s) for s in shapes), thin=True)
 
 
 def shape_dims(trace, step, out, short: bool = False) -> str:
     """(100 x 3) (3 x 3) -> (100 x 3): the shapes a step reads and the shape it makes."""
-    arrow = " -> " if out.plain else " \\to "
-    paren = lambda shape: f"({out.shape(shape)})"  # noqa: E731
     view = kind_of(step.id).view
     if view not in SHAPE_LINES:
         views.load(view)
@@ -144,32 +150,28 @@ def shape_dims(trace, step, out, short: bool = False) -> str:
     line = custom(step, out) if custom else None
     if line is not None:
         return line
+    made = shape_of(step.shape)
     if step.id == "concat":
         refs = [resolve(trace, n, None) for n in step.inputs]
         if len({r.shape for r in refs}) == 1 and not short:  # the article's (n, d_v h): h heads of (n, d_v)
             h, (n, d) = len(refs), refs[0].shape
-            if out.plain:
-                return f"{h} x ({n} x {d}){arrow}({n} x {d}*{h}) = ({n} x {d * h})"
-            return f"{h} \\times ({n} \\times {d}){arrow}({n} \\times {d} \\cdot {h}) = ({n} \\times {d * h})"
+            return out.math(Rel((Op("times", Num(h), Shape(n, d)), Shape(n, Op("cdot", Num(d), Num(h))), made), ("to", "eq")))
         if len({r.shape for r in refs}) == 1:
-            times = " x " if out.plain else " \\times "
-            return f"{len(refs)}{times}{paren(refs[0].shape)}{arrow}{paren(step.shape)}"
-        return ("; " if out.plain else ",\\ ").join(paren(r.shape) for r in refs) + arrow + paren(step.shape)
+            return out.math(to(Op("times", Num(len(refs)), shape_of(refs[0].shape)), made))
+        return out.math(to(Seq(tuple(shape_of(r.shape) for r in refs), semi=True), made))
     ins = [resolve(trace, n, step.head) for n in step.inputs]
     shapes = [r.shape for r in ins]
     if step.id == "scores":
         shapes[1] = shapes[1][::-1]
     op = ELEMENTWISE.get(step.id)
     if op is not None and len(shapes) == 2:  # an addition or an entrywise product, not a matrix product
-        sign = op[1] if out.plain else op[0]
-        return f"{paren(shapes[0])} {sign} {paren(shapes[1])}{arrow}{paren(step.shape)}"
+        a, b = shape_of(shapes[0]), shape_of(shapes[1])
+        return out.math(to(a + b if op == "add" else a - b if op == "sub" else Op(op, a, b), made))
     if step.id in ("K_cache", "V_cache") and len(shapes) == 2:  # the new rows stacked under the cached ones
-        stacked = f"[{paren(shapes[0])}; {paren(shapes[1])}]" if out.plain else f"\\bigl[{paren(shapes[0])};\\ {paren(shapes[1])}\\bigr]"
-        return stacked + arrow + paren(step.shape)
+        return out.math(to(Stack((shape_of(shapes[0]), shape_of(shapes[1])), inline=True), made))
     if len(shapes) == 3 and shapes[2][0] == 1 and shapes[0][0] != 1:  # X W + b: the bias row is broadcast, added
-        return (f"{paren(shapes[0])}{' ' if out.plain else chr(92) + ','}{paren(shapes[1])} + {paren(shapes[2])}"
-                + arrow + paren(step.shape))
-    return (" " if out.plain else "\\,").join(paren(sh) for sh in shapes) + arrow + paren(step.shape)
+        return out.math(to(shapes_of(shapes[0], shapes[1]) + shape_of(shapes[2]), made))
+    return out.math(to(shapes_of(*shapes), made))
 
 
 def pack(chains: list[list[str]], out) -> list[list[str]]:
