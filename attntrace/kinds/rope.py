@@ -74,7 +74,7 @@ class Rope(Kind):
         grouped = self.which == "K" and ctx.p.extra.get("num_kv_heads") is not None and own is not None
         if grouped:  # the report shows it with the first query head of its group, as K
             details["query_heads"] = tuple(i for i in range(1, len(ctx.p.heads) + 1) if kv_head(ctx.p, i) == own)
-        angle = Power(Num(_base_text(rope["base"])), Frac(-(Num(2) * Paren(sym("i") - 1)), sym("d", "k"), inline=True))
+        angle = Power(Num(base_text(rope["base"])), Frac(-(Num(2) * Paren(sym("i") - 1)), sym("d", "k"), inline=True))
         formula = Parts((self.letter.head(own).eq(Func("RoPE", (x.letter.head(own),))), sym("theta", "i").eq(angle)))
         flow = ctx.emit(self, own, [x.ref], formula, result, x.shape, details)
         if grouped:
@@ -91,7 +91,8 @@ class Rope(Kind):
         return f"{inputs[0]} rotated by its positions"
 
 
-def _base_text(base) -> str:
+def base_text(base) -> str:
+    """The RoPE base as formulas write it: 10000, not 10000.0."""
     return str(int(base)) if isinstance(base, float) and base == int(base) else str(base)
 
 

@@ -280,7 +280,9 @@ class Seq(Node):
 
     items: tuple[Node, ...]
     braces: bool = False
-    semi: bool = False  # a list of shapes: (2 x 3); (2 x 3), a wider gap between them
+    #: "comma"; "wide" (a wider gap where items hold commas themselves: (1, 2),  (3, 4));
+    #: "semi" (the same in typeset math, a semicolon in plain: shapes of blocks)
+    sep: str = "comma"
 
 
 @dataclass(frozen=True)
@@ -350,9 +352,17 @@ def lhs(formula: Node) -> Node:
     return first.sides[0] if isinstance(first, Rel) else first
 
 
-def rhs(formula: Node) -> Node | None:
-    """The right side of a formula's first relation, without its further parts; None without one."""
-    first = formula.items[0] if isinstance(formula, Parts) else formula
-    if isinstance(first, Rel) and len(first.sides) > 1:
-        return first.sides[1] if len(first.sides) == 2 else Rel(first.sides[1:])
-    return None
+def after_lhs(formula: Node) -> Node:
+    """What follows a formula's left side and its first relation (its further parts kept):
+    Q K^T of S = Q K^T; softmax(T), a_ij = ... of A = softmax(T), a_ij = ...; the formula
+    itself when it has no relation."""
+    if isinstance(formula, Parts):
+        return Parts((after_lhs(formula.items[0]),) + formula.items[1:], formula.narrow)
+    if isinstance(formula, Rel) and len(formula.sides) > 1:
+        return formula.sides[1] if len(formula.sides) == 2 else Rel(formula.sides[1:], formula.ops[1:])
+    return formula
+
+
+def first_part(formula: Node) -> Node:
+    """The matrix form of a formula with entry-wise parts (A = softmax(T) of A = softmax(T), a_ij = ...)."""
+    return formula.items[0] if isinstance(formula, Parts) else formula

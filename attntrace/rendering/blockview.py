@@ -51,7 +51,7 @@ def _number(o, x, exact: bool) -> list:
     if exact and getattr(x, "is_number", False):
         approx = o.num(float(x.evalf(17)))
         if approx != sides[0]:
-            sides.append(("\\approx" if not o.plain else "~", approx))
+            sides.append((o.rel("approx"), approx))
     return sides
 
 

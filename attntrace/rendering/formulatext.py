@@ -186,7 +186,7 @@ class TexPrinter(Printer):
         return "\\infty"
 
     def _print_Seq(self, s: F.Seq) -> str:
-        if s.semi:
+        if s.sep != "comma":
             return ",\\ ".join(self.p(x) for x in s.items)
         return f"\\{{{self.args(s.items)}\\}}" if s.braces else self.args(s.items)
 
@@ -301,8 +301,8 @@ class PlainPrinter(Printer):
         if not f.args:
             return f.name
         inner = self.args(f.args) + "".join(("; " if k == 0 else ", ") + self.p(x) for k, x in enumerate(f.params))
-        if f.bare and len(f.args) == 1 and _atomic(f.args[0]):
-            return f"{f.name} {inner}"
+        if f.bare and len(f.args) == 1 and _atomic(f.args[0]) and not isinstance(f.args[0], (F.Num, str)):
+            return f"{f.name} {inner}"  # log l, not log(l); but cos(1.5)
         return f"{f.name}({inner})"
 
     def _print_Sum(self, s: F.Sum) -> str:
@@ -316,8 +316,8 @@ class PlainPrinter(Printer):
         return "inf"
 
     def _print_Seq(self, s: F.Seq) -> str:
-        if s.semi:
-            return "; ".join(self.p(x) for x in s.items)
+        if s.sep != "comma":
+            return ("; " if s.sep == "semi" else ", ").join(self.p(x) for x in s.items)
         return f"{{{self.args(s.items)}}}" if s.braces else self.args(s.items)
 
     def _print_Stack(self, s: F.Stack) -> str:

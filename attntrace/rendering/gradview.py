@@ -153,7 +153,7 @@ def _softmax_rows(sv, vm) -> None:
                 chain.append(sv.sum_seq(len(js), lambda k: o.mul(o.factor(a.value, i, js[k]), o.factor(da.value, i, js[k]))))
             chain.append(r_text)
             if sv.mode == "exact" and getattr(rowdot[i], "is_number", False):  # a given dO of symbols has no float
-                chain.append(("\\approx" if not o.plain else "~", o.num(float(rowdot[i].evalf(17)))))
+                chain.append((o.rel("approx"), o.num(float(rowdot[i].evalf(17)))))
         lines = [sv.fit(rname(i), _shown_sides(sv, chain), align=True)]
         for j in pick(cols, o.max_size):
             if j is None:

@@ -18,14 +18,12 @@ _ORDINARY = {"online_max": ("m", "m"), "online_sum": ("\\ell", "l"), "lse": ("\\
 
 
 def _name(sv, d) -> str:
-    o, kind_letter = sv.out, (sv.ref.plain_letter if sv.out.plain else sv.ref.letter)
+    name = sv.ref.matrix
     if "block" not in d:
-        return kind_letter
-    if o.plain:
-        q = f"_{d['query_block']}" if d.get("query_blocks", 1) > 1 else ""
-        return f"{kind_letter}{q}({d['block']})"
-    q = f"_{{{d['query_block']}}}" if d.get("query_blocks", 1) > 1 else ""
-    return f"{kind_letter}{q}^{{({d['block']})}}"
+        return sv.out.math(name)
+    if d.get("query_blocks", 1) > 1:
+        name = name.at(d["query_block"])
+    return sv.out.math(name.head(d["block"]))
 
 
 def _result(sv, value, shape, budget):
@@ -36,7 +34,7 @@ def _result(sv, value, shape, budget):
         if sv.out.plain or sv.out.measure(exact) <= budget:
             sides.append(exact)
         if approx:
-            sides.append(("\\approx" if not sv.out.plain else "~", approx))
+            sides.append((sv.out.rel("approx"), approx))
         return sides or [exact]
     return [sv.out.matrix(value, shape, budget)]
 

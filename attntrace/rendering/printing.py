@@ -19,7 +19,7 @@ from functools import lru_cache
 import numpy as np
 
 from attntrace.model.formula import Node
-from attntrace.rendering.formulatext import plain, tex
+from attntrace.rendering.formulatext import RELATIONS, plain, tex
 
 #: How many entries (numbers or expressions) have been formatted; tests read and reset it.
 STATS = {"entries": 0}
@@ -515,6 +515,10 @@ class TexOut(_Out):
         """A formula tree (`attntrace.model.formula`) in this output's notation."""
         return tex(tree)
 
+    def rel(self, name: str) -> str:
+        """A relation sign for a side of a laid-out chain: \\approx, \\to, ..."""
+        return RELATIONS[name][0].strip()
+
     def head_name(self, letter: str, head: int | None, transpose: bool = False) -> str:
         """K^{(2)\\top}: one superscript holding both the head and the transpose."""
         sup = ("" if head is None else f"({head})") + ("\\top" if transpose else "")
@@ -625,6 +629,9 @@ class PlainOut(_Out):
 
     def math(self, tree: Node) -> str:
         return plain(tree)
+
+    def rel(self, name: str) -> str:
+        return RELATIONS[name][1].strip()
 
     def head_name(self, letter: str, head: int | None, transpose: bool = False) -> str:
         return (letter if head is None else f"{letter}({head})") + ("^T" if transpose else "")

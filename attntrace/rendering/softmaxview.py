@@ -112,7 +112,7 @@ class SoftmaxView:
             weights_side = [weights_v]
             if all(a is not None for a, j in zip(approx, cols) if j is not None):  # no approximation of symbols
                 dots = o.dots(0, None)
-                weights_side.append(("\\approx" if not plain else "~", self.vector_tex([dots if a is None else a for a in approx])))
+                weights_side.append((o.rel("approx"), self.vector_tex([dots if a is None else a for a in approx])))
                 room = o.limit - 9.0  # the row's left column and an indent
                 if not plain and any(o.measure(x) > room for x in weights_v.items):
                     weights_side = weights_side[1:]  # a weight wider than the page: its value, not its form

@@ -43,8 +43,7 @@ def step_view(trace, step, fmt: str, precision: int, max_size: int, limit: float
 def operand_chain(trace, op, out) -> tuple[str, list[str]]:
     """`X = [...]` (and `\\approx [...]` in exact mode) for one operand, fitted to the page."""
     ref = operand_ref(op)
-    letter = ref.plain_letter if out.plain else ref.letter
-    name = out.head_name(letter, op.head)
+    name = out.math(ref.matrix.head(op.head))
     lhs = out.named(name, op.shape)
     if op.value is None:
         return name, [lhs]
@@ -53,7 +52,7 @@ def operand_chain(trace, op, out) -> tuple[str, list[str]]:
     if trace.mode == "exact":
         approx = out.approx_matrix(op.value, op.shape)
         if approx:
-            sides.append(("\\approx" if not out.plain else "~", approx))
+            sides.append((out.rel("approx"), approx))
     if out.plain:
         return name, [out.eq(lhs, *[x[1] if isinstance(x, tuple) else x for x in sides])]
     return name, fit_chain(lhs, sides, out.limit)
@@ -69,8 +68,7 @@ def shape_rows(trace, out) -> list[dict[str, Any]]:
             seen[key]["last"] = step.head
             continue
         generic = step.head is not None and trace.num_heads > 1
-        formula = step.plain if out.plain else step.formula
-        formula = formula.split(", \\quad")[0].split(",  ")[0]  # the matrix form only (softmax)
+        formula = out.math(F.first_part(step.expr))  # the matrix form only (softmax)
         formula = formula.replace("Z^{(2)}, \\ldots", "\\ldots")
         line = shape_dims(trace, step, out, short=True)
         if generic:  # write head 1's row for every head i (every key/value head j, in GQA)
@@ -214,14 +212,13 @@ def given_shapes(trace, out) -> list[dict[str, Any]]:
     seen: dict[tuple, dict[str, Any]] = {}
     for op in trace.operands:
         ref = operand_ref(op)
-        letter = ref.plain_letter if out.plain else ref.letter
         key = (op.name, op.shape)
         if op.head is not None and key in seen:
             seen[key]["last"] = op.head
             continue
         generic = op.head is not None and trace.num_heads > 1
         kv = trace.settings.get("kv_groups") and op.name in KV_KEYS  # a key/value head's matrix (GQA)
-        name = out.head_name(letter, ("j" if kv else "i") if generic else op.head)
+        name = out.math(ref.matrix.head(F.sym("j" if kv else "i") if generic else op.head))
         row = {"name": name, "shape": out.shape(op.shape), "generic": generic, "head": op.head or 0, "last": op.head or 0}
         rows.append(row)
         if op.head is not None:

@@ -14,7 +14,7 @@ from attntrace.kinds import kind_of
 from attntrace.rendering import views
 from attntrace.inputs.blockspec import BLOCK_OPERANDS
 from attntrace.model.formula import Juxt, Node, Num, Op, Rel, Seq, Shape, Stack, Word, node, sym, to
-from attntrace.rendering.formulatext import plain, tex
+from attntrace.rendering.formulatext import tex
 from attntrace.rendering.printing import entry_name, pick
 
 OPERAND_BASE = {"X": "x", "X_kv": "y", "W_Q": "w^{Q}", "W_K": "w^{K}", "W_V": "w^{V}", "W_O": "w^{O}", "b_Q": "b^{Q}", "b_K": "b^{K}",
@@ -54,9 +54,11 @@ def block(lines: list[str]) -> dict[str, Any]:
 class Ref:
     """A matrix a step reads: its value, shape, entry base name and matrix name."""
 
-    def __init__(self, value, shape, base, letter, head, plain_letter=None, symbol: Node | None = None):
-        self.value, self.shape, self.base, self.letter, self.head = value, tuple(shape), base, letter, head
-        self.plain_letter = plain_letter or letter
+    def __init__(self, value, shape, base, matrix: Node, head, symbol: Node | None = None):
+        self.value, self.shape, self.base, self.head = value, tuple(shape), base, head
+        #: its name as a formula symbol (T-tilde, W_Q) without its head, and with it
+        self.matrix, self.named = matrix, matrix.head(head)
+        self.letter = tex(matrix)  # its LaTeX name, what a template compares
         #: the base of its entry names as a formula symbol (t-tilde), with its head
         self.symbol = (symbol or node(base)).head(head)
 
@@ -101,15 +103,13 @@ def operand_ref(op) -> Ref:
     base = op.symbol or OPERAND_BASE.get(op.name, "x")
     # a given Z_i in symbolic mode already carries its head in its symbol (z^{(2)})
     head = None if (op.symbol and "(" in op.symbol) else op.head
-    letter = OPERAND_SYMBOL.get(op.name) or node(op.name)
-    return Ref(op.value, op.shape, base, tex(letter), head if op.symbol else op.head, plain(letter))
+    return Ref(op.value, op.shape, base, OPERAND_SYMBOL.get(op.name) or node(op.name), head if op.symbol else op.head)
 
 
 def step_ref(step) -> Ref:
     kind = kind_of(step.id)  # its entry and matrix names (the masked scores are T-tilde, not T)
-    letter = node(kind.letter)
     entry = node(kind.entry)
-    return Ref(step.value, step.shape, tex(entry), tex(letter), step.head, plain(letter), entry)
+    return Ref(step.value, step.shape, tex(entry), node(kind.letter), step.head, entry)
 
 
 def rows_to_expand(option, n: int, default: int) -> list[int]:
@@ -158,7 +158,7 @@ def shape_dims(trace, step, out, short: bool = False) -> str:
             return out.math(Rel((Op("times", Num(h), Shape(n, d)), Shape(n, Op("cdot", Num(d), Num(h))), made), ("to", "eq")))
         if len({r.shape for r in refs}) == 1:
             return out.math(to(Op("times", Num(len(refs)), shape_of(refs[0].shape)), made))
-        return out.math(to(Seq(tuple(shape_of(r.shape) for r in refs), semi=True), made))
+        return out.math(to(Seq(tuple(shape_of(r.shape) for r in refs), sep="semi"), made))
     ins = [resolve(trace, n, step.head) for n in step.inputs]
     shapes = [r.shape for r in ins]
     if step.id == "scores":
