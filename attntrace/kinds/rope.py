@@ -15,7 +15,7 @@ under the roles Q and K, so the scores read them: scores' inputs name Q_rope and
 from __future__ import annotations
 
 from attntrace.kinds.base import Kind
-from attntrace.model.formula import Frac, Func, Num, Paren, Parts, Power, sym
+from attntrace.model.formula import Add, Frac, Func, Neg, Num, Paren, Parts, Power, sym
 from attntrace.kinds.projection import kv_head
 
 
@@ -74,7 +74,7 @@ class Rope(Kind):
         grouped = self.which == "K" and ctx.p.extra.get("num_kv_heads") is not None and own is not None
         if grouped:  # the report shows it with the first query head of its group, as K
             details["query_heads"] = tuple(i for i in range(1, len(ctx.p.heads) + 1) if kv_head(ctx.p, i) == own)
-        angle = Power(Num(base_text(rope["base"])), Frac(-(Num(2) * Paren(sym("i") - 1)), sym("d", "k"), inline=True))
+        angle = Power(Num(base_text(rope["base"])), Frac(-(Num(2) * Paren(Add((sym("i"), Neg(Num(1))), tight=True))), sym("d", "k"), inline=True))
         formula = Parts((self.letter.head(own).eq(Func("RoPE", (x.letter.head(own),))), sym("theta", "i").eq(angle)))
         flow = ctx.emit(self, own, [x.ref], formula, result, x.shape, details)
         if grouped:

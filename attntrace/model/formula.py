@@ -144,9 +144,11 @@ class Slice(Node):
 
 @dataclass(frozen=True)
 class Add(Node):
-    """A sum; a Neg term prints as a subtraction."""
+    """A sum; a Neg term prints as a subtraction; `tight` without spaces (an index in an
+    exponent: 2(i-1)/d_k)."""
 
     terms: tuple[Node, ...]
+    tight: bool = False
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,11 @@ def _atomic(x) -> bool:
     return isinstance(x, (F.Sym, F.Num, str, F.Diff))
 
 
+def _coefficient(a, b) -> bool:
+    """A number before parentheses, 2(i-1): no space between them."""
+    return isinstance(a, F.Num) and isinstance(b, F.Paren)
+
+
 class TexPrinter(Printer):
     """LaTeX math, as reports and the JSON export write it."""
 
@@ -119,12 +124,12 @@ class TexPrinter(Printer):
         return self._range((r.first, r.last))
 
     def _print_Add(self, a: F.Add) -> str:
-        out = ""
+        out, space = "", "" if a.tight else " "
         for k, t in enumerate(a.terms):
             if isinstance(t, F.Neg):
-                out += ("-" if k == 0 else " - ") + self.p(t.of)
+                out += ("-" if k == 0 else f"{space}-{space}") + self.p(t.of)
             else:
-                out += ("" if k == 0 else " + ") + self.p(t)
+                out += ("" if k == 0 else f"{space}+{space}") + self.p(t)
         return out
 
     def _print_Neg(self, n: F.Neg) -> str:
@@ -136,7 +141,7 @@ class TexPrinter(Printer):
             return "\\,".join(self.p(f) for f in j.factors)
         out = ""
         for k, f in enumerate(j.factors):
-            out += ("" if k == 0 or isinstance(f, F.Space) else " ") + self.p(f)
+            out += ("" if k == 0 or isinstance(f, F.Space) or _coefficient(j.factors[k - 1], f) else " ") + self.p(f)
         return out
 
     def _print_Space(self, s: F.Space) -> str:
@@ -259,7 +264,8 @@ class PlainPrinter(Printer):
     _print_Neg = TexPrinter._print_Neg
 
     def _print_Juxt(self, j: F.Juxt) -> str:
-        return " ".join(self.p(f) for f in j.factors if not isinstance(f, F.Space))
+        factors = [f for f in j.factors if not isinstance(f, F.Space)]
+        return "".join(("" if k == 0 or _coefficient(factors[k - 1], f) else " ") + self.p(f) for k, f in enumerate(factors))
 
     def _print_Op(self, o: F.Op) -> str:
         return f"{self.p(o.left)}{OPERATORS[o.op][1]}{self.p(o.right)}"

@@ -70,7 +70,7 @@ class _Rotation:
         half = self.d // 2
         theta_i, i = F.sym("theta", "i"), F.sym("i")
         ids = (1, 2) if half == 2 else (1,) if half == 1 else (1, F.Dots(), half)
-        rule = (F.Parts((theta_i.eq(F.Power(base, F.Frac(-(2 * F.Paren(i - 1)), F.Num(self.d), inline=True))),
+        rule = (F.Parts((theta_i.eq(F.Power(base, F.Frac(-(2 * F.Paren(F.Add((i, F.Neg(F.Num(1))), tight=True))), F.Num(self.d), inline=True))),
                          i.eq(F.Seq(tuple(F.node(x) for x in ids))))) if half > 1
                 else F.sym("theta", "1").eq(F.Power(base, F.Num(0)), 1))  # one pair: no formula over i
         theta = o.math(rule)
