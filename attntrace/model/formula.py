@@ -20,6 +20,7 @@ nothing above it).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable, Union
 
@@ -346,6 +347,29 @@ class Diff(Node):
 
 
 ONES = Sym("1", style="bold")
+
+
+def substitute(tree: Node, mapping: dict) -> Node:
+    """The tree with every subtree equal to a key of `mapping` replaced by its value (a node,
+    or a string already printed for one output): the general entry formula g_ij = max(0, h_ij)
+    becomes the line of entry (2, 3), g_23 = max(0, -1.2)."""
+    if tree in mapping:
+        return mapping[tree]
+    if not isinstance(tree, Node) or not dataclasses.is_dataclass(tree):
+        return tree
+    changes = {}
+    for f in dataclasses.fields(tree):
+        value = getattr(tree, f.name)
+        if isinstance(value, Node):
+            new = substitute(value, mapping)
+        elif isinstance(value, tuple) and any(isinstance(x, (Node, tuple)) for x in value):
+            new = tuple(substitute(x, mapping) if isinstance(x, Node) else
+                        tuple(substitute(y, mapping) for y in x) if isinstance(x, tuple) else x for x in value)
+        else:
+            continue
+        if new != value:
+            changes[f.name] = new
+    return dataclasses.replace(tree, **changes) if changes else tree
 
 
 def lhs(formula: Node) -> Node:

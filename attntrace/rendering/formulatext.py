@@ -23,7 +23,7 @@ GREEK = {"ell": ("\\ell", "l", "ℓ"), "theta": ("\\theta", "theta", "θ"), "gam
 #: Functions LaTeX knows by name (\max, \log); the others are \operatorname{...}.
 TEX_FUNCTIONS = {"max", "min", "exp", "log", "sin", "cos", "tanh"}
 #: Binary operators of `Op`: LaTeX, plain, MathML.
-OPERATORS = {"hadamard": (" \\odot ", " * ", "⊙"), "circ": (" \\circ ", " o ", "∘"), "in": (" \\in ", " in ", "∈"),
+OPERATORS = {"mul": (" \\cdot ", " * ", "⋅"), "hadamard": (" \\odot ", " * ", "⊙"), "circ": (" \\circ ", " o ", "∘"), "in": (" \\in ", " in ", "∈"),
              "times": (" \\times ", " x ", "×"), "cdot": (" \\cdot ", "*", "⋅")}
 #: Relations of `Rel`: LaTeX, plain, MathML.
 RELATIONS = {"eq": (" = ", " = ", "="), "approx": (" \\approx ", " ~ ", "≈"), "to": (" \\to ", " -> ", "→"),

@@ -519,6 +519,9 @@ class TexOut(_Out):
         """A relation sign for a side of a laid-out chain: \\approx, \\to, ..."""
         return RELATIONS[name][0].strip()
 
+    #: Parentheses around a sum that a line may break inside (fixed size: \\left \\right cannot break).
+    big_open, big_close = "\\bigl(", "\\bigr)"
+
     def head_name(self, letter: str, head: int | None, transpose: bool = False) -> str:
         """K^{(2)\\top}: one superscript holding both the head and the transpose."""
         sup = ("" if head is None else f"({head})") + ("\\top" if transpose else "")
@@ -632,6 +635,8 @@ class PlainOut(_Out):
 
     def rel(self, name: str) -> str:
         return RELATIONS[name][1].strip()
+
+    big_open, big_close = "(", ")"
 
     def head_name(self, letter: str, head: int | None, transpose: bool = False) -> str:
         return (letter if head is None else f"{letter}({head})") + ("^T" if transpose else "")

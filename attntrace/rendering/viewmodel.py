@@ -122,7 +122,7 @@ def report_view(trace, fmt: str, precision: int, max_size: int, figures: list[di
         from attntrace.rendering.blockview import block_flow, split_block
 
         block_pre, block_post = split_block(trace) if not shape_mode else ([], [])
-        flow = block_flow(trace, out.plain) if arrangement else []
+        flow = block_flow(trace, out) if arrangement else []
     d_ks = sorted({str(s.details["d_k"]) for s in trace.steps if s.id == "scaled" and s.details.get("d_k") is not None})
     operands = [operand_chain(trace, op, out) for op in trace.operands]
     by_sqrt = any(s.id == "scaled" and s.details.get("by_sqrt_dk", True) for s in trace.steps)
