@@ -286,8 +286,9 @@ def build_posenc(sv, vm) -> None:
         vm["formula_block"] = [vm["formula"]]
     else:
         ang = lambda k: f"\\frac{{i - 1}}{{{b}^{{{k}/{dim}}}}}"  # noqa: E731
-        vm["formula_block"] = (sv.fit("p_{i,2k}", [f"\\sin {ang('2k')}"], align=True)
-                               + sv.fit("p_{i,2k+1}", [f"\\cos {ang('2k')}"], align=True))
+        # rows and columns count from 1 like the entries below (p_{21}); k = 1, ..., d/2
+        vm["formula_block"] = (sv.fit("p_{i,2k-1}", [f"\\sin {ang('2(k-1)')}"], align=True)
+                               + sv.fit("p_{i,2k}", [f"\\cos {ang('2(k-1)')}"], align=True))
     vm["extra"].update(base=b, dim=str(dim))
 
     def entry(i, j):
