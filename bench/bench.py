@@ -215,6 +215,73 @@ def bench_numeric(n=128, d=768, h=12, repeats=21) -> dict:
             "trace_only_s": med["trace_only"], "trace_only_ratio": med["trace_only"] / base}
 
 
+# -- a Llama-3-8B-shaped decoder layer ------------------------------------------------------------
+#: Llama 3 8B: d_model 4096, 32 query heads and 8 key/value heads of 128, SwiGLU with d_ff 14336.
+LLAMA_8B = {"d": 4096, "heads": 32, "kv_heads": 8, "d_ff": 14336, "n": 32}
+
+
+def llama_layer(d=4096, heads=32, kv_heads=8, d_ff=14336, n=32, seed=0) -> dict:
+    """A Llama decoder layer's spec (pre-norm RMSNorm, RoPE, grouped-query causal attention,
+    W_O, SwiGLU) with random float64 weights, read-only as a loaded model's frozen parameters."""
+    rng = np.random.default_rng(seed)
+    dk = d // heads
+
+    def w(rows, cols):
+        a = rng.standard_normal((rows, cols))
+        a *= 1 / math.sqrt(rows)
+        return _frozen(a)
+    return {"block": "llama", "mask": "causal", "rope": True, "num_heads": heads, "num_kv_heads": kv_heads,
+            "X": rng.standard_normal((n, d)), "W_Q": w(d, heads * dk), "W_K": w(d, kv_heads * dk), "W_V": w(d, kv_heads * dk),
+            "W_O": w(heads * dk, d), "norm1": {"gain": _frozen(1 + 0.1 * rng.standard_normal((1, d))), "eps": 1e-5},
+            "norm2": {"gain": _frozen(1 + 0.1 * rng.standard_normal((1, d))), "eps": 1e-5},
+            "ffn": {"W_gate": w(d, d_ff), "W_up": w(d, d_ff), "W_down": w(d_ff, d)}}
+
+
+def llama_weight_bytes(p: dict) -> int:
+    """Bytes of the layer's parameters (what a trace must hold whatever it keeps)."""
+    arrays = [v for k, v in p.items() if k.startswith("W_")] + [p["norm1"]["gain"], p["norm2"]["gain"]] + list(p["ffn"].values())
+    return sum(a.nbytes for a in arrays)
+
+
+def numpy_llama(p: dict, keep: list | None = None) -> np.ndarray:
+    """The natural NumPy code of the same layer (as Hugging Face's LlamaDecoderLayer computes it)."""
+    X, h, hkv = p["X"], p["num_heads"], p["num_kv_heads"]
+    n1, n2, ffn = p["norm1"], p["norm2"], p["ffn"]
+    N = X / np.sqrt((X * X).mean(axis=1, keepdims=True) + n1["eps"]) * n1["gain"]  # (n, d)
+    Q, K, V = N @ p["W_Q"], N @ p["W_K"], N @ p["W_V"]  # (n, h dk), (n, hkv dk), (n, hkv dk)
+    dk = Q.shape[1] // h
+    pos = np.arange(X.shape[0], dtype=np.float64)
+    ang = np.outer(pos, 1.0 / (10000.0 ** (np.arange(0, dk, 2, dtype=np.float64) / dk)))  # (n, dk/2)
+    cos, sin = np.cos(ang), np.sin(ang)
+
+    def rope(M):  # rotate_half on each head's dk columns
+        M = M.reshape(M.shape[0], -1, dk)
+        a, b = M[..., : dk // 2], M[..., dk // 2:]
+        c, s = cos[:, None, :], sin[:, None, :]
+        return np.concatenate([a * c - b * s, a * s + b * c], axis=-1).reshape(M.shape[0], -1)
+    Qr, Kr = rope(Q), rope(K)
+    causal = np.tril(np.ones((X.shape[0], X.shape[0]), dtype=bool))
+    zs = []
+    for i in range(h):
+        j = i // (h // hkv)
+        q, k, v = Qr[:, i * dk:(i + 1) * dk], Kr[:, j * dk:(j + 1) * dk], V[:, j * dk:(j + 1) * dk]
+        T = np.where(causal, q @ k.T / math.sqrt(dk), -np.inf)  # (n, n)
+        E = np.exp(T - T.max(axis=1, keepdims=True))
+        A = E / E.sum(axis=1, keepdims=True)
+        zs.append(A @ v)  # (n, dk)
+        if keep is not None:
+            keep += [T, E, A]
+    O = np.hstack(zs) @ p["W_O"]  # (n, d)
+    R = X + O
+    M = R / np.sqrt((R * R).mean(axis=1, keepdims=True) + n2["eps"]) * n2["gain"]
+    H, U = M @ ffn["W_gate"], M @ ffn["W_up"]  # (n, d_ff)
+    G = H / (1 + np.exp(-H)) * U
+    Y = R + G @ ffn["W_down"]  # (n, d)
+    if keep is not None:
+        keep += [N, Q, K, V, Qr, Kr, O, R, M, H, U, G, Y] + zs
+    return Y
+
+
 #: glibc malloc settings that keep freed memory for reuse instead of returning it to the kernel.
 MALLOC_REUSE = {"MALLOC_MMAP_THRESHOLD_": "268435456", "MALLOC_TRIM_THRESHOLD_": "1073741824", "MALLOC_TOP_PAD_": "268435456"}
 

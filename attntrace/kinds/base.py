@@ -12,6 +12,7 @@ extra JSON fields and the checker mistakes that change it. The tracer only compo
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Any, ClassVar
 
 
@@ -88,6 +89,7 @@ def label(name: str, head: int | None) -> str:
     return name if head is None else f"{name} (head {head})"
 
 
+@lru_cache(maxsize=512)  # the same few letters, once per step of every trace
 def plain_math(name: str) -> str:
     """A matrix or entry name in plain text: an accent follows its letter (\\tilde{T} -> T~, \\hat{t} -> t')."""
     name = re.sub(r"_\{\\text\{(\w+)\}\}", r"_\1", name)  # K_{\text{cache}} -> K_cache (attntrace.kinds.cache)

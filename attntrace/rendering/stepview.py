@@ -20,7 +20,7 @@ from attntrace.rendering.printing import STATS, decimals_needed, pick, plain_nam
 from attntrace.rendering.softmaxview import SoftmaxView
 from attntrace.kinds import kind_of
 from attntrace.rendering import views
-from attntrace.rendering.viewparts import Ref, block, entry_columns, pack, resolve, rows_to_expand, shape_dims, step_ref
+from attntrace.rendering.viewparts import inputs_not_kept, Ref, block, entry_columns, pack, resolve, rows_to_expand, shape_dims, step_ref
 
 
 #: Views laid out by modules of their own (`views.MODULES`): view name -> function(step_view, vm)
@@ -142,7 +142,13 @@ class StepView(SoftmaxView):
         self.lw = self.label_width()
         view = kind_of(s.id).view
         builder = getattr(self, f"build_{view}", None)
-        if self.mode == "shape":
+        missing = inputs_not_kept(self.t, s)
+        if missing:  # traced with keep=: an input's values are gone, so the result only
+            vm["inputs_not_kept"] = missing
+            lhs = self.named(self.ref)
+            vm["formula_block"] = self.fit_formula(vm["formula"])
+            vm["main"] = [block(self.fit(lhs, self.result_side(s.value, self.budget(lhs))))] if s.value is not None else []
+        elif self.mode == "shape":
             vm["formula_block"] = self.fit_formula(vm["formula"])
         elif builder is not None:
             builder(vm)
