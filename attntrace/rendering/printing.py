@@ -97,6 +97,19 @@ def plain_name(name: str) -> str:
     return re.sub(r"[{}\\]", "", name)
 
 
+@lru_cache(maxsize=8192)
+def evalf17(x):
+    """A SymPy entry's value to 17 digits (its real part), None when it has symbols. Cached per
+    entry: a report prints an entry's approximation in its matrix, its entry line and the next
+    step's substitution, and an exact GELU or softmax entry takes milliseconds to evaluate."""
+    if getattr(x, "free_symbols", None) or not getattr(x, "is_number", False):
+        return None
+    f = x.evalf(17)
+    if f.is_real is False:  # a complex value cannot come from real inputs; its real part
+        f = f.as_real_imag()[0]
+    return f
+
+
 def _trim(x: float, precision: int) -> str:
     """x at `precision` decimals, trailing zeros trimmed; a value that is not a whole number keeps
     its zeros when it would print as one (cos 0.01 is 1.0000, not 1: a reader must not take it
@@ -130,8 +143,39 @@ def plain_number(x: float, precision: int, count: bool = True) -> str:
     return _trim(x, precision)
 
 
-def decimals_needed(xs: list[float], precision: int) -> int:
-    """The decimals the longest of these numbers needs at `precision` (trailing zeros trimmed)."""
+def decimals_needed(xs, precision: int) -> int:
+    """The decimals the longest of these numbers (a list or an array) needs at `precision`
+    (trailing zeros trimmed), as `_trim` prints them.
+
+    Many numbers are counted in NumPy: x 10^p rounded to an integer m, its trailing zeros
+    counted; m is exact and rounds as the decimal printing does whenever x 10^p < 2^31 and is
+    not within 1e-6 of a half (float error there is below 2.4e-7), and the few numbers that
+    are not are printed one by one. So a report's layout costs O(entries) in C, not a string
+    per entry."""
+    if isinstance(xs, list) and len(xs) < 64:
+        return _decimals_printed(xs, precision)
+    a = np.asarray(xs, dtype=np.float64).ravel()
+    a = a[np.isfinite(a) & (a != 0)]
+    if a.size < 64:
+        return _decimals_printed(a.tolist(), precision)
+    scale = 10.0 ** precision
+    with np.errstate(over="ignore", invalid="ignore"):  # 1e300 * 10^p: inf, which is unsure (printed)
+        y = np.abs(a) * scale
+        unsure = (y >= 2.0 ** 31) | (np.abs(y - np.floor(y) - 0.5) < 1e-6)
+    d = _decimals_printed(a[unsure].tolist(), precision) if unsure.any() else 0
+    a, m = a[~unsure], np.rint(y[~unsure])
+    if a.size == 0:
+        return d
+    zeros = np.zeros(m.shape, dtype=np.int64)  # trailing decimal zeros of m, at most `precision`
+    for k in range(1, precision + 1):
+        zeros += np.mod(m, 10.0 ** k) == 0
+    need = precision - zeros
+    # a value that is not whole never prints as one: 0.99995 is 1.0000, 1e-9 is 0.0000
+    need[(zeros == precision) & (a != np.trunc(a))] = precision
+    return max(d, int(need.max()))
+
+
+def _decimals_printed(xs: list[float], precision: int) -> int:
     d = 0
     for x in xs:
         if math.isfinite(x) and x != 0:
@@ -220,11 +264,9 @@ class _Out:
         x = value[i, j]
         if _is_infinite(x):
             return self.num(float(x))
-        if getattr(x, "free_symbols", None) or not getattr(x, "is_number", False):
+        f = evalf17(x)
+        if f is None:
             return None
-        f = x.evalf(17)
-        if f.is_real is False:  # a complex value cannot come from real inputs; show its real part
-            f = f.as_real_imag()[0]
         if f == 0 or x == 0:
             return self.num(0.0)
         if abs(f) < 0.5 * 10 ** -self.precision:  # e^{-161/3} ~ 1e-23 (even 1e-5000): tiny, never 0

@@ -287,7 +287,7 @@ class StepView(SoftmaxView):
         o = self.out
         if isinstance(value, np.ndarray):
             if not hasattr(self, "_decimals"):
-                self._decimals = decimals_needed([float(x) for x in value.ravel()[:4096]], o.precision)
+                self._decimals = decimals_needed(value.ravel()[:4096], o.precision)
             STATS["entries"] += 1
             x, d = float(value[i, j]), self._decimals
             whole_line = operands is not None and all(math.isfinite(v) and v == int(v) for v in operands)
@@ -393,7 +393,10 @@ class StepView(SoftmaxView):
         if not isinstance(r.value, np.ndarray):
             body = [[o.dots(i, j) if i is None or j is None else o.entry(r.value, i, j) for j in cols] for i in rows]
             return o.inner_matrix(body)
-        d = decimals_needed([float(x) for ref in refs for x in np.asarray(ref.value).ravel()[:4096]], o.precision)
+        if getattr(self, "_concat_decimals", None) is None:  # one layout for every head: counted once
+            self._concat_decimals = decimals_needed(np.concatenate([np.asarray(ref.value, dtype=float).ravel()[:4096] for ref in refs]),
+                                                    o.precision)
+        d = self._concat_decimals
         body = [[o.dots(i, j) if i is None or j is None else o.fixed(float(r.value[i, j]), d) for j in cols] for i in rows]
         return o.inner_matrix(body, numeric=True)
 
