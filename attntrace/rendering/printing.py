@@ -336,18 +336,19 @@ class _Out:
         an entry whose float is not its true value (an exponential that underflowed to 0,
         a weight of 1 - 1e-30), log10 of the true value, else None."""
         ri = pick(shape[0], self.max_size)
+        memo: dict = {}  # (i, j, decimals, padded) -> the cell: `widest` builds several column counts
 
         def build(limit: int) -> tuple[str, int, int]:
             ci = pick(shape[1], limit)
             cells = [(i, j) for i in ri if i is not None for j in ci if j is not None]
-            text, n = self._numeric_cells(value, ri, ci, cells, true_log10, pad=True)
+            text, n = self._numeric_cells(value, ri, ci, cells, true_log10, pad=True, memo=memo)
             return text, sum(c is not None for c in ci), n
 
         text, _, n = self.widest(build, budget)
         STATS["entries"] += n
         return text
 
-    def _numeric_cells(self, value, ri, ci, cells, true_log10, pad: bool):
+    def _numeric_cells(self, value, ri, ci, cells, true_log10, pad: bool, memo: dict | None = None):
         shown = [float(value[i, j]) for i, j in cells]
         inexact = {(i, j): true_log10(i, j) for i, j in cells} if true_log10 else {}
         d = decimals_needed(shown, self.precision)
@@ -360,7 +361,13 @@ class _Out:
         def cell(i, j):  # noqa: E306
             x, lg = float(value[i, j]), inexact.get((i, j))
             if lg is None:
-                return self.fixed(x, d, pad and j not in zero_cols)
+                padded = pad and j not in zero_cols
+                if memo is None:
+                    return self.fixed(x, d, padded)
+                key = (i, j, d, padded)
+                if key not in memo:
+                    memo[key] = self.fixed(x, d, padded)
+                return memo[key]
             if x == 0:
                 return self.power_of_ten(lg)
             if x == int(x):  # a float that rounded to a whole number (1 - 1e-20): show the rounding
