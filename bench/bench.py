@@ -349,8 +349,9 @@ def bench_llama(cfg: dict | None = None, repeats: int = 3, render: bool = True) 
     med = _alternate({"attntrace": lambda: at.run(p), "numpy": lambda: numpy_llama(p)}, repeats)
     _, peak_all, held_all, full = _traced_peak(lambda: at.run(p))
     kept_all = sum(s.value.nbytes for s in full.steps)
+    last = full.output_step.id  # the layer's result: residual2
     del full
-    _, peak_out, held_out, only = _traced_peak(lambda: at.run(p, keep=["output"]))
+    _, peak_out, held_out, only = _traced_peak(lambda: at.run(p, keep=[last]))
     kept_out = only.output.nbytes
     out = {**cfg, "scale": scale, "weights_bytes": weights, "attntrace_s": med["attntrace"], "numpy_s": med["numpy"],
            "ratio": med["attntrace"] / med["numpy"], "first_s": first_s, "first_ratio": first_s / med["numpy"],
@@ -358,7 +359,7 @@ def bench_llama(cfg: dict | None = None, repeats: int = 3, render: bool = True) 
            "kept_all_bytes": kept_all, "peak_all_bytes": weights + peak_all, "held_all_bytes": held_all,
            "memory_all_ratio": (weights + peak_all) / (weights + kept_all),
            "kept_out_bytes": kept_out, "peak_out_bytes": weights + peak_out, "held_out_bytes": held_out,
-           "memory_out_ratio": (weights + peak_out) / (weights + kept_out), "goal_memory": GOALS["llama_memory"]}
+           "memory_out_ratio": (weights + peak_out) / (weights + kept_out), "goal_memory": GOALS["llama_memory"], "kept_id": last}
     if render:
         full = at.run(p)
         t, text = _timed(lambda: at.render(full, "md", max_size=8))
