@@ -367,6 +367,40 @@ def bench_llama(cfg: dict | None = None, repeats: int = 3, render: bool = True) 
     return out
 
 
+def exact_gelu_block(n: int = 4, d_ff: int = 6) -> dict:
+    """An exact post-LN encoder block with a GELU FFN: whole-number weights, W_Q = 0 so that the
+    weights are 1/n (exact entries stay small enough for exact mode), LayerNorm's square roots
+    and GELU's erf in every later entry."""
+    def m(rows, cols, k):
+        return [[((i * 3 + j * 5 + k) % 5) - 2 for j in range(cols)] for i in range(rows)]
+    return {"mode": "exact", "block": "post_ln", "X": m(n, n, 1), "W_Q": [[0] * n for _ in range(n)], "W_K": m(n, n, 2),
+            "W_V": m(n, n, 3), "W_O": m(n, n, 4), "norm1": {"gain": [1] * n, "bias": [0] * n},
+            "norm2": {"gain": [1] * n, "bias": [0] * n}, "ffn": {"W_1": m(n, d_ff, 5), "W_2": m(d_ff, n, 6), "activation": "gelu"}}
+
+
+def bench_exact(repeats: int = 3) -> dict:
+    """Exact mode: the GELU block traced and rendered to Markdown in a fresh process each time
+    (SymPy's caches and attntrace's evalf cache cold; goal <= 5 s), and how long the refusal
+    of exact backward = true on a 4x4 two-head problem takes (refused up front by its estimate)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        spec = Path(tmp) / "gelu.json"
+        spec.write_text(json.dumps(exact_gelu_block()), encoding="utf-8")
+        m = lambda r, c, k: [[((i * 3 + j * 5 + k) % 5) - 2 for j in range(c)] for i in range(r)]  # noqa: E731
+        back = Path(tmp) / "backward.json"
+        back.write_text(json.dumps({"mode": "exact", "X": m(4, 4, 1), "W_Q": m(4, 4, 2), "W_K": m(4, 4, 3), "W_V": m(4, 4, 4),
+                                    "W_O": m(4, 4, 5), "num_heads": 2, "backward": True}), encoding="utf-8")
+        env = {**_env(), "ATTNTRACE_CACHE_DIR": os.path.join(tmp, "cache")}
+        cmd = [sys.executable, "-m", "attntrace", "run", str(spec), "--format", "md"]
+        _run(cmd, env)  # bytecode and templates
+        gelu = statistics.median(_run(cmd, env) for _ in range(repeats))
+        t0 = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-m", "attntrace", "run", str(back), "--format", "md"], env=env,
+                              capture_output=True, text=True)
+        refused = time.perf_counter() - t0
+    return {"gelu_s": gelu, "goal_s": GOALS["exact_gelu_s"], "backward_rc": proc.returncode,
+            "backward_refusal_s": refused, "backward_message": proc.stderr.strip()[-300:]}
+
+
 #: glibc malloc settings that keep freed memory for reuse instead of returning it to the kernel.
 MALLOC_REUSE = {"MALLOC_MMAP_THRESHOLD_": "268435456", "MALLOC_TRIM_THRESHOLD_": "1073741824", "MALLOC_TOP_PAD_": "268435456"}
 
@@ -922,7 +956,8 @@ def markdown(results: dict) -> str:
         lines.append(f"| - peak memory, every step kept: weights + the trace's peak vs weights + kept steps ({ll['kept_all_bytes'] / 1e6:.1f} MB) "
                      f"| {ll['peak_all_bytes'] / 1e9:.3f} GB | {(ll['weights_bytes'] + ll['kept_all_bytes']) / 1e9:.3f} GB "
                      f"| {ll['memory_all_ratio']:.3f}x | <= {ll['goal_memory']}x | {_ok(ll['memory_all_ratio'], ll['goal_memory'])} |")
-        lines.append(f"| - peak memory, `keep=[\"output\"]` ({ll['kept_out_bytes'] / 1e6:.2f} MB kept; held after: {ll['held_out_bytes'] / 1e6:.2f} MB) "
+        lines.append(f"| - peak memory, `keep=[\"{ll.get('kept_id', 'output')}\"]` (the layer's result, {ll['kept_out_bytes'] / 1e6:.2f} MB kept; "
+                     f"held after: {ll['held_out_bytes'] / 1e6:.2f} MB) "
                      f"| {ll['peak_out_bytes'] / 1e9:.3f} GB | {(ll['weights_bytes'] + ll['kept_out_bytes']) / 1e9:.3f} GB "
                      f"| {ll['memory_out_ratio']:.3f}x | <= {ll['goal_memory']}x | {_ok(ll['memory_out_ratio'], ll['goal_memory'])} |")
         if "render_s" in ll:
@@ -955,6 +990,14 @@ def markdown(results: dict) -> str:
                      f"| {_ok(sf['speedup'], GOALS['symbolic_fresh'], le=False)} |")
         lines.append(f"| - first run ever (every template compiled: no template cache) | {sf['first_s']:.3f} s | {sf['naive_s']:.3f} s "
                      f"| {sf['first_speedup']:.1f}x faster | - | - |")
+    ex = results.get("exact")
+    if ex:
+        lines.append(f"| exact: post-LN block with a GELU FFN (4 tokens, d_ff 6), `run --format md`, whole process "
+                     f"| {ex['gelu_s']:.2f} s | - | - | <= {ex['goal_s']} s | {_ok(ex['gelu_s'], ex['goal_s'])} |")
+        est = re.search(r"an estimated [^)]*", ex["backward_message"])
+        lines.append(f"| - exact `backward = true`, 4x4, 2 heads: refused up front (exit {ex['backward_rc']}"
+                     f"{', ' + est.group(0) if est else ''}) | {ex['backward_refusal_s']:.2f} s | - | - | refused | "
+                     f"{'yes' if ex['backward_rc'] == 2 else '**NO**'} |")
     la = results.get("layout")
     if la:
         lines.append(f"| layout: {la['n']} tokens, Markdown, --max-size 1000 vs {la['small']} tokens (report {la['chars_ratio']:.1f}x "
@@ -1002,6 +1045,8 @@ def run_all(quick: bool = False, only=None) -> dict:
     only = set(only or ("numeric", "llama", "exact", "symbolic", "startup", "layout", "html", "class"))
     if "llama" in only:  # first: the largest allocation, before the other benches fragment memory
         results["llama"] = bench_llama(repeats=1 if quick else 3)
+    if "exact" in only:
+        results["exact"] = bench_exact(repeats=1 if quick else 3)
     if "numeric" in only:
         results["numeric"] = bench_numeric(repeats=9 if quick else 21)
         results["numeric_malloc_reuse"] = bench_numeric_malloc_reuse(repeats=9 if quick else 21)
