@@ -16,6 +16,7 @@ declarations; adding a kind touches no other kind and no registry.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Any, ClassVar
 
 
@@ -151,6 +152,7 @@ def plain_accents(name: str) -> str:
     return _ACCENTED.sub(lambda m: m.group(2) + PLAIN_ACCENTS[m.group(1)], name)
 
 
+@lru_cache(maxsize=512)  # the same few letters, once per step of every trace
 def plain_math(name: str) -> str:
     """A matrix or entry name in plain text: an accent follows its letter (\\tilde{T} -> T~, \\hat{t} -> t')."""
     name = re.sub(r"_\{\\text\{(\w+)\}\}", r"_\1", name)  # K_{\text{cache}} -> K_cache (attntrace.kinds.cache)
