@@ -246,3 +246,21 @@ def test_block_enclosures_hold_every_point_of_the_boxes():
             for box, x in ((mx, np.maximum(mp, tt.max(axis=1, keepdims=True))), (ex, np.exp(tt - mn)),
                            (sm, alpha * ll + pp.sum(axis=1, keepdims=True)), (out, alpha * oo + pp @ vv)):
                 assert np.all(box.lo <= x) and np.all(x <= box.hi)
+
+
+def test_class_scores_every_block():
+    """A class grades each block as a step of its own: the full key scores every block; a slip
+    in m^(1) carried on loses that one step; a plain online_max counts as the last block."""
+    from attntrace.teach.classcheck import check_class
+
+    spec = {"Q": [[1, 0], [0, 2]], "K": [[1, 0], [0, 1], [2, 1], [-1, 1]], "V": [[1, 0], [0, 1], [2, 2], [1, -1]],
+            "online": {"block_keys": 2, "block_queries": 2}}
+    trace = attntrace.run(spec)
+    full = answer_key(trace)
+    slip = {k: np.asarray(v).tolist() for k, v in online_student(spec, None, 4, slip=("online_max", 1, 1, 0, 0.5)).items()}
+    plain = {"online_max": full["online_max#2"], "student": "plain"}
+    result = check_class(trace, [{**full, "student": "key"}, {**slip, "student": "slip"}, plain])
+    key, slipped, last = result.students
+    assert len(key.statuses) == len(trace.steps) and key.points == key.max_points == len(trace.steps)
+    assert slipped.points == slipped.max_points - 1 and slipped.statuses["online_max#1"] == "wrong"
+    assert last.statuses["online_max#2"] == "correct" and last.points == 1
