@@ -26,9 +26,14 @@ forward names and the previous gradient's names.
 from __future__ import annotations
 
 from attntrace.inputs.expr import to_plain
+from attntrace.inputs.options import SpecOption
+from attntrace.inputs.stepoptions import parse_backward
 from attntrace.kinds.base import Flow, Kind
 from attntrace.model.errors import BadInput
-from attntrace.model.formula import ONES, Add, Diff, Dots, Frac, Hcat, Node, Op, Paren, Partial, Range, Seq, Slice, Sqrt, Sum, Sym, node, sym
+from attntrace.model.formula import ONES, Add, Diff, Dots, Frac, Hcat, Node, Op, Paren, Partial, Seq, Slice, Sqrt, Sum, Sym, node, sym
+
+#: The spec's `backward`: true, {loss = "sum_squares" | "sum"} or {dO = [[...]]} (Problem.extra["backward"]).
+SPEC_OPTIONS = (SpecOption("backward", lambda value, reader: parse_backward(value, reader.mode), "true or {loss = ...} or {dO = [[...]]}"),)
 
 
 def _find(ctx, step_id: str, head):

@@ -17,6 +17,7 @@ from attntrace.model.formula import sym
 
 
 class ScoreBias(Kind):
+    pipeline, after = "head", ("biased",)
     id = "bias"
     reads, writes = ("S",), "S"
     starts = ("X", "QKV", "scores")
@@ -36,6 +37,9 @@ class ScoreBias(Kind):
         result = ctx.alg.plus(t.value, b.value)
         formula = self.letter.head(head).eq(t.letter.head(head) + sym("B").head(head))
         return ctx.emit(self, head, [t.ref], formula, result, t.shape, {"bias": b.value})
+
+    def intro(self, term, steps):
+        return term + sym("B")
 
     def overflow_how(self, inputs, details) -> str:
         return f"{inputs[0]} plus the given bias"

@@ -36,6 +36,7 @@ class CacheAppend(Kind):
     """K_cache or V_cache: the past rows, then the new token's row(s)."""
 
     per_head = True
+    pipeline = "head"
     starts = ("X", "QKV")
     symbol = None  # keeps the stacked entries: the past ones and the new token's own names
     view, prose = "cache", "cache"
@@ -44,6 +45,7 @@ class CacheAppend(Kind):
     def __init__(self, which: str):
         self.which = which
         self.id = f"{which}_cache"
+        self.after = ("K_rope",) if which == "K" else ("K_cache",)
         self.reads, self.writes = (which,), which
         self.letter = sym(which, Word("cache"))
         self.entry = sym(which.lower(), sup="c")

@@ -8,6 +8,7 @@ from attntrace.model.formula import Dots, Func, Seq, sym
 
 
 class Concat(Kind):
+    pipeline = "combine"
     id = "concat"
     per_head = False
     reads, writes = ("Z",), "Z"
@@ -45,6 +46,7 @@ class Concat(Kind):
 
 
 class Output(Kind):
+    pipeline, after = "combine", ("concat",)
     id = "output"
     per_head = False
     reads, writes = ("Z", "W_O"), "O"

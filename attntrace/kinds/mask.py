@@ -30,6 +30,7 @@ from attntrace.model.errors import BadInput
 from attntrace.model.formula import Cases, Infinity, Neg, sym
 
 class Masked(Kind):
+    pipeline, after = "head", ("bias",)
     id = "masked"
     reads, writes = ("S",), "S"
     starts = ("X", "QKV", "scores")

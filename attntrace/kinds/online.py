@@ -6,12 +6,14 @@ blocks of Br rows, the keys and values into blocks of Bc, and for each query blo
 blocks j = 1, 2, ... update a running row maximum m, a running sum l and an unnormalised
 output O:
 
-    m^(j) = max(m^(j-1), rowmax T_j)          P^(j) = exp(T_j - m^(j))
-    l^(j) = e^(m^(j-1) - m^(j)) l^(j-1) + rowsum P^(j)
-    O^(j) = diag(e^(m^(j-1) - m^(j))) O^(j-1) + P^(j) V_j
+    m^(j) = max(m^(j-1), rowmax T_j)          P~^(j) = exp(T_j - m^(j))
+    l^(j) = e^(m^(j-1) - m^(j)) l^(j-1) + rowsum P~^(j)
+    O^(j) = diag(e^(m^(j-1) - m^(j))) O^(j-1) + P~^(j) V_j
 
-from m^(0) = -inf, l^(0) = 0, O^(0) = 0; at the end Z = diag(l)^-1 O and the log-sum-exp
-L = m + log l (what the backward pass keeps). The steps online_max, online_exp, online_sum,
+from m^(0) = -inf, l^(0) = 0, O^(0) = 0 (block 1's factor e^(m^(0) - m^(1)) is 0: its formulas
+are written in full and then as what they reduce to); at the end Z = diag(l^(Tc))^-1 O^(Tc)
+and the log-sum-exp L = m^(Tc) + log l^(Tc) (what the backward pass keeps). The letters are
+the paper's (m, l, P-tilde, O, L); its S^(j) is the block T_j of the scaled (masked) scores. The steps online_max, online_exp, online_sum,
 online_out carry `block` (j) and `query_block` (i) in their details and JSON; the final step
 keeps the id Z, so the concatenation and output projection after it are unchanged, and a
 step lse holds L. The ordinary softmax still runs before (scores, scaled, masked, weights):
@@ -22,10 +24,15 @@ Numeric, exact and shape mode. Not symbolic: a running maximum of symbols cannot
 
 from __future__ import annotations
 
+from attntrace.inputs.options import SpecOption
+from attntrace.inputs.stepoptions import parse_online
 from attntrace.kinds.base import Kind
 from attntrace.kinds.weighted_sum import WeightedSum
 from attntrace.model.errors import BadInput
-from attntrace.model.formula import Func, Num, Op, Power, Slice, Sym, sym
+from attntrace.model.formula import Func, Num, Power, Slice, Sym, sym
+
+#: The spec's `online = {block_keys = Bc, block_queries = Br}` (Problem.extra["online"]).
+SPEC_OPTIONS = (SpecOption("online", lambda value, reader: parse_online(value), "a table {block_keys = Bc, block_queries = Br}"),)
 
 
 class OnlineStep(Kind):
@@ -52,7 +59,7 @@ class OnlineStep(Kind):
 
 
 ONLINE_MAX = OnlineStep("online_max", sym("m"))
-ONLINE_EXP = OnlineStep("online_exp", sym("P"))
+ONLINE_EXP = OnlineStep("online_exp", sym("P", accent="tilde"))
 ONLINE_SUM = OnlineStep("online_sum", sym("ell"))
 ONLINE_OUT = OnlineStep("online_out", sym("O"))
 LSE = OnlineStep("lse", sym("L"))
@@ -63,6 +70,7 @@ class OnlineWeightedSum(WeightedSum):
     """Z = A V, or with `online` the same Z by FlashAttention-2's loop over key blocks."""
 
     view, prose = "online_z", "online"
+    pipeline, after = "head", ("weights",)
 
     def compute(self, ctx, head, state):
         online = ctx.p.extra.get("online")
@@ -82,7 +90,7 @@ class OnlineWeightedSum(WeightedSum):
         for qb, r0 in enumerate(range(0, n, br), start=1):
             r1 = min(n, r0 + br)
             of_block = (lambda s: s.at(qb)) if n_qblocks > 1 else (lambda s: s)  # noqa: E731
-            m_, l_sym, o_sym, p_sym = (of_block(sym(n)) for n in ("m", "ell", "O", "P"))
+            m_, l_sym, o_sym, p_sym = (of_block(k.letter) for k in (ONLINE_MAX, ONLINE_SUM, ONLINE_OUT, ONLINE_EXP))
             rows = (r0 + 1, r1)
             m = l_ = o = None
             for kb, c0 in enumerate(range(0, keys, bc), start=1):
@@ -94,23 +102,26 @@ class OnlineWeightedSum(WeightedSum):
                 info = {"block": kb, "query_block": qb, "rows": rows, "cols": cols, "blocks": n_kblocks, "query_blocks": n_qblocks}
                 tsub = Slice(t.letter, rows if n_qblocks > 1 else None, cols)
                 vsub = Slice(sym("V"), cols, None)
-                alpha = Power(sym("e"), m_.head(kb - 1) - m_.head(kb))
                 first = kb == 1
                 ordinary_m = None if row_max is None else _column(alg, row_max, r0, r1)
                 ordinary_l = None if row_sum is None else _column(alg, row_sum, r0, r1)
+                # FlashAttention-2's updates, block 1 too: from m^(0) = -inf, l^(0) = 0, O^(0) = 0 the
+                # factor e^(m^(0) - m^(1)) is 0, so each block-1 formula ends in what it reduces to
                 rowmax = Func("rowmax", (tsub,))
+                then = (lambda value: (value,)) if first else (lambda value: ())  # noqa: E731
                 ctx.emit(ONLINE_MAX, head, [t.ref] + ([] if first else ["online_max"]),
-                         m_.head(kb).eq(rowmax if first else Func("max", (m_.head(kb - 1), rowmax), sized=True)),
+                         m_.head(kb).eq(Func("max", (m_.head(kb - 1), rowmax), sized=True), *then(rowmax)),
                          u["m"], (r1 - r0, 1), {**info, "ordinary": ordinary_m})
                 ctx.emit(ONLINE_EXP, head, [t.ref, "online_max"], p_sym.head(kb).eq(Func("exp", (tsub - m_.head(kb),), sized=True)),
                          u["P"], (r1 - r0, c1 - c0), info)
+                alpha = Power(sym("e"), m_.head(kb - 1) - m_.head(kb))
                 rowsum = Func("rowsum", (p_sym.head(kb),))
-                ctx.emit(ONLINE_SUM, head, ["online_exp"] + ([] if first else ["online_sum"]),
-                         l_sym.head(kb).eq(rowsum if first else Op("circ", alpha, l_sym.head(kb - 1)) + rowsum),
+                ctx.emit(ONLINE_SUM, head, ["online_exp"] + ([] if first else ["online_sum", "online_max"]),
+                         l_sym.head(kb).eq(alpha * l_sym.head(kb - 1) + rowsum, *then(rowsum)),
                          u["l"], (r1 - r0, 1), {**info, "alpha": None if first else u["alpha"], "ordinary": ordinary_l})
-                new = p_sym.head(kb) * vsub
-                ctx.emit(ONLINE_OUT, head, ["online_exp", v.ref] + ([] if first else ["online_out"]),
-                         o_sym.head(kb).eq(new if first else Func("diag", (alpha,), sized=True) * o_sym.head(kb - 1) + new),
+                pv = p_sym.head(kb) * vsub
+                ctx.emit(ONLINE_OUT, head, ["online_exp", v.ref] + ([] if first else ["online_out", "online_max"]),
+                         o_sym.head(kb).eq(Func("diag", (alpha,), sized=True) * o_sym.head(kb - 1) + pv, *then(pv)),
                          u["O"], (r1 - r0, dv), {**info, "alpha": None if first else u["alpha"]})
                 m, l_, o = u["m"], u["l"], u["O"]
             z_q, lse_q = alg.online_finish(m, l_, o)
@@ -119,7 +130,7 @@ class OnlineWeightedSum(WeightedSum):
         shape_mode = alg.mode == "shape"
         lse = None if shape_mode else alg.vstack(lse_parts)
         z = None if shape_mode else alg.vstack(z_parts)
-        m_last, l_last, o_last = (sym(n).head(n_kblocks) for n in ("m", "ell", "O"))
+        m_last, l_last, o_last = (k.letter.head(n_kblocks) for k in (ONLINE_MAX, ONLINE_SUM, ONLINE_OUT))
         ordinary_lse = None if row_max is None or row_sum is None else _lse(alg, row_max, row_sum)
         ctx.emit(LSE, head, ["online_max", "online_sum"], sym("L").eq(m_last + Func("log", (l_last,), bare=True)),
                  lse, (n, 1), {"blocks": n_kblocks, "query_blocks": n_qblocks, "ordinary": ordinary_lse})

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from attntrace.kinds.base import Kind
 from attntrace.model.errors import BadInput
-from attntrace.model.formula import Frac, Func, Num, Parts, Power, sym
+from attntrace.model.formula import Add, Frac, Func, Neg, Num, Paren, Parts, Power, sym
 
 
 class PosEnc(Kind):
@@ -29,11 +29,14 @@ class PosEnc(Kind):
         base = ctx.p.extra.get("position_base", 10000)
         result = ctx.alg.sinusoid(n, d, base)
         b = Num(f"{base:g}" if isinstance(base, float) else str(base))
-        angle = (sym("i") - 1) / Power(b, Frac(sym("2k"), sym("d"), inline=True))
+        # rows and columns both count from 1, as the entries p_{21} do: row i is position i - 1,
+        # columns 2k - 1 and 2k (k = 1, ..., d/2) share the frequency 1 / base^{2(k-1)/d}
+        exponent = Frac(Num(2) * Paren(Add((sym("k"), Neg(Num(1))), tight=True)), sym("d"), inline=True)
+        angle = (sym("i") - 1) / Power(b, exponent)
         p = sym("p")
         formula = Parts((sym("P").eq(Func("PE", ())),
-                         Parts((p.at("i", "2k").eq(Func("sin", (angle,), bare=True)),
-                                p.at("i", "2k+1").eq(Func("cos", (angle,), bare=True))), narrow=True)))
+                         Parts((p.at("i", "2k-1").eq(Func("sin", (angle,), bare=True)),
+                                p.at("i", "2k").eq(Func("cos", (angle,), bare=True))), narrow=True)))
         return ctx.emit(self, None, [x.ref], formula, result, (n, d), {"base": base, "d": d})
 
     def json_details(self, details):

@@ -43,6 +43,7 @@ def rope_positions(problem, which: str, rows: int) -> tuple[int, ...]:
 
 
 class Rope(Kind):
+    pipeline = "head"
     view, prose = "rotation", "rope"
     starts = ("X", "QKV")
     mistakes = ("rope_wrong_layout", "rope_positions_from_1")
@@ -50,6 +51,7 @@ class Rope(Kind):
     def __init__(self, which: str):
         self.which = which
         self.id = f"{which}_rope"
+        self.after = ("V",) if which == "Q" else ("Q_rope",)
         self.reads, self.writes = (which,), which
         self.letter, self.entry = sym(which, accent="tilde"), sym(which.lower(), accent="tilde")
         self.symbol = f"\\tilde{{{which.lower()}}}"  # SymPy's name of its entries
@@ -81,6 +83,10 @@ class Rope(Kind):
             flow.ref = f"{self.id}@{own}"  # read by every query head of the group, as K@j
         memo[(self.id, own)] = flow
         return flow
+
+    def intro(self, term, steps):
+        """The scores read the rotated Q-tilde and K-tilde."""
+        return sym("Q", accent="tilde") * sym("K", accent="tilde").T() if self.which == "Q" else term
 
     def json_details(self, details):
         base = details["base"]

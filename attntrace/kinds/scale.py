@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from attntrace.kinds.base import Kind
 from attntrace.model.errors import BadInput
-from attntrace.model.formula import Sqrt, sym
+from attntrace.model.formula import Frac, Sqrt, sym
 
 
 class Scaled(Kind):
+    pipeline, after = "head", ("scores",)
     id = "scaled"
     reads, writes = ("S",), "S"
     starts = ("X", "QKV", "scores")
@@ -30,6 +31,10 @@ class Scaled(Kind):
         divisor = Sqrt(sym("d", "k")) if number is None else sym("c")
         formula = sym("T").head(head).eq(s.letter.head(head) / divisor)
         return ctx.emit(self, head, [s.ref], formula, result, s.shape, details)
+
+    def intro(self, term, steps):
+        by_sqrt = any(s.details.get("by_sqrt_dk", True) for s in steps)
+        return Frac(term, Sqrt(sym("d", "k")) if by_sqrt else sym("c"), inline=True)
 
     def overflow_how(self, inputs, details) -> str:
         return f"{inputs[0]} divided by {details['factor']:.6g}"

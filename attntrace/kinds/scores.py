@@ -9,6 +9,7 @@ from attntrace.model.formula import sym
 
 
 class Scores(Kind):
+    pipeline, after = "head", ("V_cache",)
     id = "scores"
     reads, writes = ("Q", "K"), "S"
     starts = ("X", "QKV")

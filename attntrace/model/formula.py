@@ -112,6 +112,13 @@ class Num(Node):
 
 
 @dataclass(frozen=True)
+class Value(Node):
+    """A number given by the user, printed as given: 50, 2.5, or an exact SymPy number (1/2)."""
+
+    value: object
+
+
+@dataclass(frozen=True)
 class Head(Node):
     """The head superscript: Q^{(2)}, plain Q(2)."""
 
@@ -199,6 +206,7 @@ class Frac(Node):
     den: Node
     small: bool = False
     inline: bool = False
+    spaced: bool = False  # an inline slash with spaces around it (c tanh(T / c))
 
 
 @dataclass(frozen=True)

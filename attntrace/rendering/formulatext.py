@@ -28,7 +28,7 @@ OPERATORS = {"mul": (" \\cdot ", " * ", "⋅"), "hadamard": (" \\odot ", " * ", 
 #: Relations of `Rel`: LaTeX, plain, MathML.
 RELATIONS = {"eq": (" = ", " = ", "="), "approx": (" \\approx ", " ~ ", "≈"), "to": (" \\to ", " -> ", "→"),
              "le": (" \\le ", " <= ", "≤")}
-ACCENTS = {"tilde": ("\\tilde", "~", "~"), "hat": ("\\hat", "'", "^")}
+ACCENTS = {"tilde": ("\\tilde", "~", "~"), "hat": ("\\hat", "'", "^"), "bar": ("\\bar", "bar", "¯")}
 
 
 class Printer:
@@ -60,6 +60,19 @@ class Printer:
 
     def args(self, items) -> str:
         return ", ".join(self.p(a) for a in items)
+
+
+def _value_text(x, tex: bool) -> str:
+    """A user's number as given: 50 (not 50.0), 2.5, or an exact SymPy number (\\frac{1}{2}, 1/2)."""
+    if isinstance(x, float) and x == int(x):
+        return str(int(x))
+    if isinstance(x, (int, float)):
+        return repr(x)
+    if not tex:
+        return str(x)
+    import sympy
+
+    return sympy.latex(x)
 
 
 def _atomic(x) -> bool:
@@ -100,6 +113,9 @@ class TexPrinter(Printer):
 
     def _print_Num(self, n: F.Num) -> str:
         return str(n.value)
+
+    def _print_Value(self, v: F.Value) -> str:
+        return _value_text(v.value, tex=True)
 
     def _print_Head(self, h: F.Head) -> str:
         return f"{self.p(h.of)}^{{({self.p(h.head)})}}"
@@ -155,7 +171,7 @@ class TexPrinter(Printer):
 
     def _print_Frac(self, f: F.Frac) -> str:
         if f.inline:
-            return f"{self.p(f.num)}/{self.p(f.den)}"
+            return f"{self.p(f.num)}{' / ' if f.spaced else '/'}{self.p(f.den)}"
         return f"\\{'t' if f.small else ''}frac{{{self.p(f.num)}}}{{{self.p(f.den)}}}"
 
     def _print_Partial(self, d: F.Partial) -> str:
@@ -163,7 +179,8 @@ class TexPrinter(Printer):
 
     def _print_Power(self, pw: F.Power) -> str:
         e = self.p(pw.exp)
-        return f"{self.p(pw.base)}^{e}" if len(e) == 1 else f"{self.p(pw.base)}^{{{e}}}"
+        bare = len(e) == 1 and isinstance(pw.base, (F.Sym, F.Index))  # sigma_i^2, h_{ij}^3; else (x)^{2}, 10000^{0}
+        return f"{self.p(pw.base)}^{e}" if bare else f"{self.p(pw.base)}^{{{e}}}"
 
     def _print_Sqrt(self, s: F.Sqrt) -> str:
         return f"\\sqrt{{{self.p(s.of)}}}"
@@ -238,6 +255,9 @@ class PlainPrinter(Printer):
     def _print_Num(self, n: F.Num) -> str:
         return str(n.value)
 
+    def _print_Value(self, v: F.Value) -> str:
+        return _value_text(v.value, tex=False)
+
     def _print_Head(self, h: F.Head) -> str:
         return f"{self.p(h.of)}({self.p(h.head)})"
 
@@ -294,7 +314,7 @@ class PlainPrinter(Printer):
             e = self.p(pw.exp)
         finally:
             self.exponent -= 1
-        base = self.p(pw.base) if _atomic(pw.base) or isinstance(pw.base, F.Func) else f"({self.p(pw.base)})"
+        base = self.p(pw.base) if _atomic(pw.base) or isinstance(pw.base, (F.Func, F.Paren)) else f"({self.p(pw.base)})"
         return f"{base}^{e}" if e.isalnum() else f"{base}^({e})"
 
     def _print_Sqrt(self, s: F.Sqrt) -> str:
@@ -392,6 +412,9 @@ class MathMLPrinter(Printer):
 
     def _print_Num(self, n: F.Num) -> str:
         return f"<mn>{escape(str(n.value))}</mn>"
+
+    def _print_Value(self, v: F.Value) -> str:
+        return f"<mn>{escape(_value_text(v.value, tex=False))}</mn>"
 
     def _head(self, h) -> str:
         return self.row(self.mo("("), self.p(h), self.mo(")"))
