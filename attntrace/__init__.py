@@ -9,18 +9,22 @@
 from __future__ import annotations
 
 from attntrace.model.errors import AttntraceError, BadInput, Unsupported
+from attntrace.model.formula import PRINTERS
 from attntrace.model.trace import PRESENTERS, STEP_IDS, Operand, Step, Trace
 from attntrace.version import __version__
 
 
-def run(spec, **overrides) -> Trace:
+def run(spec, *, copy: bool = True, **overrides) -> Trace:
     """Trace attention for `spec` (a dict, or a path to a TOML/JSON file, or an example name).
 
     Overrides replace spec keys: mode, scale, d_k, mask, title, expand, ...
+    copy=False: NumPy float64 arrays that are writable are kept without a copy (as read-only
+    views); the caller promises not to change them while the trace is used. Read-only float64
+    arrays are never copied.
     """
     from attntrace.tracer import trace_spec
 
-    return trace_spec(spec, **overrides)
+    return trace_spec(spec, copy=copy, **overrides)
 
 
 def render(trace: Trace, format: str = "md", **options) -> str:
@@ -56,8 +60,18 @@ def _trace_to_html_fragment(trace: Trace) -> str:
     return render_html(trace, fragment=True)
 
 
-# Trace.to_dict and its Jupyter hooks present a trace with the layers above the model.
+def _print_formula(notation: str):
+    def print_tree(tree) -> str:
+        from attntrace.rendering.formulatext import PRINTER_OF
+
+        return PRINTER_OF[notation](tree)
+    return print_tree
+
+
+# Trace.to_dict and its Jupyter hooks present a trace with the layers above the model;
+# Step.formula and Step.plain are its formula tree printed by the rendering printers.
 PRESENTERS.update(json=_trace_to_dict, render=render, html=_trace_to_html_fragment)
+PRINTERS.update({notation: _print_formula(notation) for notation in ("tex", "plain", "mathml")})
 
 __all__ = ["run", "render", "check", "check_class", "Trace", "Step", "Operand", "STEP_IDS", "AttntraceError", "BadInput", "Unsupported", "__version__"]
 

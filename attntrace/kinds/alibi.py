@@ -16,7 +16,8 @@ from fractions import Fraction
 from attntrace.inputs.options import SpecOption
 from attntrace.inputs.positional import check_positional, paper_slopes, parse_alibi
 from attntrace.model.errors import BadInput
-from attntrace.kinds.base import Kind, Mistake, plain_math, plain_sup, sup
+from attntrace.kinds.base import Kind, Mistake
+from attntrace.model.formula import Paren, Parts, Space, sym
 
 
 def _check(problem) -> None:
@@ -35,7 +36,7 @@ class Biased(Kind):
     id = "biased"
     reads, writes = ("S",), "S"
     starts = ("X", "QKV", "scores")
-    letter, plain_letter, entry = "\\hat{T}", "T'", "\\hat{t}"
+    letter, entry = sym("T", accent="hat"), sym("t", accent="hat")
     view, prose = "alibi", "alibi"
     #: the bias +m (i - j) instead of -m (i - j): keys further back scored higher
     mistakes = (Mistake("alibi_slope_sign"),)
@@ -57,12 +58,11 @@ class Biased(Kind):
         bias = ctx.alg.distance_bias(slope, rows, cols, offset)
         result = ctx.alg.plus(t.value, bias)
         details = {"slope": slope, "exponent": exponent, "bias": bias, "heads": len(ctx.p.heads), "head_index": k + 1, "offset": offset}
-        h, ph = sup(head), plain_sup(head)
-        m = t.letter
-        i = f"i + {offset}" if offset else "i"
-        formula = f"\\hat{{T}}{h} = {m}{h} + B{h}, \\quad b{h}_{{ij}} = -m{h} \\, ({i} - j)"
-        plain = f"T'{ph} = {plain_math(t.letter)}{ph} + B{ph},  b{ph}_ij = -m{ph} ({i} - j)"
-        return ctx.emit(self, head, [t.ref], formula, plain, result, t.shape, details)
+        i = sym("i") + offset if offset else sym("i")
+        slope = -sym("m").head(head)
+        formula = Parts((self.letter.head(head).eq(t.letter.head(head) + sym("B").head(head)),
+                         sym("b").head(head).at("i", "j").eq(slope * Space() * Paren(i - sym("j")))))
+        return ctx.emit(self, head, [t.ref], formula, result, t.shape, details)
 
     def json_details(self, details):
         slope = details["slope"]
@@ -72,8 +72,8 @@ class Biased(Kind):
             out["slope_exact"] = f"2^(-{e.numerator}/{e.denominator})" if e.denominator != 1 else f"2^(-{e.numerator})"
         return {"alibi": out}
 
-    def intro(self, tex, plain, steps):
-        return tex + " + B", plain + " + B"
+    def intro(self, term, steps):
+        return term + sym("B")
 
     def overflow_how(self, inputs, details) -> str:
         return f"{inputs[0]} plus the ALiBi bias"
