@@ -71,12 +71,12 @@ class Ref:
         return entry_name(self.base, i + 1, j + 1, self.head, wide=wide)
 
 
-_ENTRY_NAME = re.compile(r"(?:\\(tilde|hat)\{(\w)\}|(\w))(?:\^\{\((\d+)\)\})?_\{[\d,]+\}")
+_ENTRY_NAME = re.compile(r"(?:\\(tilde|hat|bar)\{(\w)\}|(\w))(?:\^\{\((\d+)\)\})?_\{[\d,]+\}")
 
 
 def entry_base(name: str) -> Node:
     """The base of a SymPy entry name as a formula symbol: t^{(2)}_{11} -> t with head 2,
-    \\tilde{t}_{11} -> t-tilde; another name is kept whole."""
+    \\tilde{t}_{11} -> t-tilde (also hat, bar); another name is kept whole."""
     m = _ENTRY_NAME.fullmatch(name)
     if m is None:
         return sym(name.rsplit("_", 1)[0])
