@@ -380,7 +380,7 @@ def load_spec(spec: Any, *, mode: str | None = None, **overrides: Any) -> Proble
 def _passes(data: Mapping[str, Any], mode: str) -> dict[str, Any]:
     """The backward pass (`backward`, attntrace.kinds.backward) and the online softmax (`online`,
     attntrace.kinds.online), when the spec asks for them."""
-    backward = parse_backward(data.get("backward"), mode)
+    backward = parse_backward(data.get("backward"), mode, "g^{O}" if "W_O" in data else "g^{Z}")
     online = parse_online(data.get("online"))
     return {**({"backward": backward} if backward is not None else {}), **({"online": online} if online is not None else {})}
 

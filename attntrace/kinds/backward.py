@@ -26,7 +26,7 @@ forward names and the previous gradient's names.
 from __future__ import annotations
 
 from attntrace.inputs.expr import to_plain
-from attntrace.kinds.base import Flow, Kind, plain_sup, sup
+from attntrace.kinds.base import Flow, Kind, Symbol, plain_sup, sup
 from attntrace.model.errors import BadInput
 
 def _tr(letter: str, head) -> str:
@@ -98,6 +98,14 @@ class Grad(Kind):
                              out.shape, "sum")
         return self.emit(ctx, head, [out.ref], f"{partial} = 2 {o}", f"dL/d{po} = 2 {po}", ctx.alg.times(out.value, 2), out.shape,
                          "sum_squares")
+
+    def notation(self, step):
+        """dM with its entries g^{M}_{ij}; the loss L where the backward pass starts; r_i through the softmax."""
+        rule = step.details.get("rule")
+        extra = {"given": [Symbol("L", "L", "loss", "scalar")], "sum": [Symbol("L", "L", "loss", "scalar")],
+                 "sum_squares": [Symbol("L", "L", "loss", "scalar")],
+                 "softmax": [Symbol("r_i", "r_i", "softmax_grad_mean", (step.shape[0], 1))]}.get(rule, [])
+        return super().notation(step) + extra
 
     def json_details(self, details):
         out = {"rule": details.get("rule")}

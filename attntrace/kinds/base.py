@@ -12,7 +12,22 @@ extra JSON fields and the checker mistakes that change it. The tracer only compo
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any, ClassVar
+
+
+@dataclass(frozen=True)
+class Symbol:
+    """One row of a trace's notation table: a symbol (LaTeX and plain), the key of its meaning
+    (words in templates/prose/{lang}/notation.j2), its shape (rows, cols) or a word key
+    ("scalar", ...), and its entries' name when it is a matrix (q_{ij} of Q)."""
+
+    tex: str
+    plain: str
+    meaning: str
+    shape: tuple[int, int] | str | None = None
+    entry: str | None = None
+    plain_entry: str | None = None
 
 
 class Flow:
@@ -53,6 +68,12 @@ class Kind:
     mistakes: ClassVar[tuple[str, ...]] = ()
     #: Its values may be infinite on purpose (masked scores are -inf): no overflow check.
     infinite_ok: ClassVar[bool] = False
+    #: The key of what its matrix means in the notation table (default: its id); two kinds that
+    #: make the same quantity (the ALiBi and the given bias) share one.
+    meaning: ClassVar[str | None] = None
+    #: The other symbols its formula introduces, (tex, plain, meaning key, shape): shape is
+    #: "scalar", "rows" (one per row of the step: n x 1), "step" (the step's shape) or a word key of the notation templates.
+    symbols: ClassVar[tuple[tuple[str, str, str, str], ...]] = ()
 
     def enabled(self, problem) -> bool:
         """Whether this kind runs for the problem (start, scale, mask settings, ...)."""
@@ -62,6 +83,18 @@ class Kind:
         """Compute the step from the head's state and record it with `ctx.emit` (`ctx`: an
         `attntrace.kinds.context.Context`, not imported here since that module imports this one)."""
         raise NotImplementedError
+
+    def notation(self, step) -> list[Symbol]:
+        """The symbols this step introduces (its matrix with its entries, and `symbols`)."""
+        out = []
+        if self.letter:
+            entry = (step.symbol or self.entry or None) if self.entry != self.letter else None
+            out.append(Symbol(self.letter, self.plain_letter or self.letter, self.meaning or self.id, tuple(step.shape),
+                              f"{entry}_{{ij}}" if entry else None, f"{plain_braces(plain_math(entry))}_ij" if entry else None))
+        for tex, plain, meaning, shape in self.symbols:
+            sized = {"rows": (step.shape[0], 1), "step": tuple(step.shape)}
+            out.append(Symbol(tex, plain, meaning, sized.get(shape, shape)))
+        return out
 
     def json_details(self, details) -> dict[str, Any]:
         """Extra fields of the step in the JSON export (beyond id, head, shape, inputs, formula)."""

@@ -21,6 +21,7 @@ class ScoreBias(Kind):
     starts = ("X", "QKV", "scores")
     letter, plain_letter, entry = "\\hat{T}", "T'", "\\hat{t}"
     view, prose = "bias", "bias"
+    meaning = "biased"
 
     def enabled(self, problem) -> bool:
         return super().enabled(problem) and "attn_bias" in problem.extra

@@ -54,7 +54,7 @@ class Activation(Kind):
     id = "ffn_act"
     per_head = False
     reads, writes = ("H",), "G"
-    letter, entry, symbol = "G", "g", "g"
+    letter, plain_letter, entry, symbol = "\\tilde{H}", "H~", "\\tilde{h}", "\\tilde{h}"
     view, prose = "activation", "ffn_act"
     mistakes = ("gelu_relu_confused",)
 
@@ -65,8 +65,8 @@ class Activation(Kind):
             u = state["U"]
             result = ctx.alg.hadamard(ctx.alg.activation(h.value, "silu"), u.value)
             check_exact_size(ctx, self.id, result)
-            formula = "G = \\operatorname{SiLU}(H) \\odot U, \\quad g_{ij} = \\frac{h_{ij}}{1 + e^{-h_{ij}}}\\, u_{ij}"
-            plain = "G = SiLU(H) * U (entry by entry),  g_ij = h_ij / (1 + e^(-h_ij)) u_ij"
+            formula = "\\tilde{H} = \\operatorname{SiLU}(H) \\odot U, \\quad \\tilde{h}_{ij} = \\frac{h_{ij}}{1 + e^{-h_{ij}}}\\, u_{ij}"
+            plain = "H~ = SiLU(H) * U (entry by entry),  h~_ij = h_ij / (1 + e^(-h_ij)) u_ij"
             return ctx.emit(self, None, [h.ref, u.ref], formula, plain, result, h.shape, {"activation": act})
         result = ctx.alg.activation(h.value, act)
         check_exact_size(ctx, self.id, result)
@@ -77,8 +77,8 @@ class Activation(Kind):
                           "h_ij/2 (1 + tanh(sqrt(2/pi) (h_ij + 0.044715 h_ij^3)))"),
         }[act]
         op = "GELU" if act.startswith("gelu") else "ReLU"
-        formula = f"G = \\operatorname{{{op}}}(H), \\quad g_{{ij}} = {entry[0]}"
-        plain = f"G = {op}(H),  g_ij = {entry[1]}"
+        formula = f"\\tilde{{H}} = \\operatorname{{{op}}}(H), \\quad \\tilde{{h}}_{{ij}} = {entry[0]}"
+        plain = f"H~ = {op}(H),  h~_ij = {entry[1]}"
         return ctx.emit(self, None, [h.ref], formula, plain, result, h.shape, {"activation": act})
 
     def json_details(self, details):

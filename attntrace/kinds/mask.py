@@ -34,6 +34,7 @@ class Masked(Kind):
     starts = ("X", "QKV", "scores")
     letter, plain_letter, entry = "\\tilde{T}", "T~", "\\tilde{t}"
     view, prose = "masks", "masked"
+    symbols = (("M", "M", "mask", "step"),)
     mistakes = ("mask_ignored", "mask_wrong_triangle", "mask_not_infinite", "window_off_by_one", "causal_top_left_decoding")
     infinite_ok = True
 

@@ -10,7 +10,7 @@ is 1 and the bias 0, and the formula leaves them out.
 
 from __future__ import annotations
 
-from attntrace.kinds.base import Kind, plain_braces
+from attntrace.kinds.base import Kind, Symbol, plain_braces
 from attntrace.kinds.exactsize import check_exact_size
 from attntrace.model.errors import BadInput
 
@@ -60,6 +60,13 @@ class Norm(Kind):
         inputs = [r.ref] + [op.name for op in (gain, bias) if op is not None]
         details = {**details, "norm": "rms" if rms else "layer", "eps": eps, "which": self.which}
         return ctx.emit(self, None, inputs, formula, plain, result, r.shape, details)
+
+    def notation(self, step):
+        """N, n_ij, and the row statistics and eps its formula names."""
+        rows = (step.shape[0], 1)
+        stats = ([Symbol("\\nu_i", "nu_i", "mean_square", rows)] if step.details["norm"] == "rms"
+                 else [Symbol("\\mu_i", "mu_i", "row_mean", rows), Symbol("\\sigma_i^2", "sigma_i^2", "row_variance", rows)])
+        return super().notation(step) + stats + [Symbol("\\varepsilon", "eps", "norm_eps", "scalar")]
 
     def json_details(self, details):
         out = {"norm": details["norm"], "eps": details["eps"]}

@@ -4,13 +4,14 @@ With `online = {block_keys = Bc, block_queries = Br}` the head's output Z is com
 FlashAttention does, without ever holding a whole row of weights: the queries are cut into
 blocks of Br rows, the keys and values into blocks of Bc, and for each query block the key
 blocks j = 1, 2, ... update a running row maximum m, a running sum l and an unnormalised
-output O:
+output O~ (FlashAttention-2's O; the tilde says unnormalised, as on P~, and keeps O for the
+output projection's result, one notation per trace, attntrace.kinds.notation):
 
-    m^(j) = max(m^(j-1), rowmax T_j)          P^(j) = exp(T_j - m^(j))
-    l^(j) = e^(m^(j-1) - m^(j)) l^(j-1) + rowsum P^(j)
-    O^(j) = diag(e^(m^(j-1) - m^(j))) O^(j-1) + P^(j) V_j
+    m^(j) = max(m^(j-1), rowmax T_j)          P~^(j) = exp(T_j - m^(j))
+    l^(j) = e^(m^(j-1) - m^(j)) l^(j-1) + rowsum P~^(j)
+    O~^(j) = diag(e^(m^(j-1) - m^(j))) O~^(j-1) + P~^(j) V_j
 
-from m^(0) = -inf, l^(0) = 0, O^(0) = 0; at the end Z = diag(l)^-1 O and the log-sum-exp
+from m^(0) = -inf, l^(0) = 0, O~^(0) = 0; at the end Z = diag(l)^-1 O~ and the log-sum-exp
 L = m + log l (what the backward pass keeps). The steps online_max, online_exp, online_sum,
 online_out carry `block` (j) and `query_block` (i) in their details and JSON; the final step
 keeps the id Z, so the concatenation and output projection after it are unchanged, and a
@@ -51,11 +52,12 @@ class OnlineStep(Kind):
 
 
 ONLINE_MAX = OnlineStep("online_max", "m", "m")
-ONLINE_EXP = OnlineStep("online_exp", "P", "P")
+ONLINE_EXP = OnlineStep("online_exp", "\\tilde{P}", "P~")
 ONLINE_SUM = OnlineStep("online_sum", "\\ell", "l")
-ONLINE_OUT = OnlineStep("online_out", "O", "O")
+ONLINE_OUT = OnlineStep("online_out", "\\tilde{O}", "O~")
 LSE = OnlineStep("lse", "L", "L")
 ONLINE_OUT.mistakes, LSE.mistakes = ("online_no_rescale",), ("lse_without_max",)
+ONLINE_MAX.meaning = "row_max"  # the row maximum so far: after the last block, the softmax's m_i
 
 
 def _rng(a: int, b: int) -> str:
@@ -108,16 +110,16 @@ class OnlineWeightedSum(WeightedSum):
                               f"m{q}{j} = " + (f"\\operatorname{{rowmax}}({tsub})" if first else f"\\max\\left(m{q}{prev}, \\operatorname{{rowmax}}({tsub})\\right)"),
                               f"m{pq}{pj} = " + (f"rowmax({ptsub})" if first else f"max(m{pq}{pprev}, rowmax({ptsub}))"),
                               u["m"], (r1 - r0, 1), {**info, "ordinary": ordinary_m})
-                ctx.emit(ONLINE_EXP, head, [t.ref, "online_max"], f"P{q}{j} = \\exp\\left({tsub} - m{q}{j}\\right)",
-                         f"P{pq}{pj} = exp({ptsub} - m{pq}{pj})", u["P"], (r1 - r0, c1 - c0), info)
+                ctx.emit(ONLINE_EXP, head, [t.ref, "online_max"], f"\\tilde{{P}}{q}{j} = \\exp\\left({tsub} - m{q}{j}\\right)",
+                         f"P~{pq}{pj} = exp({ptsub} - m{pq}{pj})", u["P"], (r1 - r0, c1 - c0), info)
                 alpha = f"e^{{m{q}{prev} - m{q}{j}}}"
                 ctx.emit(ONLINE_SUM, head, ["online_exp"] + ([] if first else ["online_sum"]),
-                         f"\\ell{q}{j} = " + ("" if first else f"{alpha} \\circ \\ell{q}{prev} + ") + f"\\operatorname{{rowsum}}(P{q}{j})",
-                         f"l{pq}{pj} = " + ("" if first else f"e^(m{pq}{pprev} - m{pq}{pj}) l{pq}{pprev} + ") + f"rowsum(P{pq}{pj})",
+                         f"\\ell{q}{j} = " + ("" if first else f"{alpha} \\circ \\ell{q}{prev} + ") + f"\\operatorname{{rowsum}}(\\tilde{{P}}{q}{j})",
+                         f"l{pq}{pj} = " + ("" if first else f"e^(m{pq}{pprev} - m{pq}{pj}) l{pq}{pprev} + ") + f"rowsum(P~{pq}{pj})",
                          u["l"], (r1 - r0, 1), {**info, "alpha": None if first else u["alpha"], "ordinary": ordinary_l})
                 ctx.emit(ONLINE_OUT, head, ["online_exp", v.ref] + ([] if first else ["online_out"]),
-                         f"O{q}{j} = " + ("" if first else f"\\operatorname{{diag}}\\left({alpha}\\right) O{q}{prev} + ") + f"P{q}{j} {vsub}",
-                         f"O{pq}{pj} = " + ("" if first else f"diag(e^(m{pq}{pprev} - m{pq}{pj})) O{pq}{pprev} + ") + f"P{pq}{pj} {pvsub}",
+                         f"\\tilde{{O}}{q}{j} = " + ("" if first else f"\\operatorname{{diag}}\\left({alpha}\\right) \\tilde{{O}}{q}{prev} + ") + f"\\tilde{{P}}{q}{j} {vsub}",
+                         f"O~{pq}{pj} = " + ("" if first else f"diag(e^(m{pq}{pprev} - m{pq}{pj})) O~{pq}{pprev} + ") + f"P~{pq}{pj} {pvsub}",
                          u["O"], (r1 - r0, dv), {**info, "alpha": None if first else u["alpha"]})
                 m, l_, o = u["m"], u["l"], u["O"]
             z_q, lse_q = alg.online_finish(m, l_, o)
@@ -131,8 +133,8 @@ class OnlineWeightedSum(WeightedSum):
         ctx.emit(LSE, head, ["online_max", "online_sum"], f"L = m{last} + \\log \\ell{last}", f"L = m({n_kblocks}) + log l({n_kblocks})",
                  lse, (n, 1), {"blocks": n_kblocks, "query_blocks": n_qblocks, "ordinary": ordinary_lse})
         ordinary = None if shape_mode else alg.matmul(a.value, v.value)
-        return ctx.emit(self, head, ["online_out", "online_sum"], f"Z = \\operatorname{{diag}}\\left(\\ell{last}\\right)^{{-1}} O{last}",
-                        f"Z = diag(l({n_kblocks}))^-1 O({n_kblocks})", z, (n, dv),
+        return ctx.emit(self, head, ["online_out", "online_sum"], f"Z = \\operatorname{{diag}}\\left(\\ell{last}\\right)^{{-1}} \\tilde{{O}}{last}",
+                        f"Z = diag(l({n_kblocks}))^-1 O~({n_kblocks})", z, (n, dv),
                         {"online": True, "blocks": n_kblocks, "query_blocks": n_qblocks, "block_keys": bc, "block_queries": br,
                          "ordinary": ordinary, "max_diff": None if shape_mode else _max_diff(z, ordinary)})
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from attntrace.kinds.base import Kind, plain_sup, sup
+from attntrace.kinds.base import Symbol, Kind, plain_sup, sup
 from attntrace.model.errors import BadInput
 
 
@@ -13,6 +13,9 @@ class Scaled(Kind):
     letter, entry, symbol = "T", "t", "t"
     view, prose = "scaled", "scaled"
     mistakes = ("missing_scale", "scaled_by_dk", "wrong_dk", "scaled_by_dmodel")
+
+    def notation(self, step):
+        return super().notation(step) + ([Symbol("d_k", "d_k", "d_k", "scalar")] if step.details.get("by_sqrt_dk") else [])
 
     def enabled(self, problem) -> bool:
         return super().enabled(problem) and problem.scale is not False

@@ -11,22 +11,9 @@ from typing import Any
 
 from attntrace.kinds import kind_of
 from attntrace.rendering import views
-from attntrace.inputs.blockspec import BLOCK_OPERANDS
+from attntrace.kinds.notation import OPERAND_BASE, OPERAND_LETTER, OPERAND_PLAIN  # noqa: F401 - the reports' names of operands
 from attntrace.rendering.printing import entry_name, pick
 
-OPERAND_BASE = {"X": "x", "X_kv": "y", "W_Q": "w^{Q}", "W_K": "w^{K}", "W_V": "w^{V}", "W_O": "w^{O}", "b_Q": "b^{Q}", "b_K": "b^{K}",
-                "b_V": "b^{V}", "b_O": "b^{O}", "Q": "q", "K": "k", "V": "v", "scores": "s", "weights": "a", "Z": "z"}
-OPERAND_LETTER = {"X": "X", "X_kv": "X_{kv}", "W_Q": "W_Q", "W_K": "W_K", "W_V": "W_V", "W_O": "W_O", "b_Q": "b_Q", "b_K": "b_K",
-                  "b_V": "b_V", "b_O": "b_O", "Q": "Q", "K": "K", "V": "V", "scores": "S", "weights": "A", "Z": "Z"}
-OPERAND_PLAIN = {"X_kv": "X_kv"}
-#: The KV cache's past keys and values (attntrace.kinds.cache).
-OPERAND_LETTER.update({"K_past": "K_{\\text{past}}", "V_past": "V_{\\text{past}}"})
-OPERAND_PLAIN.update({"K_past": "K_past", "V_past": "V_past"})
-OPERAND_BASE.update({"K_past": "k^{p}", "V_past": "v^{p}"})
-# the Transformer block's matrices (attntrace.inputs.blockspec): P, gamma_1, W_1, W_gate, ...
-OPERAND_LETTER.update({k: v[0] for k, v in BLOCK_OPERANDS.items()})
-OPERAND_PLAIN.update({k: v[1] for k, v in BLOCK_OPERANDS.items()})
-OPERAND_BASE.update({k: v[2] for k, v in BLOCK_OPERANDS.items()})
 #: A softmax row whose largest weight is at least this is called saturated in the report.
 SATURATED = 0.999
 #: Entries of one row written out at most (the first ones, a gap, the last), unless rows are
