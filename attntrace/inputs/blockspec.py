@@ -28,8 +28,9 @@ PARTS = ("self_attention",)
 #: operand name -> (LaTeX letter, plain letter, entry base in symbolic mode)
 BLOCK_OPERANDS = {
     "P": ("P", "P", "p"),
-    "gamma_1": ("\\gamma_1", "gamma_1", "\\gamma"), "beta_1": ("\\beta_1", "beta_1", "\\beta"),
-    "gamma_2": ("\\gamma_2", "gamma_2", "\\gamma^{f}"), "beta_2": ("\\beta_2", "beta_2", "\\beta^{f}"),
+    # the norms' gains and biases are named as the norms are (N, N^f): gamma, beta and gamma^f, beta^f
+    "gamma_1": ("\\gamma", "gamma", "\\gamma"), "beta_1": ("\\beta", "beta", "\\beta"),
+    "gamma_2": ("\\gamma^{f}", "gamma^f", "\\gamma^{f}"), "beta_2": ("\\beta^{f}", "beta^f", "\\beta^{f}"),
     "W_1": ("W_1", "W_1", "w^{h}"), "b_1": ("b_1", "b_1", "b^{h}"), "W_2": ("W_2", "W_2", "w^{f}"), "b_2": ("b_2", "b_2", "b^{f}"),
     "W_gate": ("W_{\\mathrm{gate}}", "W_gate", "w^{g}"), "W_up": ("W_{\\mathrm{up}}", "W_up", "w^{u}"), "W_down": ("W_{\\mathrm{down}}", "W_down", "w^{d}"),
 }

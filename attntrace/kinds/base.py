@@ -72,7 +72,7 @@ class Kind:
     #: make the same quantity (the ALiBi and the given bias) share one.
     meaning: ClassVar[str | None] = None
     #: The other symbols its formula introduces, (tex, plain, meaning key, shape): shape is
-    #: "scalar", "rows" (one per row of the step: n x 1), "step" (the step's shape) or a word key of the notation templates.
+    #: "scalar", "rows" (one per row of the step: n x 1), "step" (the step's shape), "pairs" (1 x half its columns) or a word key of the notation templates.
     symbols: ClassVar[tuple[tuple[str, str, str, str], ...]] = ()
 
     def enabled(self, problem) -> bool:
@@ -92,7 +92,7 @@ class Kind:
             out.append(Symbol(self.letter, self.plain_letter or self.letter, self.meaning or self.id, tuple(step.shape),
                               f"{entry}_{{ij}}" if entry else None, f"{plain_braces(plain_math(entry))}_ij" if entry else None))
         for tex, plain, meaning, shape in self.symbols:
-            sized = {"rows": (step.shape[0], 1), "step": tuple(step.shape)}
+            sized = {"rows": (step.shape[0], 1), "step": tuple(step.shape), "pairs": (1, step.shape[1] // 2)}
             out.append(Symbol(tex, plain, meaning, sized.get(shape, shape)))
         return out
 

@@ -4,12 +4,14 @@ LayerNorm (Ba et al. 2016, as torch.nn.LayerNorm): n_ij = gamma_j (r_ij - mu_i) 
 + beta_j with the row mean mu_i and the *biased* variance sigma_i^2 = (1/d) sum_k (r_ik - mu_i)^2.
 RMSNorm (Zhang & Sennrich 2019, as torch.nn.RMSNorm and Llama): n_ij = gamma_j r_ij / sqrt(nu_i + eps)
 with the mean square nu_i = (1/d) sum_k r_ik^2, no centring and no bias. The gain and bias are
-the spec's norm1/norm2 tables (operands gamma_1, beta_1, gamma_2, beta_2); without them the gain
+the spec's norm1/norm2 tables (operands gamma_1, beta_1, gamma_2, beta_2, written gamma, beta, gamma^f,
+beta^f as N and N^f are); without them the gain
 is 1 and the bias 0, and the formula leaves them out.
 """
 
 from __future__ import annotations
 
+from attntrace.inputs.blockspec import BLOCK_OPERANDS
 from attntrace.kinds.base import Kind, Symbol, plain_braces
 from attntrace.kinds.exactsize import check_exact_size
 from attntrace.model.errors import BadInput
@@ -41,20 +43,23 @@ class Norm(Kind):
         result, details = value
         _check_spread(self.id, r, details, eps, rms)
         check_exact_size(ctx, self.id, result)
-        g = "\\gamma_j " if gain is not None else ""
-        b = " + \\beta_j" if bias is not None else ""
+        # the gain and bias go by their operands' names: gamma, beta for norm 1, gamma^{f}, beta^{f} for norm 2
+        (gl, pgl, _), (bl, pbl, _) = BLOCK_OPERANDS[f"gamma_{self.which}"], BLOCK_OPERANDS[f"beta_{self.which}"]
+        g = f"{gl}_j " if gain is not None else ""
+        b = f" + {bl}_j" if bias is not None else ""
         e, m = r.entry or "x", r.letter
         name = "RMSNorm" if rms else "LayerNorm"
+        pg = f"{pgl}_j " if gain is not None else ""
         if rms:
             entry = f"{g}\\frac{{{e}_{{ij}}}}{{\\sqrt{{\\nu_i + \\varepsilon}}}}{b}"
-            pentry = f"{'gamma_j ' if gain is not None else ''}{e}_ij / sqrt(nu_i + eps)"
+            pentry = f"{pg}{e}_ij / sqrt(nu_i + eps)"
         else:
             entry = f"{g}\\frac{{{e}_{{ij}} - \\mu_i}}{{\\sqrt{{\\sigma_i^2 + \\varepsilon}}}}{b}"
-            pentry = f"{'gamma_j ' if gain is not None else ''}({e}_ij - mu_i) / sqrt(sigma_i^2 + eps)"
-        pentry += " + beta_j" if bias is not None else ""
-        params = [f"\\{n}_{self.which}" for n, op in (("gamma", gain), ("beta", bias)) if op is not None]
-        args = m + "".join(f";\\ {x}" if k == 0 else f", {x}" for k, x in enumerate(params))
-        pargs = plain_braces(m) + "".join(f"; {x[1:]}" if k == 0 else f", {x[1:]}" for k, x in enumerate(params))
+            pentry = f"{pg}({e}_ij - mu_i) / sqrt(sigma_i^2 + eps)"
+        pentry += f" + {pbl}_j" if bias is not None else ""
+        params = [(t, pt) for (t, pt), op in (((gl, pgl), gain), ((bl, pbl), bias)) if op is not None]
+        args = m + "".join(f";\\ {x}" if k == 0 else f", {x}" for k, (x, _) in enumerate(params))
+        pargs = plain_braces(m) + "".join(f"; {x}" if k == 0 else f", {x}" for k, (_, x) in enumerate(params))
         formula = f"{self.letter} = \\operatorname{{{name}}}({args}), \\quad {self.entry}_{{ij}} = {entry}"
         plain = f"{plain_braces(self.letter)} = {name}({pargs}),  {plain_braces(self.entry)}_ij = {pentry}"
         inputs = [r.ref] + [op.name for op in (gain, bias) if op is not None]

@@ -5,7 +5,7 @@ and `Kind.symbols` such as the row maximum m or the ALiBi slope lambda); the ope
 starts from are named here (`OPERAND_LETTER`, the one table the reports use too). `notation_of`
 collects them in trace order, once per symbol, and records a *clash* when one letter gets two
 meanings: m for a slope and for a row maximum, say. Letters are compared without their index
-decorations (m_i, m^{(j)} and m are one letter; W_Q and W_K are two, and so are Z^{(h)} and Z), entry names too (q_{ij}
+decorations (m_i, m^{(j)} and m are one letter; W_Q and W_K are two, and so are Z^{(i)} and Z), entry names too (q_{ij}
 is q). tests/test_notation.py asserts that no example has a clash. The table is data: the
 meanings are keys, their words live in templates/prose/{en,zh}/notation.j2.
 """
@@ -36,13 +36,13 @@ OPERAND_BASE.update({k: v[2] for k, v in BLOCK_OPERANDS.items()})
 #: operands that stand in for a step (a trace that starts mid-way) mean what the step means
 _STEP_OPERANDS = {"Q": "Q", "K": "K", "V": "V", "scores": "scores", "weights": "weights", "Z": "Z", "P": "pos_enc"}
 
-#: index decorations that do not change which letter it is: _i, _{ij}, _{r}, ^{(j)} (a head's ^{(h)} does:
-#: Z^{(h)} is one head's output, Z the heads side by side)
+#: index decorations that do not change which letter it is: _i, _{ij}, _{r}, ^{(j)} (a head's ^{(i)} does:
+#: Z^{(i)} is one head's output, Z the heads side by side)
 _INDEX = re.compile(r"(_\{?[ijkr]{1,2}\}?|\^\{\([jk]\)\})$")
 
 
 def letter_of(tex: str) -> str:
-    """The letter a symbol is, without its index decorations: m_i -> m, q^{(h)}_{ij} -> q, W_Q -> W_Q."""
+    """The letter a symbol is, without its index decorations: m_i -> m, q^{(i)}_{ij} -> q^{(i)}, W_Q -> W_Q."""
     prev = None
     while prev != tex:
         prev, tex = tex, _INDEX.sub("", tex)
@@ -64,10 +64,15 @@ class Notation:
 
 
 def _with_head(sym: Symbol) -> Symbol:
-    """The symbol of a per-head matrix in a multi-head trace: Q^{(h)}, q^{(h)}_{ij}."""
-    entry = sym.entry and sym.entry.replace("_{ij}", "^{(h)}_{ij}") if sym.entry and "^" not in sym.entry else sym.entry
-    plain_entry = sym.plain_entry and sym.plain_entry.replace("_ij", "(h)_ij") if sym.entry and "^" not in sym.entry else sym.plain_entry
-    return Symbol(f"{sym.tex}^{{(h)}}", f"{sym.plain}(h)", sym.meaning, sym.shape, entry, plain_entry)
+    """The symbol of a per-head matrix in a multi-head trace: Q^{(i)}, q^{(i)}_{ij}."""
+    entry = sym.entry and sym.entry.replace("_{ij}", "^{(i)}_{ij}") if sym.entry and "^" not in sym.entry else sym.entry
+    plain_entry = sym.plain_entry and sym.plain_entry.replace("_ij", "(i)_ij") if sym.entry and "^" not in sym.entry else sym.plain_entry
+    return Symbol(f"{sym.tex}^{{(i)}}", f"{sym.plain}(i)", sym.meaning, sym.shape, entry, plain_entry)
+
+
+def _plain(tex: str) -> str:
+    """An entry base in plain text: w^{Q} -> w^Q, \\gamma^{f} -> gamma^f."""
+    return re.sub(r"\\(\w+)", r"\1", tex).replace("{", "").replace("}", "")
 
 
 def _operand(op) -> Symbol:
@@ -75,7 +80,7 @@ def _operand(op) -> Symbol:
     base = op.symbol or OPERAND_BASE.get(op.name)
     meaning = _STEP_OPERANDS.get(op.name, op.name)
     return Symbol(letter, OPERAND_PLAIN.get(op.name, letter), meaning, tuple(op.shape),
-                  f"{base}_{{ij}}" if base else None, f"{base.replace('{', '').replace('}', '')}_ij" if base else None)
+                  f"{base}_{{ij}}" if base else None, f"{_plain(base)}_ij" if base else None)
 
 
 def notation_of(trace) -> Notation:
@@ -87,7 +92,7 @@ def notation_of(trace) -> Notation:
 
     def add(sym: Symbol) -> None:
         keys = [(letter_of(sym.tex), sym.meaning)]
-        if sym.entry:
+        if sym.entry and letter_of(sym.entry) != keys[0][0]:  # a vector's entries may share its letter (gamma_j of gamma)
             keys.append((letter_of(sym.entry), f"entry:{sym.meaning}"))
         new = False
         for letter, meaning in keys:

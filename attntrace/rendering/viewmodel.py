@@ -15,6 +15,7 @@ from attntrace.inputs.textescape import escape_md, escape_tex, escape_text
 from attntrace.inputs.usertext import format_user_text, inline_math_for
 from attntrace.inputs.spec import KV_KEYS
 from attntrace.kinds import kind_of
+from attntrace.kinds.notation import letter_of, notation_of
 from attntrace.rendering.printing import PlainOut, TexOut
 from attntrace.rendering.stepview import StepView
 from attntrace.kinds.block import BLOCK_KINDS
@@ -166,9 +167,26 @@ def report_view(trace, fmt: str, precision: int, max_size: int, figures: list[di
         "kv_group_size": trace.num_heads // max(len(kv_groups(trace)), 1),
         # the backward pass (attntrace.kinds.backward), in trace order after the forward steps
         "backward": [] if shape_mode else [StepView(trace, s, out, rows, esc).build() for s in trace.steps if _backward(s)],
+        "notation": notation_rows(trace),
     }
     mark_repeats(view)
     return view
+
+
+def notation_rows(trace) -> list[dict[str, str]]:
+    """The notation section's rows (attntrace.kinds.notation): the symbol, with its entries when
+    their name is not the symbol in lower case (dZ: g^{Z}_{ij}); the meaning key; the shape."""
+    rows = []
+    for sym in notation_of(trace).rows:
+        tex, plain = sym.tex, sym.plain
+        if sym.entry and letter_of(sym.entry) != letter_of(sym.tex).lower():
+            tex, plain = f"{tex},\ {sym.entry}", f"{plain}, {sym.plain_entry}"
+        shape = sym.shape
+        sized = isinstance(shape, tuple)
+        rows.append({"tex": tex, "plain": plain, "meaning": sym.meaning, "sized": sized,
+                     "shape": f"{shape[0]} \\times {shape[1]}" if sized else (shape or ""),
+                     "plain_shape": f"{shape[0]} x {shape[1]}" if sized else (shape or "")})
+    return rows
 
 
 def _backward(step) -> bool:
