@@ -22,6 +22,7 @@ class ScoreBias(Kind):
     letter, plain_letter, entry = "\\hat{T}", "T'", "\\hat{t}"
     view, prose = "bias", "bias"
     meaning = "biased"
+    symbols = (("B", "B", "score_bias", "step"),)
 
     def enabled(self, problem) -> bool:
         return super().enabled(problem) and "attn_bias" in problem.extra
