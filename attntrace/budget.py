@@ -10,6 +10,7 @@ import math
 
 from attntrace.inputs import limits
 from attntrace.inputs.spec import Problem
+from attntrace.kinds import HEAD_PIPELINE
 from attntrace.model.trace import Operand
 
 
@@ -182,6 +183,7 @@ def work_estimate(p: Problem, dims: list[dict]) -> tuple[int, int]:
             q, kk, v = st.get("Q", one), st.get("K", one), st.get("V", one)
         if not named:
             total += _position_work(p, n, m, d, dk)
+        total += sum(kind.exact_work(p, dm, named) for kind in HEAD_PIPELINE if kind.enabled(p))
         if "scores" in st or "Q" in st or "X" in p.shared:
             s = st["scores"] if "scores" in st else prod(one if named else q, one if named else kk, dk)
             total += n * m * s[0] * (2 if p.scale is not False else 1)

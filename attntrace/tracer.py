@@ -15,7 +15,7 @@ import numpy as np
 
 from attntrace.budget import check_budget
 from attntrace.inputs.spec import Problem, load_spec
-from attntrace.kinds import BACKWARD_PIPELINE, COMBINE_PIPELINE, HEAD_PIPELINE
+from attntrace.kinds import BACKWARD_PIPELINE, COMBINE_PIPELINE, HEAD_PIPELINE, SPEC_OPTIONS
 from attntrace.kinds.block import block_pipelines
 from attntrace.kinds.context import Context
 from attntrace.kinds.projection import kv_groups
@@ -129,4 +129,9 @@ def trace(problem: Problem) -> Trace:
 def trace_spec(spec, mode: str | None = None, **overrides) -> Trace:
     """Trace `spec` (a dict, a path to a TOML/JSON file, or the name of a built-in example);
     overrides replace spec keys (scale, d_k, mask, title, expand, ...). `attntrace.run`."""
-    return trace(load_spec(resolve_spec(spec), mode=mode, **overrides))
+    return trace(load_problem(resolve_spec(spec), mode=mode, **overrides))
+
+
+def load_problem(spec, mode: str | None = None, **overrides) -> Problem:
+    """A spec -> its Problem, with the spec keys every step kind declares (`SPEC_OPTIONS`)."""
+    return load_spec(spec, mode=mode, options=SPEC_OPTIONS, **overrides)

@@ -107,6 +107,10 @@ class NumericAlgebra:
     def hadamard(self, a, b):
         return a * b
 
+    def tanh(self, a):
+        """tanh of each entry (tanh(+-inf) = +-1)."""
+        return np.tanh(a)
+
     def linear(self, a, w, bias):
         """a w (+ bias row): the feed-forward network's products."""
         return a @ w if bias is None else a @ w + bias

@@ -23,7 +23,7 @@ import math
 
 import numpy as np
 
-from attntrace.grading import intervals, kindrules
+from attntrace.grading import intervals, kindcarry, kindrules
 from attntrace.grading.answer import KIND_CODES, AnswerMatrix, Policy
 from attntrace.grading.catalogue import ANY, CATALOGUE, Impossible, Mutation
 from attntrace.grading.intervals import Box
@@ -62,6 +62,8 @@ def mutations(world) -> list[Mutation]:
             found += [Mutation(code, k) for k in dict.fromkeys(kinds) if k != "scores"]
         elif code in kindrules.STEPS:
             found += kindrules.mutations(code, world)
+        elif code in kindcarry.MISTAKES:
+            found += kindcarry.mutations(code, world)
         elif kind == ANY or kind not in kinds or code == "rows_not_normalised":
             continue  # read off the student's numbers, or a step this trace does not have
         elif code in ("scaled_by_dk", "wrong_dk", "scaled_by_dmodel") and not by_sqrt:
@@ -176,7 +178,8 @@ def _at_truth(world, step, args, m, mutation):
 
 
 _STEP = {"Q": _projection, "K": _projection, "V": _projection, "output": _projection, "scores": _scores,
-         "scaled": _scaled, "masked": _masked, "weights": _weights, "Z": _z, "concat": _concat, **kindrules.RULES}
+         "scaled": _scaled, "masked": _masked, "weights": _weights, "Z": _z, "concat": _concat, **kindrules.RULES,
+         **kindcarry.RULES}
 
 
 # -- mistakes read off the student's numbers -------------------------------------------------------

@@ -24,7 +24,8 @@ from attntrace.inputs.matrices import to_matrix
 from attntrace.inputs.numbers import shown, whole_number
 from attntrace.inputs.blockspec import BLOCK_KEYS, block_options, check_block
 from attntrace.inputs.positional import check_positional, positional_options, positive_number
-from attntrace.inputs.stepoptions import MASK_NAMES, parse_attn_bias, parse_backward, parse_mask_options, parse_online
+from attntrace.inputs.options import OptionReader, SpecOption
+from attntrace.inputs.stepoptions import MASK_NAMES, parse_attn_bias, parse_mask_options
 from attntrace.model.trace import MODES, Operand
 
 #: Per-head matrices and their default entry names in symbolic mode.
@@ -36,8 +37,10 @@ HEAD_KEYS = {
 }
 #: Matrices shared by all heads.
 SHARED_KEYS = {"X": "x", "X_kv": "y", "W_O": "w^{O}", "b_O": "b^{O}"}
+#: Keys of the spec itself; a step kind's own keys (softcap, qk_norm, online, backward, ...) are
+#: the `SpecOption`s it declares, which `load_spec` receives (`attntrace.kinds.registry.SPEC_OPTIONS`).
 OPTION_KEYS = {"title", "description", "title_zh", "description_zh", "mode", "scale", "d_k", "mask", "num_heads", "heads", "Z", "expand", "tokens", "kv_tokens",
-               "num_kv_heads", "window", "key_padding", "backward", "online", "rope", "alibi", "attn_bias"}
+               "num_kv_heads", "window", "key_padding", "rope", "alibi", "attn_bias"}
 ALLOWED_KEYS = set(HEAD_KEYS) | set(SHARED_KEYS) | OPTION_KEYS | BLOCK_KEYS
 #: Keys that `num_heads` splits into column blocks, one per head.
 SPLITTABLE = ("W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "Q", "K", "V", "K_past", "V_past")
@@ -251,8 +254,11 @@ def _split(op: Operand, h: int, mode: str) -> list[Operand]:
     return parts
 
 
-def load_spec(spec: Any, *, mode: str | None = None, **overrides: Any) -> Problem:
-    """Validate a spec (path, dict) with optional overrides (mode, scale, mask, title, ...)."""
+def load_spec(spec: Any, *, mode: str | None = None, options: tuple[SpecOption, ...] = (), **overrides: Any) -> Problem:
+    """Validate a spec (path, dict) with optional overrides (mode, scale, mask, title, ...).
+
+    `options`: the spec keys the step kinds declare (`attntrace.kinds.registry.SPEC_OPTIONS`,
+    passed by the tracer); each parsed value goes to `Problem.extra` under its key."""
     source = None
     if isinstance(spec, (str, Path)):
         source = str(spec)
@@ -264,9 +270,10 @@ def load_spec(spec: Any, *, mode: str | None = None, **overrides: Any) -> Proble
     if overrides.get("backward") is True and data.get("backward"):
         overrides.pop("backward")  # `run --backward` on a spec that says how: the spec's dO or loss
     data.update({k: v for k, v in overrides.items() if v is not None})
-    unknown = sorted(set(data) - ALLOWED_KEYS)
+    allowed = ALLOWED_KEYS | {o.key for o in options}
+    unknown = sorted(set(data) - allowed)
     if unknown:
-        raise BadInput(f"unknown key {unknown[0]!r} in spec; allowed: {', '.join(sorted(ALLOWED_KEYS))}")
+        raise BadInput(f"unknown key {unknown[0]!r} in spec; allowed: {', '.join(sorted(allowed))}")
     mode = _mode(data, mode)
 
     shared = {k: _operand(data[k], k, mode, None, d) for k, d in SHARED_KEYS.items() if k in data}
@@ -351,6 +358,10 @@ def load_spec(spec: Any, *, mode: str | None = None, **overrides: Any) -> Proble
         raise BadInput("give alibi or attn_bias, not both: each adds its own B to the scores")
     if attn_bias and start not in ("X", "QKV", "scores"):
         raise BadInput("attn_bias is added to the scores: give X, Q/K/V or scores, not a later step")
+    reader = OptionReader(mode, data, len(heads))
+    declared = {o.key: value for o in options if data.get(o.key) is not None
+                for value in [o.parse(data[o.key], reader)] if value is not None}
+    shared.update(reader.shared)  # matrices an option gives (qk_norm's gains): operands of the trace
     expand = data.get("expand", "named")
     if expand not in ("named", "full"):
         raise BadInput(f"expand must be \"named\" or \"full\", not {expand!r}")
@@ -370,19 +381,10 @@ def load_spec(spec: Any, *, mode: str | None = None, **overrides: Any) -> Proble
         kv_tokens=kv_tokens,
         source=source,
         extra={**mask_opts, **positional, **attn_bias, "full_width": full_width, **({"num_kv_heads": num_kv_heads} if num_kv_heads != (num_heads or 1) else {}),
-               **block_extra,
-               **_passes(data, mode)},
+               **block_extra, **declared},
     )
     check_block(problem)
     return problem
-
-
-def _passes(data: Mapping[str, Any], mode: str) -> dict[str, Any]:
-    """The backward pass (`backward`, attntrace.kinds.backward) and the online softmax (`online`,
-    attntrace.kinds.online), when the spec asks for them."""
-    backward = parse_backward(data.get("backward"), mode, "g^{O}" if "W_O" in data else "g^{Z}")
-    online = parse_online(data.get("online"))
-    return {**({"backward": backward} if backward is not None else {}), **({"online": online} if online is not None else {})}
 
 
 def _check_key_width(single: Mapping[str, Operand], h: int, h_kv: int) -> None:

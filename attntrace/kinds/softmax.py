@@ -10,6 +10,7 @@ from attntrace.model.errors import BadInput
 
 
 class Weights(Kind):
+    pipeline, after = "head", ("masked",)
     id = "weights"
     reads, writes = ("S",), "A"
     starts = ("X", "QKV", "scores")

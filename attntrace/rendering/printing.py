@@ -18,6 +18,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from attntrace.kinds.base import plain_accents
+
 #: How many entries (numbers or expressions) have been formatted; tests read and reset it.
 STATS = {"entries": 0}
 
@@ -93,8 +95,7 @@ def greek_name(name: str) -> str:
 def plain_name(name: str) -> str:
     """w^{Q(2)}_{11} -> w^Q(2)_11, \\alpha_{11} -> alpha_11 (braces and backslashes dropped);
     an accent follows its letter: \\tilde{q}_{11} -> q~_11, \\hat{t}_{11} -> t'_11."""
-    name = re.sub(r"\\tilde\{(\w)\}", r"\1~", re.sub(r"\\hat\{(\w)\}", r"\1'", name))
-    return re.sub(r"[{}\\]", "", name)
+    return re.sub(r"[{}\\]", "", plain_accents(name))
 
 
 def _trim(x: float, precision: int) -> str:
