@@ -29,6 +29,10 @@ OPERAND_PLAIN = {"X_kv": "X_kv"}
 OPERAND_LETTER.update({"K_past": "K_{\\text{past}}", "V_past": "V_{\\text{past}}"})
 OPERAND_PLAIN.update({"K_past": "K_past", "V_past": "V_past"})
 OPERAND_BASE.update({"K_past": "k^{p}", "V_past": "v^{p}"})
+#: the QK-norm gains (attntrace.kinds.qknorm): gamma as every gain, q and k as the heads' rows they scale
+OPERAND_LETTER.update({"g_q": "\\gamma^{q}", "g_k": "\\gamma^{k}"})
+OPERAND_PLAIN.update({"g_q": "gamma^q", "g_k": "gamma^k"})
+OPERAND_BASE.update({"g_q": "\\gamma^{q}", "g_k": "\\gamma^{k}"})
 # the Transformer block's matrices (attntrace.inputs.blockspec): P, gamma_1, W_1, W_gate, ...
 OPERAND_LETTER.update({k: v[0] for k, v in BLOCK_OPERANDS.items()})
 OPERAND_PLAIN.update({k: v[1] for k, v in BLOCK_OPERANDS.items()})

@@ -38,7 +38,7 @@ def _parse(value, reader):
         if key in settings:
             raw = settings[key]
             row = [raw] if isinstance(raw, (list, tuple)) and raw and not isinstance(raw[0], (list, tuple, dict)) else raw
-            op = reader.share(reader.matrix(row, key, f"g^{{{key[-1]}}}"))
+            op = reader.share(reader.matrix(row, key, f"\\gamma^{{{key[-1]}}}"))
             if op.shape[0] != 1:
                 raise BadInput(f"qk_norm.{key} must be one row of gains, one per feature of a head (d_k), not {op.shape[0]} rows")
     return {"eps": eps}
@@ -60,6 +60,7 @@ class QKNorm(Kind):
     pipeline = "head"
     starts = ("X", "QKV")
     view, prose = "norm", "qk_norm"
+    symbols = (("\\nu_i", "nu_i", "mean_square", "rows"), ("\\varepsilon", "eps", "norm_eps", "scalar"))
 
     def __init__(self, which: str):
         self.which = which
@@ -93,7 +94,7 @@ class QKNorm(Kind):
                     raise BadInput(f"step {self.id}: row {i + 1} of {x.ref} is zero and qk_norm.eps = 0, so RMSNorm divides 0 by 0; give eps > 0")
         check_exact_size(ctx, self.id, result)
         h, ph, w, e = sup(own), plain_sup(own), self.which, self.which.lower()
-        g, pg = (f"g^{{{e}}}_{{j}} ", f"g^{e}_j ") if gain is not None else ("", "")
+        g, pg = (f"\\gamma^{{{e}}}_{{j}} ", f"gamma^{e}_j ") if gain is not None else ("", "")
         formula = (f"\\hat{{{w}}}{h} = \\operatorname{{RMSNorm}}({x.letter}{h}), \\quad "
                    f"\\hat{{{e}}}_{{ij}} = {g}\\frac{{{e}_{{ij}}}}{{\\sqrt{{\\nu_i + \\varepsilon}}}}")
         plain = f"{w}'{ph} = RMSNorm({plain_math(x.letter)}{ph}),  {e}'_ij = {pg}{e}_ij / sqrt(nu_i + eps)"

@@ -54,6 +54,7 @@ class SoftCap(Kind):
     starts = ("X", "QKV", "scores")
     letter, plain_letter, entry, symbol = "\\bar{T}", "Tbar", "\\bar{t}", "\\bar{t}"
     view, prose = "elementwise", "softcap"
+    symbols = (("c", "c", "softcap_cap", "scalar"),)
     mistakes = (Mistake("softcap_not_divided", when=lambda steps: any(float(s.details["cap"]) != 1 for s in steps)),)
 
     def enabled(self, problem) -> bool:
