@@ -8,6 +8,8 @@ Every key is checked against a whitelist, every matrix goes through `matrices.to
 
 from __future__ import annotations
 
+from functools import partial
+
 import json
 import re
 import tomllib
@@ -234,9 +236,9 @@ def _mask(value: Any) -> Any:
     return keep.astype(bool)
 
 
-def _operand(raw: Any, key: str, mode: str, head: int | None, default: str) -> Operand:
+def _operand(raw: Any, key: str, mode: str, head: int | None, default: str, *, copy: bool = True) -> Operand:
     label = key if head is None else f"{key} of head {head}"
-    value, shape, symbol = to_matrix(raw, mode=mode, name=label, default_symbol=default, head=head)
+    value, shape, symbol = to_matrix(raw, mode=mode, name=label, default_symbol=default, head=head, copy=copy)
     return Operand(name=key, head=head, value=value, shape=shape, symbol=symbol)
 
 
@@ -254,11 +256,13 @@ def _split(op: Operand, h: int, mode: str) -> list[Operand]:
     return parts
 
 
-def load_spec(spec: Any, *, mode: str | None = None, options: tuple[SpecOption, ...] = (), **overrides: Any) -> Problem:
+def load_spec(spec: Any, *, mode: str | None = None, options: tuple[SpecOption, ...] = (), copy: bool = True, **overrides: Any) -> Problem:
     """Validate a spec (path, dict) with optional overrides (mode, scale, mask, title, ...).
 
     `options`: the spec keys the step kinds declare (`attntrace.kinds.registry.SPEC_OPTIONS`,
-    passed by the tracer); each parsed value goes to `Problem.extra` under its key."""
+    passed by the tracer); each parsed value goes to `Problem.extra` under its key.
+    copy=False: writable float64 arrays are kept as read-only views instead of copied (the
+    caller promises not to change them while the trace lives; `matrices.to_matrix`)."""
     source = None
     if isinstance(spec, (str, Path)):
         source = str(spec)
@@ -275,9 +279,10 @@ def load_spec(spec: Any, *, mode: str | None = None, options: tuple[SpecOption, 
     if unknown:
         raise BadInput(f"unknown key {unknown[0]!r} in spec; allowed: {', '.join(sorted(allowed))}")
     mode = _mode(data, mode)
+    operand = partial(_operand, copy=copy)
 
-    shared = {k: _operand(data[k], k, mode, None, d) for k, d in SHARED_KEYS.items() if k in data}
-    block_ops, block_extra = block_options(data, mode, _operand)  # position encodings, the Transformer block
+    shared = {k: operand(data[k], k, mode, None, d) for k, d in SHARED_KEYS.items() if k in data}
+    block_ops, block_extra = block_options(data, mode, operand)  # position encodings, the Transformer block
     shared.update(block_ops)
     top = {k: data[k] for k in HEAD_KEYS if k in data}
     heads_raw = data.get("heads")
@@ -295,7 +300,7 @@ def load_spec(spec: Any, *, mode: str | None = None, options: tuple[SpecOption, 
             raise BadInput("Z must be a list of head outputs [Z_1, ..., Z_h]")
         if isinstance(zs[0], list) and zs[0] and not isinstance(zs[0][0], (list, dict)) and not hasattr(zs[0], "shape"):
             zs = [zs]  # a single matrix given as Z
-        heads = tuple({"Z": _operand(z, "Z", mode, i + 1 if len(zs) > 1 else None, "z")} for i, z in enumerate(zs))
+        heads = tuple({"Z": operand(z, "Z", mode, i + 1 if len(zs) > 1 else None, "z")} for i, z in enumerate(zs))
         start = "Z"
     else:
         if heads_raw is not None:
@@ -313,10 +318,10 @@ def load_spec(spec: Any, *, mode: str | None = None, options: tuple[SpecOption, 
                 bad = sorted(set(table) - set(HEAD_KEYS))
                 if bad:
                     raise BadInput(f"unknown key {bad[0]!r} in head {i}; allowed: {', '.join(HEAD_KEYS)}")
-                heads_list.append({k: _operand(v, k, mode, i if multi else None, HEAD_KEYS[k]) for k, v in table.items()})
+                heads_list.append({k: operand(v, k, mode, i if multi else None, HEAD_KEYS[k]) for k, v in table.items()})
             heads = tuple(heads_list)
         else:
-            single = {k: _operand(v, k, mode, None, HEAD_KEYS[k]) for k, v in top.items()}
+            single = {k: operand(v, k, mode, None, HEAD_KEYS[k]) for k, v in top.items()}
             if num_heads and num_heads > 1:
                 not_splittable = sorted(set(single) - set(SPLITTABLE))
                 if not_splittable:
@@ -353,7 +358,7 @@ def load_spec(spec: Any, *, mode: str | None = None, options: tuple[SpecOption, 
     mask_opts = parse_mask_options(data)  # window, key_padding (attntrace.inputs.stepoptions)
     positional = positional_options(data)  # rope, alibi (attntrace.inputs.positional)
     check_positional(positional, start, heads, shared)
-    attn_bias = parse_attn_bias(data.get("attn_bias"), len(heads), mode, _operand)  # attntrace.inputs.stepoptions
+    attn_bias = parse_attn_bias(data.get("attn_bias"), len(heads), mode, operand)  # attntrace.inputs.stepoptions
     if attn_bias and "alibi" in positional:
         raise BadInput("give alibi or attn_bias, not both: each adds its own B to the scores")
     if attn_bias and start not in ("X", "QKV", "scores"):

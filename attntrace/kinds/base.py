@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, ClassVar
 
 
@@ -184,6 +185,7 @@ def plain_accents(name: str) -> str:
     return _ACCENTED.sub(lambda m: m.group(2) + PLAIN_ACCENTS[m.group(1)], name)
 
 
+@lru_cache(maxsize=512)  # the same few letters, once per step of every trace
 def plain_math(name: str) -> str:
     """A matrix or entry name in plain text: an accent follows its letter (\\tilde{T} -> T~, \\hat{t} -> t')."""
     name = re.sub(r"_\{\\text\{(\w+)\}\}", r"_\1", name)  # K_{\text{cache}} -> K_cache (attntrace.kinds.cache)

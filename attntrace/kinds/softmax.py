@@ -27,7 +27,7 @@ class Weights(Kind):
     def compute(self, ctx, head, state):
         t = state["S"]
         result, details = ctx.alg.softmax(t.value)
-        if ctx.numeric and not getattr(details, "shift_finite", False):  # the algebra knows when no check is needed
+        if ctx.numeric and ctx.float_trouble():  # NumPy reported an overflow (kinds.context.FloatWatch)
             _check_shift(ctx, head, t.value, details["shifted"])
         h, ph = sup(head), plain_sup(head)
         m, e = t.letter, t.entry

@@ -95,7 +95,7 @@ class SoftmaxView:
                                                   None if lg is None else [None if j is None else lg(i, j) for j in cols])
             # the row maximum as the matrix it comes from prints it (1.6330 there, not 1.633 here)
             src_all = np.asarray(src.value, dtype=float)
-            dsrc = decimals_needed([float(x) for x in src_all.ravel()[:4096] if np.isfinite(x)], o.precision)
+            dsrc = decimals_needed(src_all.ravel()[:4096], o.precision)  # non-finite entries need none
             mx = float(d["row_max"][i])
             m_val = f"{mx:.{dsrc}f}" if dsrc and math.isfinite(mx) and mx != 0 and mx == int(mx) else o.fixed(mx, dsrc, pad=False)
             several = np.isfinite(self.shifted(i)).sum() > 1  # then the sum is 1 + something, never exactly 1

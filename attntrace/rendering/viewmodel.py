@@ -164,6 +164,8 @@ def report_view(trace, fmt: str, precision: int, max_size: int, figures: list[di
         "shape_rows": shape_rows(trace, out) if shape_mode else [],
         "sections": sections, "combined": combined, "figures": figures or [],
         "kv_groups": kv_groups(trace),
+        # traced with keep=: the ids of the steps computed but not recorded
+        "not_kept": [esc(i) for i in dict.fromkeys(k.partition("@")[0] for k in settings.get("not_kept", ()))],
         "kv_group_size": trace.num_heads // max(len(kv_groups(trace)), 1),
         # the backward pass (attntrace.kinds.backward), in trace order after the forward steps
         "backward": [] if shape_mode else [StepView(trace, s, out, rows, esc).build() for s in trace.steps if _backward(s)],
