@@ -196,7 +196,7 @@ def notation_rows(trace) -> list[dict[str, str]]:
         shape = sym.shape
         sized = isinstance(shape, tuple)
         rows.append({"tex": tex, "plain": plain, "meaning": sym.meaning, "sized": sized,
-                     "shape": f"{shape[0]} \\times {shape[1]}" if sized else (shape or ""),
+                     "shape": f"{shape[0]}{{\\times}}{shape[1]}" if sized else (shape or ""),
                      "plain_shape": f"{shape[0]} x {shape[1]}" if sized else (shape or "")})
     return rows
 
