@@ -48,9 +48,9 @@ def test_no_symbol_has_two_meanings(name, traces):
 def test_every_listed_symbol_is_used_and_the_section_is_there(name, lang, traces):
     trace = traces[name]
     md = attntrace.render(trace, format="md", lang=lang)
-    lead = {"en": "- **Notation**", "zh": "- **符号**"}[lang]
-    assert lead in md, name
-    before, _, after = md.partition(lead)
+    heading = {"en": "\n## Notation\n", "zh": "\n## 符号\n"}[lang]
+    assert heading in md, name
+    before, _, after = md.partition(heading)
     section, _, rest = after.partition("\n## ")
     math = _math(rest) + " " + _math(before)
     listed = _math(section)
