@@ -1,8 +1,8 @@
 """The position-wise feed-forward network, applied to each row (token) alone.
 
-ReLU/GELU (Vaswani et al. 2017, 3.3; GPT-2 and BERT use GELU): H = N W_1 + b_1, G = act(H),
-F = G W_2 + b_2. SwiGLU (Shazeer 2020, Llama): H = N W_gate, U = N W_up, G = SiLU(H) * U
-entry by entry, F = G W_down (no biases). Weights are (in, out), rows as vectors, like W_Q;
+ReLU/GELU (Vaswani et al. 2017, 3.3; GPT-2 and BERT use GELU): H = N W_1 + b_1, H~ = act(H),
+F = H~ W_2 + b_2. SwiGLU (Shazeer 2020, Llama): H = N W_gate, U = N W_up, H~ = SiLU(H) * U
+entry by entry, F = H~ W_down (no biases); H~ is the role G of the block's state. Weights are (in, out), rows as vectors, like W_Q;
 `nn.Linear.weight` is (out, in) and is transposed on import.
 """
 
