@@ -11,10 +11,13 @@ is 1 and the bias 0, and the formula leaves them out.
 
 from __future__ import annotations
 
+import dataclasses
+
 from attntrace.inputs.blockspec import BLOCK_OPERANDS
-from attntrace.kinds.base import Kind, Symbol, plain_braces
+from attntrace.kinds.base import Kind, Symbol
 from attntrace.kinds.exactsize import check_exact_size
 from attntrace.model.errors import BadInput
+from attntrace.model.formula import Func, Parts, Power, Sqrt, Sym, sym
 
 
 class Norm(Kind):
@@ -22,11 +25,10 @@ class Norm(Kind):
     view, prose = "norm", "norm"
     mistakes = ("norm_unbiased_variance", "norm_wrong_axis")
 
-    def __init__(self, id: str, reads: str, writes: str, letter: str, entry: str, which: int):
+    def __init__(self, id: str, reads: str, writes: str, letter: Sym, entry: Sym, symbol: str, which: int):
         self.id, self.reads, self.writes = id, (reads,), writes
-        self.letter, self.entry, self.symbol = letter, entry, entry
+        self.letter, self.entry, self.symbol = letter, entry, symbol
         self.which = which  # 1 or 2: gamma_1/beta_1 or gamma_2/beta_2, eps of norm1 or norm2
-        self.plain_letter = plain_braces(letter)
 
     def compute(self, ctx, head, state):
         r = state[self.reads[0]]
@@ -43,28 +45,24 @@ class Norm(Kind):
         result, details = value
         _check_spread(self.id, r, details, eps, rms)
         check_exact_size(ctx, self.id, result)
-        # the gain and bias go by their operands' names: gamma, beta for norm 1, gamma^{f}, beta^{f} for norm 2
-        (gl, pgl, _), (bl, pbl, _) = BLOCK_OPERANDS[f"gamma_{self.which}"], BLOCK_OPERANDS[f"beta_{self.which}"]
-        g = f"{gl}_j " if gain is not None else ""
-        b = f" + {bl}_j" if bias is not None else ""
-        e, m = r.entry or "x", r.letter
-        name = "RMSNorm" if rms else "LayerNorm"
-        pg = f"{pgl}_j " if gain is not None else ""
+        e = (r.entry or sym("x")).at("i", "j")
+        eps_ = sym("varepsilon")
         if rms:
-            entry = f"{g}\\frac{{{e}_{{ij}}}}{{\\sqrt{{\\nu_i + \\varepsilon}}}}{b}"
-            pentry = f"{pg}{e}_ij / sqrt(nu_i + eps)"
+            entry = e / Sqrt(sym("nu", "i") + eps_)
         else:
-            entry = f"{g}\\frac{{{e}_{{ij}} - \\mu_i}}{{\\sqrt{{\\sigma_i^2 + \\varepsilon}}}}{b}"
-            pentry = f"{pg}({e}_ij - mu_i) / sqrt(sigma_i^2 + eps)"
-        pentry += f" + {pbl}_j" if bias is not None else ""
-        params = [(t, pt) for (t, pt), op in (((gl, pgl), gain), ((bl, pbl), bias)) if op is not None]
-        args = m + "".join(f";\\ {x}" if k == 0 else f", {x}" for k, (x, _) in enumerate(params))
-        pargs = plain_braces(m) + "".join(f"; {x}" if k == 0 else f", {x}" for k, (_, x) in enumerate(params))
-        formula = f"{self.letter} = \\operatorname{{{name}}}({args}), \\quad {self.entry}_{{ij}} = {entry}"
-        plain = f"{plain_braces(self.letter)} = {name}({pargs}),  {plain_braces(self.entry)}_ij = {pentry}"
+            entry = (e - sym("mu", "i")) / Sqrt(Power(sym("sigma", "i"), 2) + eps_)
+        # the gain and bias go by their operands' names: gamma, beta for norm 1, gamma^f, beta^f for norm 2
+        gl, bl = BLOCK_OPERANDS[f"gamma_{self.which}"][0], BLOCK_OPERANDS[f"beta_{self.which}"][0]
+        if gain is not None:
+            entry = dataclasses.replace(gl, sub="j") * entry
+        if bias is not None:
+            entry = entry + dataclasses.replace(bl, sub="j")
+        params = tuple(s for s, op in ((gl, gain), (bl, bias)) if op is not None)
+        function = Func("RMSNorm" if rms else "LayerNorm", (r.letter,), params=params)
+        formula = Parts((self.letter.eq(function), self.entry.at("i", "j").eq(entry)))
         inputs = [r.ref] + [op.name for op in (gain, bias) if op is not None]
         details = {**details, "norm": "rms" if rms else "layer", "eps": eps, "which": self.which}
-        return ctx.emit(self, None, inputs, formula, plain, result, r.shape, details)
+        return ctx.emit(self, None, inputs, formula, result, r.shape, details)
 
     def notation(self, step):
         """N, n_ij, and the row statistics and eps its formula names."""

@@ -2,7 +2,7 @@
 
 Each kind declares the symbols it introduces (`Kind.notation`: its matrix with its entries,
 and `Kind.symbols` such as the row maximum m or the ALiBi slope lambda); the operands a trace
-starts from are named here (`OPERAND_LETTER`, the one table the reports use too). `notation_of`
+starts from are named here (`OPERAND_SYMBOL`, the one table the reports use too). `notation_of`
 collects them in trace order, once per symbol, and records a *clash* when one letter gets two
 meanings: m for a slope and for a row maximum, say. Letters are compared without their index
 decorations (m_i, m^{(j)} and m are one letter; W_Q and W_K are two, and so are Z^{(i)} and Z), entry names too (q_{ij}
@@ -18,25 +18,23 @@ from dataclasses import dataclass
 from attntrace.inputs.blockspec import BLOCK_OPERANDS
 from attntrace.kinds import kind_of
 from attntrace.kinds.base import Symbol
+from attntrace.model.formula import Word, node, sym
 
-#: operand name -> its entries' base name in symbolic mode, its LaTeX letter, its plain letter
+#: operand name -> its entries' base name in symbolic mode; its symbol in formulas (the reports use these)
 OPERAND_BASE = {"X": "x", "X_kv": "y", "W_Q": "w^{Q}", "W_K": "w^{K}", "W_V": "w^{V}", "W_O": "w^{O}", "b_Q": "b^{Q}", "b_K": "b^{K}",
                 "b_V": "b^{V}", "b_O": "b^{O}", "Q": "q", "K": "k", "V": "v", "scores": "s", "weights": "a", "Z": "z"}
-OPERAND_LETTER = {"X": "X", "X_kv": "X_{kv}", "W_Q": "W_Q", "W_K": "W_K", "W_V": "W_V", "W_O": "W_O", "b_Q": "b_Q", "b_K": "b_K",
-                  "b_V": "b_V", "b_O": "b_O", "Q": "Q", "K": "K", "V": "V", "scores": "S", "weights": "A", "Z": "Z"}
-OPERAND_PLAIN = {"X_kv": "X_kv"}
+#: The symbol of each given matrix in formulas (an operand named like a step stands in for it).
+OPERAND_SYMBOL = {"X": sym("X"), "X_kv": sym("X", "kv"), "scores": sym("S"), "weights": sym("A"), "Z": sym("Z"),
+                  **{m: sym(m) for m in "QKV"}, **{f"{w}_{m}": sym(w, m) for w in "Wb" for m in "QKVO"}}
 #: The KV cache's past keys and values (attntrace.kinds.cache).
-OPERAND_LETTER.update({"K_past": "K_{\\text{past}}", "V_past": "V_{\\text{past}}"})
-OPERAND_PLAIN.update({"K_past": "K_past", "V_past": "V_past"})
+OPERAND_SYMBOL.update({"K_past": sym("K", Word("past")), "V_past": sym("V", Word("past"))})
 OPERAND_BASE.update({"K_past": "k^{p}", "V_past": "v^{p}"})
 #: the QK-norm gains (attntrace.kinds.qknorm): gamma as every gain, q and k as the heads' rows they scale
-OPERAND_LETTER.update({"g_q": "\\gamma^{q}", "g_k": "\\gamma^{k}"})
-OPERAND_PLAIN.update({"g_q": "gamma^q", "g_k": "gamma^k"})
+OPERAND_SYMBOL.update({"g_q": sym("gamma", sup="q"), "g_k": sym("gamma", sup="k")})
 OPERAND_BASE.update({"g_q": "\\gamma^{q}", "g_k": "\\gamma^{k}"})
 # the Transformer block's matrices (attntrace.inputs.blockspec): P, gamma_1, W_1, W_gate, ...
-OPERAND_LETTER.update({k: v[0] for k, v in BLOCK_OPERANDS.items()})
-OPERAND_PLAIN.update({k: v[1] for k, v in BLOCK_OPERANDS.items()})
-OPERAND_BASE.update({k: v[2] for k, v in BLOCK_OPERANDS.items()})
+OPERAND_SYMBOL.update({k: v[0] for k, v in BLOCK_OPERANDS.items()})
+OPERAND_BASE.update({k: v[1] for k, v in BLOCK_OPERANDS.items()})
 #: operands that stand in for a step (a trace that starts mid-way) mean what the step means
 _STEP_OPERANDS = {"Q": "Q", "K": "K", "V": "V", "scores": "scores", "weights": "weights", "Z": "Z", "P": "pos_enc"}
 
@@ -80,10 +78,10 @@ def _plain(tex: str) -> str:
 
 
 def _operand(op) -> Symbol:
-    letter = OPERAND_LETTER.get(op.name, op.name)
+    letter = OPERAND_SYMBOL.get(op.name) or node(op.name)
     base = op.symbol or OPERAND_BASE.get(op.name)
     meaning = _STEP_OPERANDS.get(op.name, op.name)
-    return Symbol(letter, OPERAND_PLAIN.get(op.name, letter), meaning, tuple(op.shape),
+    return Symbol(letter.text("tex"), letter.text("plain"), meaning, tuple(op.shape),
                   f"{base}_{{ij}}" if base else None, f"{_plain(base)}_ij" if base else None)
 
 

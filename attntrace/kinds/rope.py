@@ -14,7 +14,8 @@ under the roles Q and K, so the scores read them: scores' inputs name Q_rope and
 
 from __future__ import annotations
 
-from attntrace.kinds.base import Kind, plain_math, plain_sup, sup
+from attntrace.kinds.base import Kind
+from attntrace.model.formula import Add, Frac, Func, Neg, Num, Paren, Parts, Power, sym
 from attntrace.kinds.projection import kv_head
 
 
@@ -53,8 +54,8 @@ class Rope(Kind):
         self.id = f"{which}_rope"
         self.after = ("V",) if which == "Q" else ("Q_rope",)
         self.reads, self.writes = (which,), which
-        self.letter, self.plain_letter = f"\\tilde{{{which}}}", f"{which}~"
-        self.entry = self.symbol = f"\\tilde{{{which.lower()}}}"
+        self.letter, self.entry = sym(which, accent="tilde"), sym(which.lower(), accent="tilde")
+        self.symbol = f"\\tilde{{{which.lower()}}}"  # SymPy's name of its entries
 
     def enabled(self, problem) -> bool:
         return super().enabled(problem) and "rope" in problem.extra
@@ -76,20 +77,17 @@ class Rope(Kind):
         grouped = self.which == "K" and ctx.p.extra.get("num_kv_heads") is not None and own is not None
         if grouped:  # the report shows it with the first query head of its group, as K
             details["query_heads"] = tuple(i for i in range(1, len(ctx.p.heads) + 1) if kv_head(ctx.p, i) == own)
-        h, ph = sup(own), plain_sup(own)
-        w = self.which
-        formula = (f"\\tilde{{{w}}}{h} = \\operatorname{{RoPE}}({x.letter}{h}), \\quad "
-                   f"\\theta_i = {_base_tex(rope['base'])}^{{-2(i-1)/d_k}}")
-        plain = f"{w}~{ph} = RoPE({plain_math(x.letter)}{ph}),  theta_i = {rope['base']}^(-2(i-1)/d_k)"
-        flow = ctx.emit(self, own, [x.ref], formula, plain, result, x.shape, details)
+        angle = Power(Num(base_text(rope["base"])), Frac(-(Num(2) * Paren(Add((sym("i"), Neg(Num(1))), tight=True))), sym("d", "k"), inline=True))
+        formula = Parts((self.letter.head(own).eq(Func("RoPE", (x.letter.head(own),))), sym("theta", "i").eq(angle)))
+        flow = ctx.emit(self, own, [x.ref], formula, result, x.shape, details)
         if grouped:
             flow.ref = f"{self.id}@{own}"  # read by every query head of the group, as K@j
         memo[(self.id, own)] = flow
         return flow
 
-    def intro(self, tex, plain, steps):
+    def intro(self, term, steps):
         """The scores read the rotated Q-tilde and K-tilde."""
-        return ("\\tilde{Q} \\tilde{K}^{\\top}", "Q~ K~^T") if self.which == "Q" else (tex, plain)
+        return sym("Q", accent="tilde") * sym("K", accent="tilde").T() if self.which == "Q" else term
 
     def json_details(self, details):
         base = details["base"]
@@ -100,7 +98,8 @@ class Rope(Kind):
         return f"{inputs[0]} rotated by its positions"
 
 
-def _base_tex(base) -> str:
+def base_text(base) -> str:
+    """The RoPE base as formulas write it: 10000, not 10000.0."""
     return str(int(base)) if isinstance(base, float) and base == int(base) else str(base)
 
 
