@@ -24,6 +24,8 @@ Numeric, exact and shape mode. Not symbolic: a running maximum of symbols cannot
 
 from __future__ import annotations
 
+import numpy as np
+
 from attntrace.inputs.options import SpecOption
 from attntrace.inputs.stepoptions import parse_online
 from attntrace.kinds.base import Kind, plain_math
@@ -49,6 +51,12 @@ class OnlineStep(Kind):
     def enabled(self, problem) -> bool:
         return False
 
+    # -- the checker ---------------------------------------------------------------------------
+    def carry(self, iv, step, args, mistake):
+        """The step from the student's own earlier blocks (its inputs: the scores, V, and the
+        blocks by address), over intervals; see `carry_block` and `carry_lse`."""
+        return carry_lse(iv, step, args, mistake) if self.id == "lse" else carry_block(iv, step, args, mistake)
+
     def json_details(self, details):
         out = {k: details[k] for k in ("block", "query_block") if k in details}
         for k in ("rows", "cols"):
@@ -63,6 +71,80 @@ ONLINE_SUM = OnlineStep("online_sum", "\\ell", "l")
 ONLINE_OUT = OnlineStep("online_out", "O", "O")
 LSE = OnlineStep("lse", "L", "L")
 ONLINE_OUT.mistakes, LSE.mistakes = ("online_no_rescale",), ("lse_without_max",)
+
+
+def address(step_id: str, block: int, query_block: int, query_blocks: int) -> str:
+    """A block step's address as `Trace.step` reads it: online_max#2, or online_max#1.2 with
+    several query blocks. Block steps name what they read by address, so every block's inputs
+    point at the blocks they were computed from."""
+    return f"{step_id}#{block}" if query_blocks == 1 else f"{step_id}#{query_block}.{block}"
+
+
+def carry_block(iv, step, args, mistake):
+    """m^(j), P^(j), l^(j) or O^(j) from the student's values (every bound a valid enclosure):
+    max is monotone; exp(a - b) increases with a and falls with b (`iv.exp_diff`); products
+    and quotients by their end points, P V by midpoint and radius. Block j >= 2 of l and O also
+    reads m^(j-1) and m^(j), the factor e^(m^(j-1) - m^(j)). online_no_rescale: the factor dropped."""
+    det = step.details
+    rows = det["rows"][1] - det["rows"][0] + 1
+
+    def column(b):
+        if b.shape != (rows, 1):
+            raise iv.Impossible()
+        return b
+
+    def scores(b):
+        if b.shape[0] < det["rows"][1] or b.shape[1] < det["cols"][1]:
+            raise iv.Impossible()
+        return iv.block(b, det["rows"], det["cols"])
+
+    if step.id == "online_max":
+        top = iv.row_max(scores(args[0]))
+        return top if len(args) == 1 else iv.maximum(column(args[1]), top)
+    if step.id == "online_exp":
+        return iv.exp_diff(scores(args[0]), column(args[1]))
+    p = args[0]
+    if p.shape[0] != rows:
+        raise iv.Impossible()
+    if step.id == "online_sum":
+        new = iv.rowsum(p)
+    else:
+        v = args[1]
+        if v.shape[0] < det["cols"][1] or p.shape[1] != det["cols"][1] - det["cols"][0] + 1:
+            raise iv.Impossible()
+        new = iv.matmul(p, iv.block(v, det["cols"]))
+    if det["block"] == 1:
+        return new
+    old = args[-3]
+    if old.shape != new.shape:
+        raise iv.Impossible()
+    if mistake == "online_no_rescale":
+        return iv.plus(old, new)
+    return iv.plus(iv.times(iv.exp_diff(column(args[-2]), column(args[-1])), old), new)
+
+
+def carry_lse(iv, step, args, mistake):
+    """L = m^(Tc) + log l^(Tc) over the query blocks' last blocks (m's first, then l's);
+    lse_without_max: log l alone."""
+    half = len(args) // 2
+    m, l_ = iv.stack(list(args[:half]), axis=0), iv.stack(list(args[half:]), axis=0)
+    if m.shape != l_.shape or m.shape != tuple(step.shape) or (l_.lo <= 0).any():
+        raise iv.Impossible()
+    if mistake == "lse_without_max":
+        return iv.log(l_)
+    if not (np.isfinite(m.lo).all() and np.isfinite(m.hi).all()):
+        raise iv.Impossible()  # a row that saw only masked keys has no log-sum-exp
+    return iv.plus(m, iv.log(l_))
+
+
+def carry_z(iv, step, args):
+    """Z = diag(l^(Tc))^-1 O^(Tc) from the query blocks' last O's and l's (the checker's rule
+    for an online Z; an ordinary Z is A V, the checker's own)."""
+    half = len(args) // 2
+    o, l_ = iv.stack(list(args[:half]), axis=0), iv.stack(list(args[half:]), axis=0)
+    if o.shape != tuple(step.shape) or l_.shape != (o.shape[0], 1):
+        raise iv.Impossible()
+    return iv.quotient(o, l_)
 
 
 def _rng(a: int, b: int) -> str:
@@ -110,26 +192,28 @@ class OnlineWeightedSum(WeightedSum):
                 ptsub = f"{plain_math(t.letter)}[{rows[0]}..{rows[1]}, {cols[0]}..{cols[1]}]"
                 vsub, pvsub = f"V_{{{_rng(*cols)},\\,:}}", f"V[{cols[0]}..{cols[1]}, :]"
                 first = kb == 1
+                at = lambda sid, b=kb: address(sid, b, qb, n_qblocks)  # noqa: E731 - a block's address
+                rescale = [] if first else [at("online_max", kb - 1), at("online_max")]  # e^(m^(j-1) - m^(j))
                 ordinary_m = None if row_max is None else _column(alg, row_max, r0, r1)
                 ordinary_l = None if row_sum is None else _column(alg, row_sum, r0, r1)
                 # FlashAttention-2's updates, block 1 too: from m^(0) = -inf, l^(0) = 0, O^(0) = 0 the
                 # factor e^(m^(0) - m^(1)) is 0, so each block-1 formula ends in what it reduces to
                 rowmax, prowmax = f"\\operatorname{{rowmax}}({tsub})", f"rowmax({ptsub})"
-                ctx.emit(ONLINE_MAX, head, [t.ref] + ([] if first else ["online_max"]),
+                ctx.emit(ONLINE_MAX, head, [t.ref] + ([] if first else [at("online_max", kb - 1)]),
                          f"m{q}{j} = \\max\\left(m{q}{prev}, {rowmax}\\right)" + (f" = {rowmax}" if first else ""),
                          f"m{pq}{pj} = max(m{pq}{pprev}, {prowmax})" + (f" = {prowmax}" if first else ""),
                          u["m"], (r1 - r0, 1), {**info, "ordinary": ordinary_m})
                 p_tex, p_plain = f"\\tilde{{P}}{q}{j}", f"P~{pq}{pj}"
-                ctx.emit(ONLINE_EXP, head, [t.ref, "online_max"], f"{p_tex} = \\exp\\left({tsub} - m{q}{j}\\right)",
+                ctx.emit(ONLINE_EXP, head, [t.ref, at("online_max")], f"{p_tex} = \\exp\\left({tsub} - m{q}{j}\\right)",
                          f"{p_plain} = exp({ptsub} - m{pq}{pj})", u["P"], (r1 - r0, c1 - c0), info)
                 alpha, palpha = f"e^{{m{q}{prev} - m{q}{j}}}", f"e^(m{pq}{pprev} - m{pq}{pj})"
                 rowsum, prowsum = f"\\operatorname{{rowsum}}({p_tex})", f"rowsum({p_plain})"
-                ctx.emit(ONLINE_SUM, head, ["online_exp"] + ([] if first else ["online_sum", "online_max"]),
+                ctx.emit(ONLINE_SUM, head, [at("online_exp")] + ([] if first else [at("online_sum", kb - 1)] + rescale),
                          f"\\ell{q}{j} = {alpha} \\ell{q}{prev} + {rowsum}" + (f" = {rowsum}" if first else ""),
                          f"l{pq}{pj} = {palpha} l{pq}{pprev} + {prowsum}" + (f" = {prowsum}" if first else ""),
                          u["l"], (r1 - r0, 1), {**info, "alpha": None if first else u["alpha"], "ordinary": ordinary_l})
                 pv, ppv = f"{p_tex} {vsub}", f"{p_plain} {pvsub}"
-                ctx.emit(ONLINE_OUT, head, ["online_exp", v.ref] + ([] if first else ["online_out", "online_max"]),
+                ctx.emit(ONLINE_OUT, head, [at("online_exp"), v.ref] + ([] if first else [at("online_out", kb - 1)] + rescale),
                          f"O{q}{j} = \\operatorname{{diag}}\\left({alpha}\\right) O{q}{prev} + {pv}" + (f" = {pv}" if first else ""),
                          f"O{pq}{pj} = diag({palpha}) O{pq}{pprev} + {ppv}" + (f" = {ppv}" if first else ""),
                          u["O"], (r1 - r0, dv), {**info, "alpha": None if first else u["alpha"]})
@@ -142,10 +226,11 @@ class OnlineWeightedSum(WeightedSum):
         z = None if shape_mode else alg.vstack(z_parts)
         last = f"^{{({n_kblocks})}}"
         ordinary_lse = None if row_max is None or row_sum is None else _lse(alg, row_max, row_sum)
-        ctx.emit(LSE, head, ["online_max", "online_sum"], f"L = m{last} + \\log \\ell{last}", f"L = m({n_kblocks}) + log l({n_kblocks})",
+        last_of = lambda sid: [address(sid, n_kblocks, i, n_qblocks) for i in range(1, n_qblocks + 1)]  # noqa: E731
+        ctx.emit(LSE, head, last_of("online_max") + last_of("online_sum"), f"L = m{last} + \\log \\ell{last}", f"L = m({n_kblocks}) + log l({n_kblocks})",
                  lse, (n, 1), {"blocks": n_kblocks, "query_blocks": n_qblocks, "ordinary": ordinary_lse})
         ordinary = None if shape_mode else alg.matmul(a.value, v.value)
-        return ctx.emit(self, head, ["online_out", "online_sum"], f"Z = \\operatorname{{diag}}\\left(\\ell{last}\\right)^{{-1}} O{last}",
+        return ctx.emit(self, head, last_of("online_out") + last_of("online_sum"), f"Z = \\operatorname{{diag}}\\left(\\ell{last}\\right)^{{-1}} O{last}",
                         f"Z = diag(l({n_kblocks}))^-1 O({n_kblocks})", z, (n, dv),
                         {"online": True, "blocks": n_kblocks, "query_blocks": n_qblocks, "block_keys": bc, "block_queries": br,
                          "ordinary": ordinary, "max_diff": None if shape_mode else _max_diff(z, ordinary)})
@@ -159,8 +244,6 @@ class OnlineWeightedSum(WeightedSum):
 def _column(alg, values, r0, r1):
     """Rows r0..r1 of a per-row softmax detail (row_max, row_sum) as a column."""
     if alg.mode == "numeric":
-        import numpy as np
-
         return np.asarray(values[r0:r1], dtype=float).reshape(-1, 1)
     import sympy as sp
 
@@ -171,8 +254,6 @@ def _column(alg, values, r0, r1):
 def _lse(alg, row_max, row_sum):
     """The ordinary log-sum-exp of each row, m_i + log of the shifted exponentials' sum."""
     if alg.mode == "numeric":
-        import numpy as np
-
         return (np.asarray(row_max, dtype=float) + np.log(np.asarray(row_sum, dtype=float))).reshape(-1, 1)
     import sympy as sp
 
@@ -183,8 +264,6 @@ def _lse(alg, row_max, row_sum):
 
 def _max_diff(z, ordinary) -> float:
     """max |Z_online - A V| over the entries (evaluated to 30 digits in exact mode)."""
-    import numpy as np
-
     if isinstance(z, np.ndarray):
         return float(np.max(np.abs(z - ordinary))) if z.size else 0.0
     import sympy as sp
