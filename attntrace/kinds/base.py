@@ -84,6 +84,9 @@ class Kind:
     mistakes: ClassVar[tuple[str, ...]] = ()
     #: Its values may be infinite on purpose (masked scores are -inf): no overflow check.
     infinite_ok: ClassVar[bool] = False
+    #: How its two inputs meet in the shape line when they meet entry by entry (a broadcast, not
+    #: a product): ("+", "+") for a sum, ("\\odot", "*") for a product; None: the usual line.
+    elementwise: ClassVar[tuple[str, str] | None] = None
 
     def enabled(self, problem) -> bool:
         """Whether this kind runs for the problem (start, scale, mask settings, ...)."""

@@ -60,6 +60,7 @@ class QKNorm(Kind):
     pipeline = "head"
     starts = ("X", "QKV")
     view, prose = "norm", "qk_norm"
+    elementwise = ("\\odot", "*")  # the gain multiplies each row
 
     def __init__(self, which: str):
         self.which = which

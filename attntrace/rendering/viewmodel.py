@@ -248,9 +248,9 @@ def mark_repeats(view: dict[str, Any]) -> None:
     for vm in order:
         if not isinstance(vm, dict) or "prose" not in vm:
             continue
-        # Q, K, V share one explanation, as do the two norms and the two residuals; other kinds
+        # Q, K, V share one explanation, as do the two norms, Q_norm and K_norm, and the two residuals; other kinds
         # that share a prose module (the backward steps, the online softmax) differ by kind
-        key = vm["prose"] if vm["prose"] in ("projection", "norm", "residual", "rope") else f'{vm["prose"]}/{vm["kind"]}'
+        key = vm["prose"] if vm["prose"] in ("projection", "norm", "qk_norm", "residual", "rope") else f'{vm["prose"]}/{vm["kind"]}'
         seen = first.get(key)
         earlier = by_kind.setdefault(vm["kind"], {"head": vm.get("head", 0), "kind": vm["kind"]})
         if earlier["head"] and vm.get("head") != earlier["head"]:

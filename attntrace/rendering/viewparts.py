@@ -171,7 +171,7 @@ def shape_dims(trace, step, out, short: bool = False) -> str:
     shapes = [r.shape for r in ins]
     if step.id == "scores":
         shapes[1] = shapes[1][::-1]
-    op = ELEMENTWISE.get(step.id)
+    op = ELEMENTWISE.get(step.id) or kind_of(step.id).elementwise
     if op is not None and len(shapes) == 2:  # an addition or an entrywise product, not a matrix product
         sign = op[1] if out.plain else op[0]
         return f"{paren(shapes[0])} {sign} {paren(shapes[1])}{arrow}{paren(step.shape)}"
