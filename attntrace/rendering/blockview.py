@@ -30,17 +30,17 @@ def _rhs(sv, vm) -> str:
 
 
 def _entry_formula(sv, vm) -> list[str]:
-    """The formula block: the matrix form, and under it the entry formula, aligned at =."""
+    """The formula block: the entry formula (the matrix form, N = LayerNorm(R), starts the
+    result's line right below, so it is not written twice); the matrix form when there is none."""
     o, f = sv.out, vm["formula"]
     if o.plain:
         return [f]
     head, _, entry = f.partition(", \\quad ")
-    lhs, _, rhs = head.partition(" = ")
-    lines = sv.fit(lhs, [rhs], align=True)
     if entry:
         elhs, _, erhs = entry.partition(" = ")
-        lines += sv.fit(elhs, [erhs], align=True)
-    return lines
+        return sv.fit(elhs, [erhs])
+    lhs, _, rhs = head.partition(" = ")
+    return sv.fit(lhs, [rhs], align=True)
 
 
 def _number(o, x, exact: bool) -> list:
