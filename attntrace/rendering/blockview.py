@@ -133,10 +133,13 @@ def build_sum(sv, vm) -> None:
     lhs = sv.named(sv.ref)
     budget = sv.budget(lhs)
     sides: list = [_rhs(sv, vm)]
-    if a.value is not None and b.value is not None and not o.plain and max(a.shape) <= o.max_size:
+    # a residual's operands are the sublayer's input and its output, both shown just before: not again
+    if a.value is not None and b.value is not None and not o.plain and max(a.shape) <= o.max_size and s.id == "embed":
         seq = Seq((sv.shown(a, budget - 2), "+ " + sv.shown(b, budget - 2)), joiner=" ")
         if o.measure(seq.tex()) <= budget:  # side by side, or not at all: both were shown before
             sides.append(seq)
+            # the second residual after the first: formula = result (mark_repeats picks it)
+            vm["main_short"] = [block(sv.fit(sv.named(sv.ref), [sides[0]] + sv.result_side(s.value, budget)))]
 
     def entry(i, j):
         names = Seq((sv.ename(a, i, j), "+ " + sv.ename(b, i, j)), " ")

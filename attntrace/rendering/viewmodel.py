@@ -244,6 +244,7 @@ def mark_repeats(view: dict[str, Any]) -> None:
     order += view["combined"] + view["block_post"] + view["backward"]
     first: dict[str, dict[str, Any]] = {}
     by_kind: dict[str, dict[str, Any]] = {}
+    first_view: dict[str, dict[str, Any]] = {}
     intros_seen: set = set()
     for vm in order:
         if not isinstance(vm, dict) or "prose" not in vm:
@@ -257,8 +258,13 @@ def mark_repeats(view: dict[str, Any]) -> None:
             seen = earlier  # K of head 2 repeats K of head 1 (not Q of head 2)
         if seen is None:
             first[key] = {"head": vm.get("head", 0), "kind": vm["kind"]}
+            first_view[key] = vm
         else:
             vm["again"] = seen
+            shown = first_view.get(key, {}).get("extra", {})
+            if vm["extra"].get("angle_blocks") and vm["extra"].get("angle_blocks") == shown.get("angle_blocks"):
+                # the keys turn by the queries' angles (same positions): the rule and angles are above
+                vm["extra"]["angle_blocks"], vm["extra"]["rule"], vm["extra"]["same_angles"] = [], [], True
             if vm.get("main_short"):  # the product was shown with its factors once: now formula = result
                 vm["main"] = vm["main_short"]
             if seen["kind"] == vm["kind"] and seen["head"] and vm.get("head") != seen["head"]:
