@@ -54,8 +54,6 @@ CATALOGUE = {
     "grad_scale_forgotten": "dscores",  # dS = dT: the 1/sqrt(d_k) forgotten on the way back
     "dV_missing_transpose": "dV",     # dV = A dZ instead of A^T dZ
     "dK_missing_transpose": "dK",     # dK = dS Q instead of dS^T Q
-    "online_no_rescale": "online_out",  # O^(j) = O^(j-1) + P^(j) V_j: e^(m^(j-1) - m^(j)) dropped
-    "lse_without_max": "lse",         # L = log l: the running maximum m not added back
     "norm_unbiased_variance": "norm1",  # LayerNorm's variance divided by d - 1 (also norm2)
     "norm_wrong_axis": "norm1",       # each column normalised over the tokens (also norm2)
     "gelu_relu_confused": "ffn_act",  # ReLU where GELU is asked, or the reverse

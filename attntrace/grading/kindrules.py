@@ -27,9 +27,6 @@ are read through `kindcarry`):
 - `grad_scale_forgotten`: dS = dT, the 1/sqrt(d_k) of the scaling forgotten on the way back;
 - `dV_missing_transpose`: dV = A dZ instead of A^T dZ;
 - `dK_missing_transpose`: dK = dS Q instead of dS^T Q;
-- `online_no_rescale`: the online softmax's O^(j) = O^(j-1) + P^(j) V_j, the factor
-  e^(m^(j-1) - m^(j)) dropped (in every block j >= 2, from the student's own O^(j-1));
-- `lse_without_max`: the log-sum-exp L = log l, the running maximum m not added back;
 - `norm_unbiased_variance`: LayerNorm's variance divided by d - 1 instead of d;
 - `norm_wrong_axis`: each column normalised over the tokens instead of each row over its features;
 - `gelu_relu_confused`: ReLU where the FFN asks for GELU, or GELU where it asks for ReLU;
@@ -61,8 +58,6 @@ STEPS = {
     "grad_scale_forgotten": ("dscores",),
     "dV_missing_transpose": ("dV",),
     "dK_missing_transpose": ("dK",),
-    "online_no_rescale": ("online_out",),
-    "lse_without_max": ("lse",),
     "norm_unbiased_variance": ("norm1", "norm2"),
     "norm_wrong_axis": ("norm1", "norm2"),
     "gelu_relu_confused": ("ffn_act",),
@@ -90,8 +85,6 @@ def mutations(code: str, world) -> list:
         return [mutation] if any(s.details.get("rule") == "softmax" for s in present) else []
     if code == "grad_scale_forgotten":
         return [mutation] if any(s.details.get("rule") == "scale" for s in present) else []
-    if code == "online_no_rescale":
-        return [mutation] if any(s.details.get("block", 1) > 1 for s in present) else []
     if code == "norm_unbiased_variance":
         return [mutation] if any(s.details.get("norm") == "layer" for s in present) else []
     if code == "gelu_relu_confused":

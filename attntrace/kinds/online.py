@@ -29,7 +29,7 @@ import numpy as np
 
 from attntrace.inputs.options import SpecOption
 from attntrace.inputs.stepoptions import parse_online
-from attntrace.kinds.base import Kind
+from attntrace.kinds.base import Kind, Mistake
 from attntrace.kinds.weighted_sum import WeightedSum
 from attntrace.model.errors import BadInput
 from attntrace.model.formula import Func, Num, Power, Slice, Sym, sym
@@ -72,7 +72,9 @@ ONLINE_EXP = OnlineStep("online_exp", sym("P", accent="tilde"))
 ONLINE_SUM = OnlineStep("online_sum", sym("ell"))
 ONLINE_OUT = OnlineStep("online_out", sym("O", accent="tilde"))
 LSE = OnlineStep("lse", sym("L"))
-ONLINE_OUT.mistakes, LSE.mistakes = ("online_no_rescale",), ("lse_without_max",)
+# the checker's mistakes (their sentences: the macros of that name in templates/prose/*/online.j2)
+ONLINE_OUT.mistakes = (Mistake("online_no_rescale", when=lambda steps: any(s.details.get("block", 1) > 1 for s in steps)),)
+LSE.mistakes = (Mistake("lse_without_max"),)
 ONLINE_MAX.meaning = "row_max"  # the row maximum so far: after the last block, the softmax's m_i
 
 
