@@ -14,7 +14,7 @@ from attntrace.kinds import kind_of
 from attntrace.rendering import views
 from attntrace.inputs.blockspec import BLOCK_OPERANDS
 from attntrace.model.formula import Juxt, Node, Num, Op, Rel, Seq, Shape, Stack, Word, node, sym, to
-from attntrace.rendering.formulatext import tex
+from attntrace.rendering.formulatext import ACCENTS, tex
 from attntrace.rendering.printing import entry_name, pick
 
 OPERAND_BASE = {"X": "x", "X_kv": "y", "W_Q": "w^{Q}", "W_K": "w^{K}", "W_V": "w^{V}", "W_O": "w^{O}", "b_Q": "b^{Q}", "b_K": "b^{K}",
@@ -71,7 +71,7 @@ class Ref:
         return entry_name(self.base, i + 1, j + 1, self.head, wide=wide)
 
 
-_ENTRY_NAME = re.compile(r"(?:\\(tilde|hat)\{(\w)\}|(\w))(?:\^\{\((\d+)\)\})?_\{[\d,]+\}")
+_ENTRY_NAME = re.compile(r"(?:\\(" + "|".join(ACCENTS) + r")\{(\w)\}|(\w))(?:\^\{\((\d+)\)\})?_\{[\d,]+\}")
 
 
 def entry_base(name: str) -> Node:
