@@ -26,7 +26,7 @@ TEX_FUNCTIONS = {"max", "min", "exp", "log", "sin", "cos", "tanh"}
 OPERATORS = {"mul": (" \\cdot ", " * ", "⋅"), "hadamard": (" \\odot ", " * ", "⊙"), "circ": (" \\circ ", " o ", "∘"), "in": (" \\in ", " in ", "∈"),
              "times": (" \\times ", " x ", "×"), "cdot": (" \\cdot ", "*", "⋅")}
 #: Relations of `Rel`: LaTeX, plain, MathML.
-RELATIONS = {"eq": (" = ", " = ", "="), "lt": (" < ", " < ", "&lt;"), "approx": (" \\approx ", " ~ ", "≈"), "to": (" \\to ", " -> ", "→"),
+RELATIONS = {"eq": (" = ", " = ", "="), "lt": (" < ", " < ", "<"), "approx": (" \\approx ", " ~ ", "≈"), "to": (" \\to ", " -> ", "→"),
              "le": (" \\le ", " <= ", "≤")}
 ACCENTS = {"tilde": ("\\tilde", "~", "~"), "hat": ("\\hat", "'", "^"), "bar": ("\\bar", "bar", "¯")}
 
