@@ -29,8 +29,9 @@ PARTS = ("self_attention",)
 #: operand name -> (its symbol in formulas, entry base in symbolic mode)
 BLOCK_OPERANDS = {
     "P": (sym("P"), "p"),
-    "gamma_1": (sym("gamma", "1"), "g"), "beta_1": (sym("beta", "1"), "c"),
-    "gamma_2": (sym("gamma", "2"), "g^{f}"), "beta_2": (sym("beta", "2"), "c^{f}"),
+    # the norms' gains and biases are named as the norms are (N, N^f): gamma, beta and gamma^f, beta^f
+    "gamma_1": (sym("gamma"), "\\gamma"), "beta_1": (sym("beta"), "\\beta"),
+    "gamma_2": (sym("gamma", sup="f"), "\\gamma^{f}"), "beta_2": (sym("beta", sup="f"), "\\beta^{f}"),
     "W_1": (sym("W", "1"), "w^{h}"), "b_1": (sym("b", "1"), "b^{h}"), "W_2": (sym("W", "2"), "w^{f}"), "b_2": (sym("b", "2"), "b^{f}"),
     "W_gate": (sym("W", Word("gate", roman=True)), "w^{g}"), "W_up": (sym("W", Word("up", roman=True)), "w^{u}"),
     "W_down": (sym("W", Word("down", roman=True)), "w^{d}"),

@@ -1,12 +1,12 @@
 """ALiBi (Press et al., "Train Short, Test Long"): a linear bias by distance, T-hat = T + B.
 
-Head h adds b_ij = -m_h (i - j) to its (scaled) scores: each step back in the sequence costs
-m_h, so the head prefers near keys, more strongly the larger its slope. The slopes are the
+Head h adds b_ij = -lambda_h (i - j) to its (scaled) scores: each step back in the sequence costs
+lambda_h, so the head prefers near keys, more strongly the larger its slope. The slopes are the
 paper's geometric sequence 2^(-8/H), 2^(-16/H), ..., 2^(-8) for H heads (a power of 2), with
 the paper's rule for other head counts (`attntrace.inputs.positional.paper_slopes`), or given
 one per head. The bias comes after the scaling and before the mask: the entries j > i that it
-makes positive are the ones a causal mask removes. Bloom's variant adds m_h j instead, which
-differs per row by the constant m_h i and so gives the same weights.
+makes positive are the ones a causal mask removes. Bloom's variant adds lambda_h j instead, which
+differs per row by the constant lambda_h i and so gives the same weights.
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ class Biased(Kind):
     letter, entry = sym("T", accent="hat"), sym("t", accent="hat")
     view, prose = "alibi", "alibi"
     mistakes = ("alibi_slope_sign",)
+    meaning = "biased"
+    symbols = (("\\lambda", "lambda", "alibi_slope", "scalar"), ("B", "B", "score_bias", "step"))
 
     def enabled(self, problem) -> bool:
         return super().enabled(problem) and "alibi" in problem.extra
@@ -45,7 +47,7 @@ class Biased(Kind):
         result = ctx.alg.plus(t.value, bias)
         details = {"slope": slope, "exponent": exponent, "bias": bias, "heads": len(ctx.p.heads), "head_index": k + 1, "offset": offset}
         i = sym("i") + offset if offset else sym("i")
-        slope = -sym("m").head(head)
+        slope = -sym("lambda").head(head)
         formula = Parts((self.letter.head(head).eq(t.letter.head(head) + sym("B").head(head)),
                          sym("b").head(head).at("i", "j").eq(slope * Space() * Paren(i - sym("j")))))
         return ctx.emit(self, head, [t.ref], formula, result, t.shape, details)

@@ -28,12 +28,12 @@ from __future__ import annotations
 from attntrace.inputs.expr import to_plain
 from attntrace.inputs.options import SpecOption
 from attntrace.inputs.stepoptions import parse_backward
-from attntrace.kinds.base import Flow, Kind
+from attntrace.kinds.base import Flow, Kind, Symbol
 from attntrace.model.errors import BadInput
 from attntrace.model.formula import ONES, Add, Diff, Dots, Frac, Hcat, Node, Op, Paren, Partial, Seq, Slice, Sqrt, Sum, Sym, node, sym
 
 #: The spec's `backward`: true, {loss = "sum_squares" | "sum"} or {dO = [[...]]} (Problem.extra["backward"]).
-SPEC_OPTIONS = (SpecOption("backward", lambda value, reader: parse_backward(value, reader.mode), "true or {loss = ...} or {dO = [[...]]}"),)
+SPEC_OPTIONS = (SpecOption("backward", lambda value, reader: parse_backward(value, reader.mode, "g^{O}" if "W_O" in reader.data else "g^{Z}"), "true or {loss = ...} or {dO = [[...]]}"),)
 
 
 def _find(ctx, step_id: str, head):
@@ -96,6 +96,14 @@ class Grad(Kind):
                              out.shape, "sum")
         return self.emit(ctx, head, [out.ref], partial.eq(2 * o), ctx.alg.times(out.value, 2), out.shape,
                          "sum_squares")
+
+    def notation(self, step):
+        """dM with its entries g^{M}_{ij}; the loss L where the backward pass starts; r_i through the softmax."""
+        rule = step.details.get("rule")
+        extra = {"given": [Symbol("L", "L", "loss", "scalar")], "sum": [Symbol("L", "L", "loss", "scalar")],
+                 "sum_squares": [Symbol("L", "L", "loss", "scalar")],
+                 "softmax": [Symbol("r_i", "r_i", "softmax_grad_mean", (step.shape[0], 1))]}.get(rule, [])
+        return super().notation(step) + extra
 
     def json_details(self, details):
         out = {"rule": details.get("rule")}

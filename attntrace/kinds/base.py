@@ -15,9 +15,24 @@ declarations; adding a kind touches no other kind and no registry.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from attntrace.model.formula import Expr, Node, node
+
+
+@dataclass(frozen=True)
+class Symbol:
+    """One row of a trace's notation table: a symbol (LaTeX and plain), the key of its meaning
+    (words in templates/prose/{lang}/notation.j2), its shape (rows, cols) or a word key
+    ("scalar", ...), and its entries' name when it is a matrix (q_{ij} of Q)."""
+
+    tex: str
+    plain: str
+    meaning: str
+    shape: tuple[int, int] | str | None = None
+    entry: str | None = None
+    plain_entry: str | None = None
 
 
 class Flow:
@@ -85,6 +100,12 @@ class Kind:
     mistakes: ClassVar[tuple[str, ...]] = ()
     #: Its values may be infinite on purpose (masked scores are -inf): no overflow check.
     infinite_ok: ClassVar[bool] = False
+    #: The key of what its matrix means in the notation table (default: its id); two kinds that
+    #: make the same quantity (the ALiBi and the given bias) share one.
+    meaning: ClassVar[str | None] = None
+    #: The other symbols its formula introduces, (tex, plain, meaning key, shape): shape is
+    #: "scalar", "rows" (one per row of the step: n x 1), "step" (the step's shape), "pairs" (1 x half its columns) or a word key of the notation templates.
+    symbols: ClassVar[tuple[tuple[str, str, str, str], ...]] = ()
     #: How its two inputs meet in the shape line when they meet entry by entry (a broadcast, not
     #: a product): "add" for a sum, "hadamard" for a product; None: the usual line.
     elementwise: ClassVar[str | None] = None
@@ -97,6 +118,19 @@ class Kind:
         """Compute the step from the head's state and record it with `ctx.emit` (`ctx`: an
         `attntrace.kinds.context.Context`, not imported here since that module imports this one)."""
         raise NotImplementedError
+
+    def notation(self, step) -> list[Symbol]:
+        """The symbols this step introduces (its matrix with its entries, and `symbols`)."""
+        out = []
+        if self.letter:
+            letter = node(self.letter)
+            entry = node(self.entry).at("i", "j") if self.entry and node(self.entry) != letter else None
+            out.append(Symbol(letter.text("tex"), letter.text("plain"), self.meaning or self.id, tuple(step.shape),
+                              entry.text("tex") if entry else None, entry.text("plain") if entry else None))
+        for tex, plain, meaning, shape in self.symbols:
+            sized = {"rows": (step.shape[0], 1), "step": tuple(step.shape), "pairs": (1, step.shape[1] // 2)}
+            out.append(Symbol(tex, plain, meaning, sized.get(shape, shape)))
+        return out
 
     #: How the checker recomputes the step from the student's own earlier values, over intervals
     #: (None: no rule, the step is taken at its true value and nothing is carried through it).

@@ -23,6 +23,8 @@ class ScoreBias(Kind):
     starts = ("X", "QKV", "scores")
     letter, entry = sym("T", accent="hat"), sym("t", accent="hat")
     view, prose = "bias", "bias"
+    meaning = "biased"
+    symbols = (("B", "B", "score_bias", "step"),)
 
     def enabled(self, problem) -> bool:
         return super().enabled(problem) and "attn_bias" in problem.extra

@@ -1,8 +1,8 @@
 """The position-wise feed-forward network, applied to each row (token) alone.
 
-ReLU/GELU (Vaswani et al. 2017, 3.3; GPT-2 and BERT use GELU): H = N W_1 + b_1, G = act(H),
-F = G W_2 + b_2. SwiGLU (Shazeer 2020, Llama): H = N W_gate, U = N W_up, G = SiLU(H) * U
-entry by entry, F = G W_down (no biases). Weights are (in, out), rows as vectors, like W_Q;
+ReLU/GELU (Vaswani et al. 2017, 3.3; GPT-2 and BERT use GELU): H = N W_1 + b_1, H~ = act(H),
+F = H~ W_2 + b_2. SwiGLU (Shazeer 2020, Llama): H = N W_gate, U = N W_up, H~ = SiLU(H) * U
+entry by entry, F = H~ W_down (no biases); H~ is the role G of the block's state. Weights are (in, out), rows as vectors, like W_Q;
 `nn.Linear.weight` is (out, in) and is transposed on import.
 """
 
@@ -54,7 +54,7 @@ class Activation(Kind):
     id = "ffn_act"
     per_head = False
     reads, writes = ("H",), "G"
-    letter, entry, symbol = "G", "g", "g"
+    letter, entry, symbol = sym("H", accent="tilde"), sym("h", accent="tilde"), "\\tilde{h}"
     view, prose = "activation", "ffn_act"
     mistakes = ("gelu_relu_confused",)
 
@@ -67,7 +67,7 @@ class Activation(Kind):
             result = ctx.alg.hadamard(ctx.alg.activation(h.value, "silu"), u.value)
             check_exact_size(ctx, self.id, result)
             silu = Op("hadamard", Func("SiLU", (sym("H"),)), sym("U"))
-            formula = Parts((sym("G").eq(silu), sym("g").at("i", "j").eq(hij / (1 + Power(sym("e"), -hij)) * Space() * sym("u").at("i", "j"))))
+            formula = Parts((sym("H", accent="tilde").eq(silu), sym("h", accent="tilde").at("i", "j").eq(hij / (1 + Power(sym("e"), -hij)) * Space() * sym("u").at("i", "j"))))
             return ctx.emit(self, None, [h.ref, u.ref], formula, result, h.shape, {"activation": act})
         result = ctx.alg.activation(h.value, act)
         check_exact_size(ctx, self.id, result)
@@ -80,7 +80,7 @@ class Activation(Kind):
             inner = Sqrt(Frac(Num(2), sym("pi"), inline=True)) * Space() * Paren(hij + Num(0.044715) * Space() * Power(hij, Num(3)))
             entry = half * hij * Paren(1 + Func("tanh", (inner,), sized=True), sized=True)
         op = "GELU" if act.startswith("gelu") else "ReLU"
-        formula = Parts((sym("G").eq(Func(op, (sym("H"),))), sym("g").at("i", "j").eq(entry)))
+        formula = Parts((sym("H", accent="tilde").eq(Func(op, (sym("H"),))), sym("h", accent="tilde").at("i", "j").eq(entry)))
         return ctx.emit(self, None, [h.ref], formula, result, h.shape, {"activation": act})
 
     def json_details(self, details):

@@ -4,13 +4,17 @@ LayerNorm (Ba et al. 2016, as torch.nn.LayerNorm): n_ij = gamma_j (r_ij - mu_i) 
 + beta_j with the row mean mu_i and the *biased* variance sigma_i^2 = (1/d) sum_k (r_ik - mu_i)^2.
 RMSNorm (Zhang & Sennrich 2019, as torch.nn.RMSNorm and Llama): n_ij = gamma_j r_ij / sqrt(nu_i + eps)
 with the mean square nu_i = (1/d) sum_k r_ik^2, no centring and no bias. The gain and bias are
-the spec's norm1/norm2 tables (operands gamma_1, beta_1, gamma_2, beta_2); without them the gain
+the spec's norm1/norm2 tables (operands gamma_1, beta_1, gamma_2, beta_2, written gamma, beta, gamma^f,
+beta^f as N and N^f are); without them the gain
 is 1 and the bias 0, and the formula leaves them out.
 """
 
 from __future__ import annotations
 
-from attntrace.kinds.base import Kind
+import dataclasses
+
+from attntrace.inputs.blockspec import BLOCK_OPERANDS
+from attntrace.kinds.base import Kind, Symbol
 from attntrace.kinds.exactsize import check_exact_size
 from attntrace.model.errors import BadInput
 from attntrace.model.formula import Func, Parts, Power, Sqrt, Sym, sym
@@ -47,16 +51,25 @@ class Norm(Kind):
             entry = e / Sqrt(sym("nu", "i") + eps_)
         else:
             entry = (e - sym("mu", "i")) / Sqrt(Power(sym("sigma", "i"), 2) + eps_)
+        # the gain and bias go by their operands' names: gamma, beta for norm 1, gamma^f, beta^f for norm 2
+        gl, bl = BLOCK_OPERANDS[f"gamma_{self.which}"][0], BLOCK_OPERANDS[f"beta_{self.which}"][0]
         if gain is not None:
-            entry = sym("gamma", "j") * entry
+            entry = dataclasses.replace(gl, sub="j") * entry
         if bias is not None:
-            entry = entry + sym("beta", "j")
-        params = tuple(sym(n, self.which) for n, op in (("gamma", gain), ("beta", bias)) if op is not None)
+            entry = entry + dataclasses.replace(bl, sub="j")
+        params = tuple(s for s, op in ((gl, gain), (bl, bias)) if op is not None)
         function = Func("RMSNorm" if rms else "LayerNorm", (r.letter,), params=params)
         formula = Parts((self.letter.eq(function), self.entry.at("i", "j").eq(entry)))
         inputs = [r.ref] + [op.name for op in (gain, bias) if op is not None]
         details = {**details, "norm": "rms" if rms else "layer", "eps": eps, "which": self.which}
         return ctx.emit(self, None, inputs, formula, result, r.shape, details)
+
+    def notation(self, step):
+        """N, n_ij, and the row statistics and eps its formula names."""
+        rows = (step.shape[0], 1)
+        stats = ([Symbol("\\nu_i", "nu_i", "mean_square", rows)] if step.details["norm"] == "rms"
+                 else [Symbol("\\mu_i", "mu_i", "row_mean", rows), Symbol("\\sigma_i^2", "sigma_i^2", "row_variance", rows)])
+        return super().notation(step) + stats + [Symbol("\\varepsilon", "eps", "norm_eps", "scalar")]
 
     def json_details(self, details):
         out = {"norm": details["norm"], "eps": details["eps"]}

@@ -13,7 +13,8 @@ output O:
 from m^(0) = -inf, l^(0) = 0, O^(0) = 0 (block 1's factor e^(m^(0) - m^(1)) is 0: its formulas
 are written in full and then as what they reduce to); at the end Z = diag(l^(Tc))^-1 O^(Tc)
 and the log-sum-exp L = m^(Tc) + log l^(Tc) (what the backward pass keeps). The letters are
-the paper's (m, l, P-tilde, O, L); its S^(j) is the block T_j of the scaled (masked) scores. The steps online_max, online_exp, online_sum,
+the paper's (m, l, P-tilde, L), and O-tilde for its O (the tilde says unnormalised, as on P-tilde,
+and leaves O to the output projection's result: one notation per trace, attntrace.kinds.notation); its S^(j) is the block T_j of the scaled (masked) scores. The steps online_max, online_exp, online_sum,
 online_out carry `block` (j) and `query_block` (i) in their details and JSON; the final step
 keeps the id Z, so the concatenation and output projection after it are unchanged, and a
 step lse holds L. The ordinary softmax still runs before (scores, scaled, masked, weights):
@@ -61,9 +62,10 @@ class OnlineStep(Kind):
 ONLINE_MAX = OnlineStep("online_max", sym("m"))
 ONLINE_EXP = OnlineStep("online_exp", sym("P", accent="tilde"))
 ONLINE_SUM = OnlineStep("online_sum", sym("ell"))
-ONLINE_OUT = OnlineStep("online_out", sym("O"))
+ONLINE_OUT = OnlineStep("online_out", sym("O", accent="tilde"))
 LSE = OnlineStep("lse", sym("L"))
 ONLINE_OUT.mistakes, LSE.mistakes = ("online_no_rescale",), ("lse_without_max",)
+ONLINE_MAX.meaning = "row_max"  # the row maximum so far: after the last block, the softmax's m_i
 
 
 class OnlineWeightedSum(WeightedSum):

@@ -39,7 +39,7 @@ def _parse(value, reader):
         if key in settings:
             raw = settings[key]
             row = [raw] if isinstance(raw, (list, tuple)) and raw and not isinstance(raw[0], (list, tuple, dict)) else raw
-            op = reader.share(reader.matrix(row, key, f"g^{{{key[-1]}}}"))
+            op = reader.share(reader.matrix(row, key, f"\\gamma^{{{key[-1]}}}"))
             if op.shape[0] != 1:
                 raise BadInput(f"qk_norm.{key} must be one row of gains, one per feature of a head (d_k), not {op.shape[0]} rows")
     return {"eps": eps}
@@ -62,6 +62,7 @@ class QKNorm(Kind):
     starts = ("X", "QKV")
     view, prose = "norm", "qk_norm"
     elementwise = "hadamard"  # the gain multiplies each row
+    symbols = (("\\nu_i", "nu_i", "mean_square", "rows"), ("\\varepsilon", "eps", "norm_eps", "scalar"))
 
     def __init__(self, which: str):
         self.which = which
@@ -97,7 +98,7 @@ class QKNorm(Kind):
         e = self.which.lower()
         entry = sym(e).at("i", "j") / Sqrt(sym("nu", "i") + sym("varepsilon"))
         if gain is not None:
-            entry = sym("g", sup=e).at("j") * entry
+            entry = sym("gamma", sup=e).at("j") * entry
         formula = Parts((self.letter.head(own).eq(Func("RMSNorm", (x.letter.head(own),))), self.entry.at("i", "j").eq(entry)))
         details = {**details, "norm": "rms", "eps": eps, "gain_operand": self.gain if gain is not None else None}
         grouped = self.which == "K" and ctx.p.extra.get("num_kv_heads") is not None and own is not None

@@ -1,11 +1,11 @@
 """Rotary position embeddings: Q-tilde and K-tilde, the queries and keys turned by their positions.
 
 RoPE (Su et al., RoFormer) splits a head's d_k columns into d_k/2 pairs and turns pair i of
-the token at position m by the angle m theta_i, theta_i = base^(-2(i-1)/d_k), i = 1..d_k/2.
+the token at position p by the angle p theta_i, theta_i = base^(-2(i-1)/d_k), i = 1..d_k/2.
 Which columns pair up is the layout: "interleaved" pairs adjacent columns (2i-1, 2i), as the
 paper and Meta's reference code (complex numbers); "half" pairs column i with i + d_k/2, as
 Hugging Face Llama's rotate_half. Both give the same scores up to a fixed permutation of the
-columns. A rotation preserves lengths, and q_m . k_n after rotation depends on m - n only:
+columns. A rotation preserves lengths, and q_p . k_p' after rotation depends on p - p' only:
 that is why RoPE encodes relative positions. V is never rotated.
 
 The kinds run after the projections (or from given Q and K) and write the rotated matrices
@@ -47,6 +47,7 @@ class Rope(Kind):
     view, prose = "rotation", "rope"
     starts = ("X", "QKV")
     mistakes = ("rope_wrong_layout", "rope_positions_from_1")
+    symbols = (("\\theta_i", "theta_i", "rope_frequency", "pairs"), ("p", "p", "position", "scalar"))
 
     def __init__(self, which: str):
         self.which = which
@@ -70,7 +71,7 @@ class Rope(Kind):
         rows, d = x.shape
         positions = rope_positions(ctx.p, self.which, rows)
         pairs = rope_pairs(rope["layout"], d)
-        angles = ctx.alg.rope_angles(positions, rope["base"], d)  # (rows, d/2): m_r theta_i
+        angles = ctx.alg.rope_angles(positions, rope["base"], d)  # (rows, d/2): p_r theta_i
         result = ctx.alg.rotate_pairs(x.value, pairs, angles)
         details = {"layout": rope["layout"], "base": rope["base"], "positions": positions, "pairs": pairs, "angles": angles, "d": d}
         grouped = self.which == "K" and ctx.p.extra.get("num_kv_heads") is not None and own is not None

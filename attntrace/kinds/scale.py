@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from attntrace.kinds.base import Kind
+from attntrace.kinds.base import Kind, Symbol
 from attntrace.model.errors import BadInput
 from attntrace.model.formula import Frac, Sqrt, sym
 
@@ -15,6 +15,9 @@ class Scaled(Kind):
     letter, entry, symbol = "T", "t", "t"
     view, prose = "scaled", "scaled"
     mistakes = ("missing_scale", "scaled_by_dk", "wrong_dk", "scaled_by_dmodel")
+
+    def notation(self, step):
+        return super().notation(step) + ([Symbol("d_k", "d_k", "d_k", "scalar")] if step.details.get("by_sqrt_dk") else [])
 
     def enabled(self, problem) -> bool:
         return super().enabled(problem) and problem.scale is not False

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attntrace.kinds.base import Kind
+from attntrace.kinds.base import Kind, Symbol
 from attntrace.model.formula import Frac, Func, Parts, Power, Sum, sym
 from attntrace.kinds.context import sum_finite
 from attntrace.model.errors import BadInput
@@ -18,6 +18,12 @@ class Weights(Kind):
     letter, entry, symbol = "A", "a", "a"
     view, prose = "softmax", "weights"
     mistakes = ("skipped_softmax", "column_softmax", "softmax_without_exp", "rows_not_normalised")
+
+    def notation(self, step):
+        """A, a_ij, and the row maximum m_i the stable softmax subtracts (numbers only: symbols have no maximum)."""
+        row_max = step.details.get("row_max")
+        known = row_max is not None and any(x is not None for x in row_max)
+        return super().notation(step) + ([Symbol("m_i", "m_i", "row_max", (step.shape[0], 1))] if known else [])
 
     def compute(self, ctx, head, state):
         t = state["S"]

@@ -2,7 +2,7 @@
 
 What a textbook shows for rotary embeddings: the frequencies theta_i and the general 2x2
 rotation of one pair (which columns pair up is the layout), the positions and the table of
-angles m_r theta_i, the rotated matrix, and for the chosen rows each pair turned by its 2x2
+angles p_r theta_i, the rotated matrix, and for the chosen rows each pair turned by its 2x2
 rotation, written out with the numbers. By default the rows are row 1 and, when row 1 sits
 at position 0 (no rotation at all), the first row that really turns. Text output writes
 each rotated entry as a line (x cos - y sin) instead of 2x2 matrices.
@@ -52,7 +52,7 @@ class _Rotation:
         return self.o.num(float(a)) if self.numeric else self.o.expr(a)
 
     def trig(self, fn: str, r: int, p: int, sign: str = "") -> str:
-        """cos(m theta) as the report writes it: \\cos 1 (numeric angle), \\cos(1/100) (exact)."""
+        """cos(p theta) as the report writes it: \\cos 1 (numeric angle), \\cos(1/100) (exact)."""
         o = self.o
         if self.numeric or o.plain:
             trig = F.Func(fn, (self.angle(r, p),), bare=True)
@@ -78,14 +78,14 @@ class _Rotation:
             a, b = self.index_tex()
             ph = "" if head is None else f"({head})"
             e, x = f"{s.id[0].lower()}~{ph}", f"{o.math(self.src.matrix).lower()}{ph}"
-            rot = (f"{e}_r,{a} = {x}_r,{a} cos(m_r theta_i) - {x}_r,{b} sin(m_r theta_i),  "
-                   f"{e}_r,{b} = {x}_r,{a} sin(m_r theta_i) + {x}_r,{b} cos(m_r theta_i)")
+            rot = (f"{e}_r,{a} = {x}_r,{a} cos(p_r theta_i) - {x}_r,{b} sin(p_r theta_i),  "
+                   f"{e}_r,{b} = {x}_r,{a} sin(p_r theta_i) + {x}_r,{b} cos(p_r theta_i)")
             return [block([theta]), block([rot])]
         a, b = self.index_tex()
         hs = "" if head is None else f"^{{({head})}}"
         out_e, in_e = self.sv.ref.base, self.src.base
         vec = lambda e: o.layout([[f"{e}{hs}_{{r,{a}}}"], [f"{e}{hs}_{{r,{b}}}"]])  # noqa: E731
-        rot = o.layout([["\\cos m_r\\theta_i", "-\\sin m_r\\theta_i"], ["\\sin m_r\\theta_i", "\\cos m_r\\theta_i"]])
+        rot = o.layout([["\\cos p_r\\theta_i", "-\\sin p_r\\theta_i"], ["\\sin p_r\\theta_i", "\\cos p_r\\theta_i"]])
         lines = sv.fit(vec(out_e), [f"{rot} {vec(in_e)}"])
         return [block([theta]), block(lines)]
 
@@ -113,8 +113,8 @@ class _Rotation:
         # a Seq: breaks after a comma when long; one pair's theta_1 = 1 is in the rule already
         chains = [sv.fit(o.row(names), [sv.vector_tex(vals)])] if half > 1 else []
         pos = [dots if r is None else str(self.positions[r]) for r in pick(len(self.positions), o.max_size)]
-        chains.append(sv.fit("m", [sv.vector_tex(pos)]))
-        lhs = o.math(F.Hcat((F.sym("m", "r") * F.sym("theta", "i"),)))
+        chains.append(sv.fit("p", [sv.vector_tex(pos)]))
+        lhs = o.math(F.Hcat((F.sym("p", "r") * F.sym("theta", "i"),)))
         if self.angles is not None:
             chains.append(sv.fit(lhs, [o.matrix(self.angles, self.angles.shape, sv.budget(lhs))]))
         return [block(c) for c in pack(chains, o)]

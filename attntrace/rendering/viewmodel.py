@@ -14,7 +14,8 @@ from attntrace.rendering.layout import fit_chain
 from attntrace.inputs.textescape import escape_md, escape_tex, escape_text
 from attntrace.inputs.usertext import format_user_text, inline_math_for
 from attntrace.inputs.spec import KV_KEYS
-from attntrace.kinds import HEAD_PIPELINE, kind_of
+from attntrace.kinds import HEAD_PIPELINE, KINDS, kind_of
+from attntrace.kinds.notation import notation_of
 from attntrace.model import formula as F
 from attntrace.rendering.printing import PlainOut, TexOut
 from attntrace.rendering.stepview import StepView
@@ -167,9 +168,41 @@ def report_view(trace, fmt: str, precision: int, max_size: int, figures: list[di
         "kv_group_size": trace.num_heads // max(len(kv_groups(trace)), 1),
         # the backward pass (attntrace.kinds.backward), in trace order after the forward steps
         "backward": [] if shape_mode else [StepView(trace, s, out, rows, esc).build() for s in trace.steps if _backward(s)],
+        "notation": notation_rows(trace),
     }
     mark_repeats(view)
     return view
+
+
+def notation_rows(trace) -> list[dict[str, str]]:
+    """The notation section's rows (attntrace.kinds.notation): the symbol, with its entries when
+    their letter is not the symbol's (dZ: g^{Z}_{ij}, X_kv: y_{ij}; not W_Q: w^{Q}_{ij}); the
+    meaning key; the shape. The gradients share one row, the first with dots ("gradient": d
+    before a matrix, g^{M} its entries), so that a backward report's table stays short (the
+    JSON keeps a row for each)."""
+    rows: list[dict[str, str]] = []
+    gradients = None
+    for sym in notation_of(trace).rows:
+        tex, plain = sym.tex, sym.plain
+        if sym.entry and _initial(sym.entry) != _initial(sym.tex):
+            tex, plain = f"{tex},\\ {sym.entry}", f"{plain}, {sym.plain_entry}"
+        if sym.meaning in KINDS and getattr(kind_of(sym.meaning), "backward", False):
+            if gradients is None:
+                gradients = {"tex": f"{tex}, \\ldots", "plain": f"{plain}, ...", "meaning": "gradient", "sized": False,
+                             "shape": "as_matrix", "plain_shape": "as_matrix"}
+                rows.append(gradients)
+            continue
+        shape = sym.shape
+        sized = isinstance(shape, tuple)
+        rows.append({"tex": tex, "plain": plain, "meaning": sym.meaning, "sized": sized,
+                     "shape": f"{shape[0]}{{\\times}}{shape[1]}" if sized else (shape or ""),
+                     "plain_shape": f"{shape[0]} x {shape[1]}" if sized else (shape or "")})
+    return rows
+
+
+def _initial(tex: str) -> str:
+    """The letter a name starts with, in lower case, a gradient's d aside: \\mathrm{d}Z -> z, W_Q -> w."""
+    return next((c.lower() for c in tex.removeprefix("\\mathrm{d}") if c.isalpha()), "")
 
 
 def _backward(step) -> bool:

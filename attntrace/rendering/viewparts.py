@@ -12,22 +12,11 @@ from typing import Any
 
 from attntrace.kinds import kind_of
 from attntrace.rendering import views
-from attntrace.inputs.blockspec import BLOCK_OPERANDS
+from attntrace.kinds.notation import OPERAND_BASE, OPERAND_SYMBOL  # noqa: F401 - the reports' names of operands
 from attntrace.model.formula import Juxt, Node, Num, Op, Rel, Seq, Shape, Stack, Word, node, sym, to
 from attntrace.rendering.formulatext import ACCENTS, tex
 from attntrace.rendering.printing import entry_name, pick
 
-OPERAND_BASE = {"X": "x", "X_kv": "y", "W_Q": "w^{Q}", "W_K": "w^{K}", "W_V": "w^{V}", "W_O": "w^{O}", "b_Q": "b^{Q}", "b_K": "b^{K}",
-                "b_V": "b^{V}", "b_O": "b^{O}", "Q": "q", "K": "k", "V": "v", "scores": "s", "weights": "a", "Z": "z"}
-#: The symbol of each given matrix in formulas (an operand named like a step stands in for it).
-OPERAND_SYMBOL = {"X": sym("X"), "X_kv": sym("X", "kv"), "scores": sym("S"), "weights": sym("A"), "Z": sym("Z"),
-                  **{m: sym(m) for m in "QKV"}, **{f"{w}_{m}": sym(w, m) for w in "Wb" for m in "QKVO"}}
-#: The KV cache's past keys and values (attntrace.kinds.cache).
-OPERAND_SYMBOL.update({"K_past": sym("K", Word("past")), "V_past": sym("V", Word("past"))})
-OPERAND_BASE.update({"K_past": "k^{p}", "V_past": "v^{p}"})
-# the Transformer block's matrices (attntrace.inputs.blockspec): P, gamma_1, W_1, W_gate, ...
-OPERAND_SYMBOL.update({k: v[0] for k, v in BLOCK_OPERANDS.items()})
-OPERAND_BASE.update({k: v[1] for k, v in BLOCK_OPERANDS.items()})
 #: A softmax row whose largest weight is at least this is called saturated in the report.
 SATURATED = 0.999
 #: Entries of one row written out at most (the first ones, a gap, the last), unless rows are
@@ -76,7 +65,7 @@ _ENTRY_NAME = re.compile(r"(?:\\(" + "|".join(ACCENTS) + r")\{(\w)\}|(\w))(?:\^\
 
 def entry_base(name: str) -> Node:
     """The base of a SymPy entry name as a formula symbol: t^{(2)}_{11} -> t with head 2,
-    \\tilde{t}_{11} -> t-tilde; another name is kept whole."""
+    \\tilde{t}_{11} -> t-tilde (also hat, bar); another name is kept whole."""
     m = _ENTRY_NAME.fullmatch(name)
     if m is None:
         return sym(name.rsplit("_", 1)[0])
