@@ -27,7 +27,7 @@ class Biased(Kind):
     view, prose = "alibi", "alibi"
     mistakes = ("alibi_slope_sign",)
     meaning = "biased"
-    symbols = (("\\lambda", "lambda", "alibi_slope", "scalar"), ("B", "B", "score_bias", "step"))
+    symbols = ((sym("lambda"), "alibi_slope", "scalar"), (sym("B"), "score_bias", "step"))
 
     def enabled(self, problem) -> bool:
         return super().enabled(problem) and "alibi" in problem.extra
