@@ -79,7 +79,8 @@ def resolve(trace, name: str, head: int | None) -> Ref:
         head = int(h)
     for h in dict.fromkeys((head, None)):
         if trace.has(name, h):
-            return step_ref(trace.step(name, h, block=1))  # an online step's input: its first block, as always
+            # an online step's input: the block its address names, else (a plain id) its first block
+            return step_ref(trace.step(name, h) if "#" in name else trace.step(name, h, block=1))
         try:
             o = trace.operand(name, h)
         except KeyError:
