@@ -24,9 +24,23 @@ SATURATED = 0.999
 ENTRY_COLUMNS = 4
 
 
+#: In the report of a whole Transformer block, where attention is one part of many: the first two
+#: entries, the gap, the last.
+BLOCK_ENTRY_COLUMNS = 3
+
+
+def in_block(sv) -> bool:
+    """Whether the step belongs to the report of a Transformer block (it has a residual step)."""
+    found = getattr(sv, "_in_block", None)
+    if found is None:
+        found = sv._in_block = any(s.id == "residual1" for s in sv.t.steps)
+    return found
+
+
 def entry_columns(sv, cols: int) -> list[int | None]:
     """The columns whose entries a report writes out for one row (None: the gap, shown as dots)."""
-    return pick(cols, sv.out.max_size if sv.rows_opt else min(sv.out.max_size, ENTRY_COLUMNS))
+    limit = BLOCK_ENTRY_COLUMNS if in_block(sv) else ENTRY_COLUMNS
+    return pick(cols, sv.out.max_size if sv.rows_opt else min(sv.out.max_size, limit))
 
 
 #: Lines per aligned block at most where a view packs blocks itself (the given matrices).
