@@ -41,7 +41,7 @@ class Biased(Kind):
     #: the bias +m (i - j) instead of -m (i - j): keys further back scored higher
     mistakes = (Mistake("alibi_slope_sign"),)
     meaning = "biased"
-    symbols = (("\\lambda", "lambda", "alibi_slope", "scalar"), ("B", "B", "score_bias", "step"))
+    symbols = ((sym("lambda"), "alibi_slope", "scalar"), (sym("B"), "score_bias", "step"))
 
     def enabled(self, problem) -> bool:
         return super().enabled(problem) and "alibi" in problem.extra

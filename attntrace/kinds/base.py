@@ -34,6 +34,11 @@ class Symbol:
     entry: str | None = None
     plain_entry: str | None = None
 
+    @classmethod
+    def of(cls, symbol: Node, meaning: str, shape=None) -> "Symbol":
+        """A row for a formula symbol (a tree, printed once here in both notations)."""
+        return cls(symbol.text("tex"), symbol.text("plain"), meaning, shape)
+
 
 class Flow:
     """A value in flight between kinds: the algebra's value, its shape, the id of the step
@@ -103,9 +108,9 @@ class Kind:
     #: The key of what its matrix means in the notation table (default: its id); two kinds that
     #: make the same quantity (the ALiBi and the given bias) share one.
     meaning: ClassVar[str | None] = None
-    #: The other symbols its formula introduces, (tex, plain, meaning key, shape): shape is
+    #: The other symbols its formula introduces, (symbol tree, meaning key, shape): shape is
     #: "scalar", "rows" (one per row of the step: n x 1), "step" (the step's shape), "pairs" (1 x half its columns) or a word key of the notation templates.
-    symbols: ClassVar[tuple[tuple[str, str, str, str], ...]] = ()
+    symbols: ClassVar[tuple[tuple[Node, str, str], ...]] = ()
     #: How its two inputs meet in the shape line when they meet entry by entry (a broadcast, not
     #: a product): "add" for a sum, "hadamard" for a product; None: the usual line.
     elementwise: ClassVar[str | None] = None
@@ -127,9 +132,9 @@ class Kind:
             entry = node(self.entry).at("i", "j") if self.entry and node(self.entry) != letter else None
             out.append(Symbol(letter.text("tex"), letter.text("plain"), self.meaning or self.id, tuple(step.shape),
                               entry.text("tex") if entry else None, entry.text("plain") if entry else None))
-        for tex, plain, meaning, shape in self.symbols:
+        for symbol, meaning, shape in self.symbols:
             sized = {"rows": (step.shape[0], 1), "step": tuple(step.shape), "pairs": (1, step.shape[1] // 2)}
-            out.append(Symbol(tex, plain, meaning, sized.get(shape, shape)))
+            out.append(Symbol.of(symbol, meaning, sized.get(shape, shape)))
         return out
 
     #: How the checker recomputes the step from the student's own earlier values, over intervals

@@ -24,7 +24,7 @@ class ScoreBias(Kind):
     letter, entry = sym("T", accent="hat"), sym("t", accent="hat")
     view, prose = "bias", "bias"
     meaning = "biased"
-    symbols = (("B", "B", "score_bias", "step"),)
+    symbols = ((sym("B"), "score_bias", "step"),)
 
     def enabled(self, problem) -> bool:
         return super().enabled(problem) and "attn_bias" in problem.extra

@@ -36,7 +36,7 @@ class Masked(Kind):
     starts = ("X", "QKV", "scores")
     letter, entry = sym("T", accent="tilde"), sym("t", accent="tilde")
     view, prose = "masks", "masked"
-    symbols = (("M", "M", "mask", "step"),)
+    symbols = ((sym("M"), "mask", "step"),)
     mistakes = ("mask_ignored", "mask_wrong_triangle", "mask_not_infinite", "window_off_by_one", "causal_top_left_decoding")
     infinite_ok = True
 

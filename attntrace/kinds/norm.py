@@ -17,7 +17,7 @@ from attntrace.inputs.blockspec import BLOCK_OPERANDS
 from attntrace.kinds.base import Kind, Symbol
 from attntrace.kinds.exactsize import check_exact_size
 from attntrace.model.errors import BadInput
-from attntrace.model.formula import Func, Parts, Power, Sqrt, Sym, sym
+from attntrace.model.formula import Func, Num, Parts, Power, Sqrt, Sym, sym
 
 
 class Norm(Kind):
@@ -67,9 +67,9 @@ class Norm(Kind):
     def notation(self, step):
         """N, n_ij, and the row statistics and eps its formula names."""
         rows = (step.shape[0], 1)
-        stats = ([Symbol("\\nu_i", "nu_i", "mean_square", rows)] if step.details["norm"] == "rms"
-                 else [Symbol("\\mu_i", "mu_i", "row_mean", rows), Symbol("\\sigma_i^2", "sigma_i^2", "row_variance", rows)])
-        return super().notation(step) + stats + [Symbol("\\varepsilon", "eps", "norm_eps", "scalar")]
+        stats = ([Symbol.of(sym("nu", "i"), "mean_square", rows)] if step.details["norm"] == "rms"
+                 else [Symbol.of(sym("mu", "i"), "row_mean", rows), Symbol.of(Power(sym("sigma", "i"), Num(2)), "row_variance", rows)])
+        return super().notation(step) + stats + [Symbol.of(sym("varepsilon"), "norm_eps", "scalar")]
 
     def json_details(self, details):
         out = {"norm": details["norm"], "eps": details["eps"]}

@@ -62,7 +62,7 @@ class QKNorm(Kind):
     starts = ("X", "QKV")
     view, prose = "norm", "qk_norm"
     elementwise = "hadamard"  # the gain multiplies each row
-    symbols = (("\\nu_i", "nu_i", "mean_square", "rows"), ("\\varepsilon", "eps", "norm_eps", "scalar"))
+    symbols = ((sym("nu", "i"), "mean_square", "rows"), (sym("varepsilon"), "norm_eps", "scalar"))
 
     def __init__(self, which: str):
         self.which = which

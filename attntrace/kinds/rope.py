@@ -54,7 +54,7 @@ class Rope(Kind):
     view, prose = "rotation", "rope"
     starts = ("X", "QKV")
     mistakes = ("rope_wrong_layout", "rope_positions_from_1")
-    symbols = (("\\theta_i", "theta_i", "rope_frequency", "pairs"), ("p", "p", "position", "scalar"))
+    symbols = ((sym("theta", "i"), "rope_frequency", "pairs"), (sym("p"), "position", "scalar"))
 
     def __init__(self, which: str):
         self.which = which

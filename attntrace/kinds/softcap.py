@@ -47,7 +47,7 @@ class SoftCap(Kind):
     starts = ("X", "QKV", "scores")
     letter, entry, symbol = sym("T", accent="bar"), sym("t", accent="bar"), "\\bar{t}"
     view, prose = "elementwise", "softcap"
-    symbols = (("c", "c", "softcap_cap", "scalar"),)
+    symbols = ((sym("c"), "softcap_cap", "scalar"),)
     mistakes = (Mistake("softcap_not_divided", when=lambda steps: any(float(s.details["cap"]) != 1 for s in steps)),)
 
     def enabled(self, problem) -> bool:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from attntrace.model import formula as F
+
 from attntrace.rendering.printing import decimals_needed, pick
 from attntrace.rendering.stepview import register_view
 from attntrace.rendering.viewparts import block, pack, resolve, rows_to_expand
@@ -20,12 +22,12 @@ def _slope_chain(sv) -> list[str]:
     s, o = sv.s, sv.out
     d = s.details
     slope, exponent = d["slope"], d.get("exponent")
-    lhs = o.head_name("\\lambda" if not o.plain else "lambda", s.head)
+    lhs = o.math(F.sym("lambda").head(s.head))
     value = o.num(float(slope))
     sides: list = []
     if exponent is not None:
-        r = f"{exponent.numerator}" if exponent.denominator == 1 else f"{exponent.numerator}/{exponent.denominator}"
-        sides.append(f"2^(-{r})" if o.plain else f"2^{{-{r}}}")
+        r = F.Num(exponent.numerator) if exponent.denominator == 1 else F.Frac(F.Num(exponent.numerator), F.Num(exponent.denominator), inline=True)
+        sides.append(o.math(F.Power(F.Num(2), -r)))
     elif not isinstance(slope, (float, np.floating)):
         sides.append(o.expr(slope))
     exact = float(slope) == float(o.num(float(slope)))
@@ -67,7 +69,7 @@ def _biased_scores(sv, vm, src, chains: list) -> None:
     s, o = sv.s, sv.out
     d = s.details
     vm["formula_block"] = sv.fit_formula(vm["formula"])
-    bname = o.head_name("B", s.head)
+    bname = o.math(F.sym("B").head(s.head))
     blhs = o.named(bname, s.shape)
     chains = chains + [sv.fit(blhs, [_bias_matrix(sv, d["bias"], s.shape, sv.budget(blhs))])]
     vm["extra"]["bias"] = [block(c) for c in pack(chains, o)]
@@ -88,9 +90,8 @@ def _biased_scores(sv, vm, src, chains: list) -> None:
         cols = [j for j in pick(s.shape[1], o.max_size) if j is not None]
         dec = decimals_needed([float(m[i, j]) for m in (s.value, src.value, d["bias"]) for j in cols], o.precision) if numeric else 0
         fx = lambda x: o.fixed(float(x), dec, pad=False)  # noqa: E731
-        hb = "" if s.head is None else (f"^({s.head})" if o.plain else f"^{{({s.head})}}")
         for j in cols:
-            b_name = f"b{hb}_{i + 1}{j + 1}" if o.plain else f"b{hb}_{{{i + 1}{j + 1}}}"
+            b_name = o.math(F.sym("b").head(s.head).at(i + 1, j + 1))
             names = f"{sv.ename(src, i, j)} + {b_name}"
             if sv.mode == "symbolic":
                 chains.append(sv.fit(sv.entry_label(i, j), [names, o.expr(s.value[i, j])], align=True, lhs_width=sv.lw))

@@ -60,10 +60,8 @@ def _eps_text(o, eps: float) -> str:
     m, e = f"{eps:.3g}".split("e") if "e" in f"{eps:.3g}" else (f"{eps:.3g}", None)
     if e is None:
         return m
-    e = int(e)
-    if o.plain:
-        return f"{m}e{e}"
-    return f"10^{{{e}}}" if m == "1" else f"{m} \\cdot 10^{{{e}}}"
+    power = F.Power(F.Num(10), F.Num(int(e)))
+    return o.math(power if m == "1" else F.Op("mul", F.Num(m), power))
 
 
 def _num(o, x) -> str:

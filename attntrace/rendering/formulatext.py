@@ -20,13 +20,16 @@ GREEK = {"ell": ("\\ell", "l", "ℓ"), "theta": ("\\theta", "theta", "θ"), "gam
          "beta": ("\\beta", "beta", "β"), "mu": ("\\mu", "mu", "μ"), "nu": ("\\nu", "nu", "ν"),
          "sigma": ("\\sigma", "sigma", "σ"), "varepsilon": ("\\varepsilon", "eps", "ε"), "pi": ("\\pi", "pi", "π"),
          "alpha": ("\\alpha", "alpha", "α"), "delta": ("\\delta", "delta", "δ")}
+GREEK.update({name: (f"\\{name}", name, char) for name, char in (
+    ("lambda", "λ"), ("eta", "η"), ("zeta", "ζ"), ("iota", "ι"), ("kappa", "κ"), ("xi", "ξ"), ("rho", "ρ"), ("tau", "τ"),
+    ("phi", "φ"), ("chi", "χ"), ("psi", "ψ"), ("omega", "ω"), ("epsilon", "ϵ"), ("upsilon", "υ"))})
 #: Functions LaTeX knows by name (\max, \log); the others are \operatorname{...}.
 TEX_FUNCTIONS = {"max", "min", "exp", "log", "sin", "cos", "tanh"}
 #: Binary operators of `Op`: LaTeX, plain, MathML.
 OPERATORS = {"mul": (" \\cdot ", " * ", "⋅"), "hadamard": (" \\odot ", " * ", "⊙"), "circ": (" \\circ ", " o ", "∘"), "in": (" \\in ", " in ", "∈"),
              "times": (" \\times ", " x ", "×"), "cdot": (" \\cdot ", "*", "⋅")}
 #: Relations of `Rel`: LaTeX, plain, MathML.
-RELATIONS = {"eq": (" = ", " = ", "="), "approx": (" \\approx ", " ~ ", "≈"), "to": (" \\to ", " -> ", "→"),
+RELATIONS = {"eq": (" = ", " = ", "="), "lt": (" < ", " < ", "<"), "approx": (" \\approx ", " ~ ", "≈"), "to": (" \\to ", " -> ", "→"),
              "le": (" \\le ", " <= ", "≤")}
 ACCENTS = {"tilde": ("\\tilde", "~", "~"), "hat": ("\\hat", "'", "^"), "bar": ("\\bar", "bar", "¯")}
 

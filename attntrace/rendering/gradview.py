@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attntrace.model.formula import to
+from attntrace.model.formula import Diff, Func, Slice, Space, sym, to
 from attntrace.kinds import kind_of
 from attntrace.rendering.layout import Seq
 from attntrace.rendering.printing import pick, reproducing_precision
@@ -138,7 +138,7 @@ def _softmax_rows(sv, vm) -> None:
     n_rows, cols = s.shape
     symbolic = sv.mode == "symbolic"
     rows = rows_to_expand(sv.rows_opt, n_rows, n_rows if symbolic and n_rows * cols <= 12 else 1)
-    rname = lambda i: f"r{'' if s.head is None else f'^{{({s.head})}}'}_{{{i + 1}}}" if not o.plain else f"r_{i + 1}"  # noqa: E731
+    rname = lambda i: o.math(sym("r").head(s.head).at(i + 1))  # noqa: E731
     kept = lambda i: [j for j in range(cols) if a.value[i, j] != 0]  # noqa: E731 - masked weights are exactly 0
     out_rows = []
     for i in rows:
@@ -176,17 +176,17 @@ def _softmax_rows(sv, vm) -> None:
     vm["extra"]["softmax_rows"] = out_rows
     jac = s.details.get("jacobian")
     if jac is not None and cols <= o.max_size:
-        h = "" if s.head is None else f"({s.head})"
-        jname = f"J{'^{' + h + '}' if h and not o.plain else h}_{{1}}" if not o.plain else f"J{h}_1"
-        general = "\\operatorname{diag}(a_{1}) - a_{1}^{\\top} a_{1}" if not o.plain else "diag(a_1) - a_1^T a_1"
-        jlhs = o.named(jname, (cols, cols))
+        jname = sym("J").head(s.head).at(1)
+        a_1 = sym("a").at(1)
+        jlhs = o.named(o.math(jname), (cols, cols))
+        general = o.math(Func("diag", (a_1,)) - a_1.T() * a_1)
         vm["extra"]["jacobian"] = block(sv.fit(jlhs, [general] + _matrix(sv, jac, (cols, cols), sv.budget(jlhs))))
         # symbolic: the row's entries written out (their names alone would define dT_1 by itself)
         first = _simplified(sv, rows=1) if symbolic and s.expansion is not None else (s.value[0:1, :] if s.value is not None else None)
         row = _matrix(sv, first, (1, cols), sv.budget(jlhs)) if first is not None else []
-        glhs = f"{o.head_name(sv.mname(sv.ref).split('^')[0], s.head)}_{{1,:}}" if not o.plain else f"{sv.mname(sv.ref)}_1"
-        dlhs = f"\\mathrm{{d}}A{'^{' + h + '}' if h else ''}_{{1,:}}" if not o.plain else f"dA{h}_1"
-        vm["extra"]["jacobian_row"] = block(sv.fit(glhs, [f"{dlhs}\\, {jname}" if not o.plain else f"{dlhs} {jname}"] + row))
+        first_row = lambda matrix: Slice(matrix.head(s.head), (1, 1), None)  # noqa: E731
+        glhs = o.math(first_row(sv.ref.matrix))
+        vm["extra"]["jacobian_row"] = block(sv.fit(glhs, [o.math(first_row(Diff(sym("A"))) * Space() * jname)] + row))
 
 
 def softmax_grad_simplified(a, g, i: int, j: int):

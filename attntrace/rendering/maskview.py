@@ -4,24 +4,23 @@ padding keys. The rule is written here (numbers filled in) so templates do no ar
 
 from __future__ import annotations
 
+from attntrace.model import formula as F
 from attntrace.rendering.stepview import register_view
 
 
-def _shift(o, base: str, k: int) -> str:
-    """i + 2, i - 1, i: the query's position shifted by k, in TeX or plain."""
-    if k == 0:
-        return base
-    return f"{base} + {k}" if k > 0 else f"{base} - {-k}"
+def _shift(base: F.Node, k: int) -> F.Node:
+    """i + 2, i - 1, i: the query's position shifted by k."""
+    return base if k == 0 else base + k if k > 0 else base - (-k)
 
 
 def _rules(o, d) -> dict:
     """The kept keys as math: causal j <= i + offset; window i + offset - W < j."""
     off, w = d.get("offset") or 0, d.get("window")
-    le = " <= " if o.plain else " \\le "
-    rules = {"causal_rule": f"j{le}{_shift(o, 'i', off)}", "offset": off}
+    i, j = F.sym("i"), F.sym("j")
+    rules = {"causal_rule": o.math(F.Rel((j, _shift(i, off)), ("le",))), "offset": off}
     if w is not None:
-        rules["window_rule"] = f"{_shift(o, 'i', off - w)} < j{le}{_shift(o, 'i', off)}"
-        rules["window_general"] = f"i - W < j{le}i"
+        rules["window_rule"] = o.math(F.Rel((_shift(i, off - w), j, _shift(i, off)), ("lt", "le")))
+        rules["window_general"] = o.math(F.Rel((i - F.sym("W"), j, i), ("lt", "le")))
         rules["window_before"] = w - 1
     return rules
 

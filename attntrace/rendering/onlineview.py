@@ -13,8 +13,9 @@ from attntrace.rendering.printing import scientific
 from attntrace.rendering.stepview import register_view
 from attntrace.rendering.viewparts import SHAPE_LINES, block
 
-#: block step id -> the ordinary softmax's counterpart (LaTeX, plain), shown beside it
-_ORDINARY = {"online_max": ("m", "m"), "online_sum": ("\\ell", "l"), "lse": ("\\log \\sum_{j} e^{t_{ij}}", "log sum_j e^(t_ij)")}
+#: block step id -> the ordinary softmax's counterpart, shown beside it
+_ORDINARY = {"online_max": F.sym("m"), "online_sum": F.sym("ell"),
+             "lse": F.Func("log", (F.Sum(F.sym("j"), F.Power(F.sym("e"), F.sym("t").at("i", "j"))),), bare=True)}
 
 
 def _name(sv, d) -> str:
@@ -50,17 +51,16 @@ def build_online(sv, vm) -> None:
     vm["name"] = name
     lhs = o.named(name, s.shape)
     budget = sv.budget(lhs)
-    vm["main"] = [block(sv.fit(lhs, vm["formula"].split(" = ")[1:] + _result(sv, s.value, s.shape, budget)))]
-    q = f"_{{{d.get('query_block')}}}" if d.get("query_blocks", 1) > 1 and "block" in d and not o.plain else ""
+    sides = s.expr.sides[1:] if isinstance(s.expr, F.Rel) else [s.expr]
+    vm["main"] = [block(sv.fit(lhs, [o.math(x) for x in sides] + _result(sv, s.value, s.shape, budget)))]
     if d.get("alpha") is not None and s.id == "online_sum":
         j = d["block"]
-        alpha = f"e^{{m{q}^{{({j - 1})}} - m{q}^{{({j})}}}}" if not o.plain else f"e^(m({j - 1}) - m({j}))"
-        alhs = o.named(alpha, s.shape[:1] + (1,))
+        m = F.sym("m").at(d["query_block"]) if d.get("query_blocks", 1) > 1 else F.sym("m")
+        alhs = o.named(o.math(F.Power(F.sym("e"), m.head(j - 1) - m.head(j))), s.shape[:1] + (1,))
         extra["alpha"] = block(sv.fit(alhs, _result(sv, d["alpha"], (s.shape[0], 1), sv.budget(alhs))))
     ordinary = d.get("ordinary")
     if ordinary is not None and s.id in _ORDINARY:
-        tex, plain = _ORDINARY[s.id]
-        olhs = o.named(tex if not o.plain else plain, (s.shape[0], 1))
+        olhs = o.named(o.math(_ORDINARY[s.id]), (s.shape[0], 1))
         extra["ordinary"] = block(sv.fit(olhs, _result(sv, ordinary, (s.shape[0], 1), sv.budget(olhs))))
 
 

@@ -620,10 +620,6 @@ class TexOut(_Out):
     #: Parentheses around a sum that a line may break inside (fixed size: \\left \\right cannot break).
     big_open, big_close = "\\bigl(", "\\bigr)"
 
-    def head_name(self, letter: str, head: int | None, transpose: bool = False) -> str:
-        """K^{(2)\\top}: one superscript holding both the head and the transpose."""
-        sup = ("" if head is None else f"({head})") + ("\\top" if transpose else "")
-        return f"{letter}^{{{sup}}}" if sup else letter
 
 
 class PlainOut(_Out):
@@ -736,8 +732,6 @@ class PlainOut(_Out):
 
     big_open, big_close = "(", ")"
 
-    def head_name(self, letter: str, head: int | None, transpose: bool = False) -> str:
-        return (letter if head is None else f"{letter}({head})") + ("^T" if transpose else "")
 
 
 def latex_expr(e: Any, precision: int = 4) -> str:

@@ -15,7 +15,7 @@ from typing import Any, Callable
 import numpy as np
 
 from attntrace.model.errors import BadInput
-from attntrace.model.formula import Dots, after_lhs
+from attntrace.model.formula import Dots, after_lhs, sym
 from attntrace.rendering.layout import Seq, fit_chain, join_sum
 from attntrace.rendering.printing import STATS, decimals_needed, pick, plain_name, reproducing_precision
 from attntrace.rendering.softmaxview import SoftmaxView
@@ -385,7 +385,7 @@ class StepView(SoftmaxView):
         vm["formula_block"] = self.fit_formula(vm["formula"]) if not o.plain else [vm["formula"]]
         blocks = []
         if keep is not None:
-            letter = o.head_name("M", s.head)
+            letter = o.math(sym("M").head(s.head))
             mlhs = o.named(letter, s.shape)
             blocks.append(self.fit(mlhs, [o.matrix_of(s.shape[0], s.shape[1], lambda i, j: "1" if keep[i, j] else "0", self.budget(mlhs))]))
         lhs = self.named(self.ref)

@@ -1,0 +1,105 @@
+"""Formula trees (attntrace.model.formula) and their three printers (attntrace.rendering.formulatext).
+
+The oracles are real parsers: KaTeX parses every LaTeX print of every step of every example and
+every mode, and an XML parser reads every MathML print (MathML Core elements only). The plain
+print must hold no LaTeX. A handful of prints are pinned to the strings the reports and the JSON
+export carried before the trees (the article's notation), each checked by hand.
+"""
+
+from __future__ import annotations
+
+import tomllib
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+import attntrace
+from attntrace.model import formula as F
+from attntrace.rendering.formulatext import MathMLPrinter, TexPrinter, mathml, plain, tex
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+MATHML_CORE = {"math", "mrow", "mi", "mn", "mo", "msub", "msup", "msubsup", "mfrac", "msqrt", "mover", "munder",
+               "mtable", "mtr", "mtd", "mtext", "mspace"}
+
+
+def _example_traces():
+    for path in sorted(EXAMPLES.glob("*.toml")):
+        if path.name.endswith(".answer.toml"):
+            continue
+        spec = tomllib.loads(path.read_text(encoding="utf-8"))
+        for mode in ("numeric", "exact", "symbolic", "shape"):
+            try:
+                yield path.stem, mode, attntrace.run({**spec, "mode": mode})
+            except attntrace.BadInput:
+                continue  # a mode the example cannot run in (symbols in numeric mode, too large, ...)
+
+
+@pytest.fixture(scope="module")
+def steps():
+    return [(name, mode, s) for name, mode, t in _example_traces() for s in t.steps]
+
+
+def test_every_step_formula_is_its_tree_printed_and_katex_parses_it(steps, katex):
+    assert len(steps) > 300
+    spans = []
+    for _, _, s in steps:
+        assert s.formula == tex(s.expr) and s.plain == plain(s.expr)
+        spans.append((s.formula, True))
+    assert katex(spans) == []
+
+
+def test_plain_prints_hold_no_latex(steps):
+    for name, mode, s in steps:
+        assert "\\" not in s.plain and "{" not in s.plain.replace("{Q", "").replace("{K", ""), (name, mode, s.key, s.plain)
+
+
+def test_mathml_prints_are_mathml_core(steps):
+    for name, mode, s in steps:
+        text = mathml(s.expr, display=True)
+        root = ET.fromstring(text)
+        assert root.tag == "math"
+        tags = {e.tag for e in root.iter()}
+        assert tags <= MATHML_CORE, (name, s.key, tags - MATHML_CORE)
+
+
+def test_the_article_notation_prints_as_before():
+    """Checked by hand against the reports before the trees (and the 2017 paper's notation)."""
+    q, k = F.sym("Q").head(2), F.sym("K").head(2)
+    assert tex(F.sym("S").head(2).eq(q * k.T())) == "S^{(2)} = Q^{(2)} K^{(2)\\top}"
+    assert plain(F.sym("S").head(2).eq(q * k.T())) == "S(2) = Q(2) K(2)^T"
+    scaled = F.sym("T").eq(F.sym("S") / F.Sqrt(F.sym("d", "k")))
+    assert (tex(scaled), plain(scaled)) == ("T = \\frac{S}{\\sqrt{d_k}}", "T = S / sqrt(d_k)")
+    e, t = F.sym("e"), F.sym("t")
+    softmax = F.Parts((F.sym("A").eq(F.Func("softmax", (F.sym("T"),), sized=True)),
+                       F.sym("a").at("i", "j").eq(F.Power(e, t.at("i", "j")) / F.Sum(F.sym("k"), F.Power(e, t.at("i", "k"))))))
+    assert tex(softmax) == "A = \\operatorname{softmax}\\left(T\\right), \\quad a_{ij} = \\frac{e^{t_{ij}}}{\\sum_{k} e^{t_{ik}}}"
+    assert plain(softmax) == "A = softmax(T),  a_ij = e^(t_ij) / sum_k e^(t_ik)"
+    tilde = F.sym("T", accent="tilde").head(1).at("i", "j")
+    assert (tex(tilde), plain(tilde)) == ("\\tilde{T}^{(1)}_{ij}", "T~^(1)_ij")
+
+
+def test_substitute_puts_an_entry_into_the_general_formula():
+    h = F.sym("h").at("i", "j")
+    relu = F.Func("max", (F.Num(0), h))
+    assert tex(F.substitute(relu, {h: "-1.2"})) == "\\max(0, -1.2)"
+    assert plain(F.substitute(relu, {h: "h_23"})) == "max(0, h_23)"
+    assert F.substitute(relu, {F.sym("x"): "1"}) is relu  # nothing to replace: the same tree
+
+
+def test_after_lhs_and_first_part():
+    f = F.Parts((F.sym("G").eq(F.Func("ReLU", (F.sym("H"),))), F.sym("g").at("i", "j").eq(F.Func("max", (F.Num(0), F.sym("h").at("i", "j"))))))
+    assert tex(F.first_part(f)) == "G = \\operatorname{ReLU}(H)"
+    assert tex(F.after_lhs(f)) == "\\operatorname{ReLU}(H), \\quad g_{ij} = \\max(0, h_{ij})"
+    assert tex(F.lhs(f)) == "G"
+
+
+def test_printer_settings_are_validated():
+    with pytest.raises(TypeError, match="unknown printer setting"):
+        TexPrinter(display=True)
+    assert MathMLPrinter(display=True)(F.sym("x")).startswith('<math display="block">')
+
+
+def test_a_printer_refuses_what_it_cannot_print():
+    with pytest.raises(TypeError, match="cannot print"):
+        tex(F.Rel((F.sym("x"), object())))  # type: ignore[arg-type]
