@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from attntrace.kinds.base import Kind, plain_sup, sup
 from attntrace.kinds.projection import kv_head
+from attntrace.kinds.ropescaling import attention_factor, frequency_factors
 
 
 def rope_pairs(layout: str, d: int) -> tuple[tuple[int, int], ...]:
@@ -67,17 +68,27 @@ class Rope(Kind):
         rows, d = x.shape
         positions = rope_positions(ctx.p, self.which, rows)
         pairs = rope_pairs(rope["layout"], d)
-        angles = ctx.alg.rope_angles(positions, rope["base"], d)  # (rows, d/2): m_r theta_i
+        scaling = rope.get("scaling")
+        factors = mu = None
+        if scaling is not None:  # Llama 3.1 / YaRN: pair i turns by m c_i theta_i; YaRN multiplies by mu
+            exact = ctx.alg.mode in ("exact", "symbolic")
+            factors, mu = frequency_factors(scaling, rope["base"], d, exact), attention_factor(scaling, exact)
+        angles = ctx.alg.rope_angles(positions, rope["base"], d, factors)  # (rows, d/2): m_r c_i theta_i
         result = ctx.alg.rotate_pairs(x.value, pairs, angles)
+        if mu is not None and mu != 1:
+            result = ctx.alg.times(result, mu)
         details = {"layout": rope["layout"], "base": rope["base"], "positions": positions, "pairs": pairs, "angles": angles, "d": d}
+        if scaling is not None:
+            details.update(scaling=scaling, factors=factors, mu=mu)
         grouped = self.which == "K" and ctx.p.extra.get("num_kv_heads") is not None and own is not None
         if grouped:  # the report shows it with the first query head of its group, as K
             details["query_heads"] = tuple(i for i in range(1, len(ctx.p.heads) + 1) if kv_head(ctx.p, i) == own)
         h, ph = sup(own), plain_sup(own)
         w = self.which
-        formula = (f"\\tilde{{{w}}}{h} = \\operatorname{{RoPE}}({x.letter}{h}), \\quad "
+        mu_tex, mu_plain = ("\\mu\\,", "mu ") if mu is not None and mu != 1 else ("", "")
+        formula = (f"\\tilde{{{w}}}{h} = {mu_tex}\\operatorname{{RoPE}}({x.letter}{h}), \\quad "
                    f"\\theta_i = {_base_tex(rope['base'])}^{{-2(i-1)/d_k}}")
-        plain = f"{w}~{ph} = RoPE({x.letter}{ph}),  theta_i = {rope['base']}^(-2(i-1)/d_k)"
+        plain = f"{w}~{ph} = {mu_plain}RoPE({x.letter}{ph}),  theta_i = {rope['base']}^(-2(i-1)/d_k)"
         flow = ctx.emit(self, own, [x.ref], formula, plain, result, x.shape, details)
         if grouped:
             flow.ref = f"{self.id}@{own}"  # read by every query head of the group, as K@j
@@ -86,8 +97,14 @@ class Rope(Kind):
 
     def json_details(self, details):
         base = details["base"]
-        return {"rope": {"layout": details["layout"], "base": base if isinstance(base, (int, float)) else str(base),
-                         "positions": list(details["positions"]), "pairs": [[j + 1, k + 1] for j, k in details["pairs"]]}}
+        out = {"layout": details["layout"], "base": base if isinstance(base, (int, float)) else str(base),
+               "positions": list(details["positions"]), "pairs": [[j + 1, k + 1] for j, k in details["pairs"]]}
+        if details.get("scaling") is not None:
+            plain = lambda v: v if isinstance(v, (bool, int, float)) or v is None else str(v)  # noqa: E731
+            out["scaling"] = {k: plain(v) for k, v in details["scaling"].items()}
+            out["factors"] = [plain(c) for c in details["factors"]]
+            out["attention_factor"] = plain(details["mu"])
+        return {"rope": out}
 
     def overflow_how(self, inputs, details) -> str:
         return f"{inputs[0]} rotated by its positions"

@@ -1,0 +1,96 @@
+"""Layers of the newer Hugging Face families through `from_hf_layer` and `from_torch`.
+
+Tiny random models built offline from their configs (tests/oracles_families.py), float64.
+Each decoder layer's output is compared twice:
+- at 1e-10 with the layer's float32 internals (rotary angles, RMSNorms) run in float64, as
+  tests/oracles.py does for Llama: the same computation;
+- at 1e-5 with the unmodified layer (HF's float32 angles and norms, eager attention with its
+  float32 softmax where the family has one), the tolerance the README states.
+Families: Mistral (sliding window on every layer), Llama with Llama 3.1's `llama3` rope
+scaling and with YaRN, and alternating sliding/full layers from `layer_types`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mathcheck import require_modules
+
+require_modules("torch", "transformers")
+
+import attntrace  # noqa: E402
+import oracles_families as F  # noqa: E402
+
+EXACT, STATED = 1e-10, 1e-5
+
+
+def _both(model_factory, layer, n, **call):
+    """(|trace - layer| with float64 internals, |trace - layer| unmodified) for decoder layer `layer`."""
+    out = []
+    for exact in (True, False):
+        model = model_factory()
+        if exact:
+            F.float64_rotary(model)
+            F.float64_norms(model)
+        else:
+            F.float64_norms(model)  # the same gains ...
+            for m in model.modules():  # ... but HF's own float32 forward
+                if type(m).__name__.endswith("RMSNorm"):
+                    del m.forward
+        x, y = F.layer_io(model, layer, n)
+        t = attntrace.from_torch(model, x, layer=layer, **call)
+        out.append(float(np.max(np.abs(t.output - y))))
+    return out
+
+
+LLAMA3 = {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 16}
+YARN = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 32, "beta_fast": 32.0,
+        "beta_slow": 1.0}
+
+
+@pytest.mark.parametrize("family, overrides, n", [
+    ("mistral", {"sliding_window": 3}, 7),
+    ("mistral", {"sliding_window": None}, 5),
+    ("llama", {"rope_parameters": LLAMA3}, 6),
+    ("llama", {"rope_parameters": YARN, "max_position_embeddings": 128}, 6),
+    ("llama", {"rope_parameters": {**YARN, "truncate": False, "attention_factor": 1.3}, "max_position_embeddings": 128}, 6),
+], ids=["mistral-window", "mistral-full", "llama3-rope", "yarn-rope", "yarn-untruncated"])
+@pytest.mark.parametrize("layer", [0, 1])
+def test_layer_output_matches(family, overrides, n, layer):
+    exact, stated = _both(lambda: F.tiny(family, attn="sdpa", **overrides), layer, n)
+    assert exact < EXACT, exact
+    print(f"measured {exact:.1e} (float64 internals), {stated:.1e} (unmodified)")
+    assert stated < STATED, stated
+
+
+def test_mistral_attention_has_the_window_and_rope_scaling_shows_its_factors():
+    model = F.tiny("mistral", sliding_window=3)
+    x, _ = F.layer_io(model, 0, 6)
+    t = attntrace.from_torch(model.layers[0].self_attn, x)
+    keep = t.step("masked", head=1).details["keep"]
+    assert keep.sum(axis=1).tolist() == [1, 2, 3, 3, 3, 3]
+    model = F.tiny("llama", rope_parameters=YARN)
+    t = attntrace.from_torch(model.layers[0], F.layer_io(model, 0, 4)[0])
+    det = t.step("Q_rope", head=1).details
+    assert det["scaling"]["type"] == "yarn" and float(det["mu"]) == pytest.approx(0.1 * np.log(4) + 1)
+    assert "c_{1}" in attntrace.render(t, format="md")
+
+
+@pytest.mark.parametrize("types, windows", [
+    (["sliding_attention", "full_attention"], [3, None]),
+    (["full_attention", "sliding_attention"], [None, 3]),
+])
+def test_layer_types_pick_each_layers_window(types, windows):
+    from attntrace.bridges.huggingface import layer_window
+
+    model = F.tiny("mistral", sliding_window=3, layer_types=types)
+    assert [layer_window(m.self_attn) for m in model.layers] == windows
+
+
+def test_unknown_rope_type_is_refused_in_one_line():
+    model = F.tiny("llama", rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0})
+    with pytest.raises(attntrace.Unsupported, match=r"^rope_type 'dynamic' rescales the rotary frequencies") as info:
+        attntrace.from_torch(model, np.zeros((2, 16)), layer=0)
+    assert "\n" not in str(info.value)
