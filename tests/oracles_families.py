@@ -51,9 +51,11 @@ def float64_rotary(model):
             mru.torch = saved
         assert inv_freq.dtype == torch.float64
 
+    halves = type(rot).__name__ == "GptOssRotaryEmbedding"  # gpt-oss turns (first half, second half) with d/2 angles
+
     def forward(self, x, position_ids, layer_type=None):
         freqs = position_ids[..., None].to(torch.float64) * inv_freq
-        emb = torch.cat((freqs, freqs), dim=-1)
+        emb = freqs if halves else torch.cat((freqs, freqs), dim=-1)
         return (emb.cos() * scaling).to(x.dtype), (emb.sin() * scaling).to(x.dtype)
 
     rot.forward = types.MethodType(forward, rot)
@@ -74,6 +76,27 @@ def float64_norms(model, jitter: float = 0.3, seed: int = 0):
         ns["torch"] = Float64Torch()
         exec(src, ns)
         m.forward = types.MethodType(ns["forward"], m)
+
+
+def module_io(model, module, n: int, seed: int = 0):
+    """(args, kwargs, out) of `module` (e.g. a layer's self_attn) on a run of the whole model."""
+    base = getattr(model, "model", model)
+    seen = {}
+
+    def pre(mod, args, kwargs):
+        seen["args"], seen["kwargs"] = args, dict(kwargs)
+
+    def post(mod, args, out):
+        seen["out"] = out
+
+    h1, h2 = module.register_forward_pre_hook(pre, with_kwargs=True), module.register_forward_hook(post)
+    gen = torch.Generator().manual_seed(seed)
+    x0 = torch.randn(1, n, base.config.hidden_size, generator=gen, dtype=torch.float64)
+    with torch.no_grad():
+        base(inputs_embeds=x0, position_ids=torch.arange(n)[None])
+    h1.remove()
+    h2.remove()
+    return seen
 
 
 def layer_io(model, layer: int, n: int, seed: int = 0):
@@ -106,10 +129,21 @@ def tiny(family: str, *, attn: str = "eager", seed: int = 0, **overrides):
     common = dict(hidden_size=16, num_attention_heads=4, num_key_value_heads=2, head_dim=4, intermediate_size=24,
                   num_hidden_layers=2, vocab_size=50, max_position_embeddings=256, initializer_range=0.3,
                   bos_token_id=None, eos_token_id=None, pad_token_id=None, attn_implementation=attn)
-    cls = {"llama": (tf.LlamaConfig, tf.LlamaModel), "mistral": (tf.MistralConfig, tf.MistralModel)}[family]
+    cls = {"llama": (tf.LlamaConfig, tf.LlamaModel), "mistral": (tf.MistralConfig, tf.MistralModel),
+           "gpt_oss": (tf.GptOssConfig, tf.GptOssModel)}[family]
+    if family == "gpt_oss":
+        common.update(num_local_experts=4, num_experts_per_tok=2, sliding_window=3, attention_bias=True, experts_implementation="eager",
+                      layer_types=["sliding_attention", "full_attention"],
+                      rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 4.0, "beta_fast": 32.0,
+                                       "beta_slow": 1.0, "truncate": False, "original_max_position_embeddings": 64})
     torch.manual_seed(seed)
     cfg = cls[0](**{**common, **overrides})
-    return cls[1](cfg).double().eval()
+    model = cls[1](cfg).double().eval()
+    with torch.no_grad():  # parameters HF leaves uninitialised or at zero: random, so that they matter
+        for name, p in model.named_parameters():
+            if name.endswith("sinks") or (name.endswith(".bias") and "proj" in name):
+                p.normal_(0.0, 1.0 if name.endswith("sinks") else 0.3)
+    return model
 
 
 __all__ = ["Float64Torch", "float64_rotary", "float64_norms", "layer_io", "tiny", "np"]

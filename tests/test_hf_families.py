@@ -94,3 +94,29 @@ def test_unknown_rope_type_is_refused_in_one_line():
     with pytest.raises(attntrace.Unsupported, match=r"^rope_type 'dynamic' rescales the rotary frequencies") as info:
         attntrace.from_torch(model, np.zeros((2, 16)), layer=0)
     assert "\n" not in str(info.value)
+
+
+# ------------------------------------------------------------------ gpt-oss: sinks, YaRN, alternating windows
+@pytest.mark.parametrize("layer", [0, 1], ids=["sliding", "full"])
+@pytest.mark.parametrize("exact", [True, False], ids=["float64-angles", "unmodified"])
+def test_gpt_oss_attention_matches(layer, exact):
+    """gpt-oss's attention (its MoE block is traced by the mixture-of-experts bridge): q/k/v/o
+    with biases, YaRN rope (truncate = false, mu), the layer's window from layer_types, sinks.
+    The eager attention of gpt-oss takes its softmax in the model's dtype (float64 here), so only
+    the rotary angles are float32 in the unmodified model."""
+    model = F.tiny("gpt_oss", attn="eager")
+    if exact:
+        F.float64_rotary(model)
+    attn = model.layers[layer].self_attn
+    seen = F.module_io(model, attn, 6)
+    x = seen["args"][0] if seen["args"] else seen["kwargs"]["hidden_states"]
+    want = seen["out"][0][0].numpy()
+    t = attntrace.from_torch(attn, x)
+    err = float(np.max(np.abs(t.output - want)))
+    print(f"gpt-oss layer {layer}: {err:.1e}")
+    assert err < (EXACT if exact else STATED), err
+    assert t.step("sink", head=1).details["sink"] == pytest.approx(float(attn.sinks[0].detach()))
+    keep = t.step("masked", head=1).details["keep"]
+    assert keep.sum(axis=1).tolist() == ([1, 2, 3, 3, 3, 3] if layer == 0 else [1, 2, 3, 4, 5, 6])
+    weights = np.stack([t.step("weights", head=h).value for h in range(1, 5)])
+    np.testing.assert_allclose(weights, seen["out"][1][0].numpy(), rtol=0, atol=EXACT if exact else STATED)

@@ -9,7 +9,8 @@ positions (with Llama 3.1's `llama3` or YaRN's rope scaling when the config name
 grouped-query attention (`num_key_value_heads`), the causal mask (with a padding mask: HF's
 attention_mask, 1 = token, 0 = padding; with the layer's own sliding window, from the config's
 `layer_types` and `sliding_window`), softmax scaled by head_dim^-1/2 (or by the module's
-`scaling`: Gemma 2's query_pre_attn_scalar^-1/2) and o_proj. The same reading serves the
+`scaling`: Gemma 2's query_pre_attn_scalar^-1/2), gpt-oss's attention sinks (`sinks`, one
+logit per head) and o_proj. The same reading serves the
 Llama-style families: Llama, Mistral, and (with their extra steps) Qwen3, Gemma 2 and gpt-oss. transformers is needed only to read the module; torch and transformers are
 imported only here, and only when called.
 
@@ -299,6 +300,9 @@ def llama_attention_spec(layer_or_model, hidden_states, *, position_ids=None, at
     scale = score_scale(attn, d)
     if scale is not True:
         spec["scale"] = scale
+    sinks = getattr(attn, "sinks", None)
+    if sinks is not None:  # gpt-oss: one learned logit per head in every softmax denominator
+        spec["sinks"] = _torch().as_tensor(sinks).detach().to(device="cpu", dtype=_torch().float64).reshape(-1).tolist()
     if start == "x":
         spec["X"] = x
         for name in ("Q", "K", "V"):

@@ -45,6 +45,7 @@ CATALOGUE = {
     "rope_rotated_values": "Z",       # RoPE applied to V too: Z = A rot(V)
     "cache_not_appended": "K_cache",  # the new token's K, V not appended: it attends to K_past only
     "alibi_slope_sign": "biased",     # ALiBi bias +m (i - j) instead of -m (i - j)
+    "sink_ignored": "weights",        # attention sinks: the softmax without the sink's e^s in its denominators
     "window_off_by_one": "masked",    # a sliding window keeping W + 1 keys
     "causal_top_left_decoding": "masked",  # top-left causal mask when the queries are the last L of S keys
     "kv_head_mapping": "scores",      # GQA: query head i reads KV head ((i-1) mod h_kv) + 1

@@ -24,7 +24,7 @@ from attntrace.inputs.matrices import to_matrix
 from attntrace.inputs.numbers import shown, whole_number
 from attntrace.inputs.blockspec import BLOCK_KEYS, block_options, check_block
 from attntrace.inputs.positional import check_positional, positional_options, positive_number
-from attntrace.inputs.stepoptions import MASK_NAMES, parse_attn_bias, parse_backward, parse_mask_options, parse_online
+from attntrace.inputs.stepoptions import MASK_NAMES, parse_attn_bias, parse_backward, parse_mask_options, parse_online, parse_sinks
 from attntrace.model.trace import MODES, Operand
 
 #: Per-head matrices and their default entry names in symbolic mode.
@@ -37,7 +37,7 @@ HEAD_KEYS = {
 #: Matrices shared by all heads.
 SHARED_KEYS = {"X": "x", "X_kv": "y", "W_O": "w^{O}", "b_O": "b^{O}"}
 OPTION_KEYS = {"title", "description", "title_zh", "description_zh", "mode", "scale", "d_k", "mask", "num_heads", "heads", "Z", "expand", "tokens", "kv_tokens",
-               "num_kv_heads", "window", "key_padding", "backward", "online", "rope", "alibi", "attn_bias"}
+               "num_kv_heads", "window", "key_padding", "backward", "online", "rope", "alibi", "attn_bias", "sinks"}
 ALLOWED_KEYS = set(HEAD_KEYS) | set(SHARED_KEYS) | OPTION_KEYS | BLOCK_KEYS
 #: Keys that `num_heads` splits into column blocks, one per head.
 SPLITTABLE = ("W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "Q", "K", "V", "K_past", "V_past")
@@ -351,6 +351,11 @@ def load_spec(spec: Any, *, mode: str | None = None, **overrides: Any) -> Proble
         raise BadInput("give alibi or attn_bias, not both: each adds its own B to the scores")
     if attn_bias and start not in ("X", "QKV", "scores"):
         raise BadInput("attn_bias is added to the scores: give X, Q/K/V or scores, not a later step")
+    sinks = parse_sinks(data.get("sinks"), len(heads))  # attntrace.inputs.stepoptions
+    if sinks and start not in ("X", "QKV", "scores"):
+        raise BadInput("sinks join the softmax: give X, Q/K/V or scores, not a later step")
+    if sinks and (data.get("online") or data.get("backward")):
+        raise BadInput("sinks are traced in the forward pass with the whole softmax, not with online or backward")
     expand = data.get("expand", "named")
     if expand not in ("named", "full"):
         raise BadInput(f"expand must be \"named\" or \"full\", not {expand!r}")
@@ -369,7 +374,7 @@ def load_spec(spec: Any, *, mode: str | None = None, **overrides: Any) -> Proble
         tokens=tokens,
         kv_tokens=kv_tokens,
         source=source,
-        extra={**mask_opts, **positional, **attn_bias, "full_width": full_width, **({"num_kv_heads": num_kv_heads} if num_kv_heads != (num_heads or 1) else {}),
+        extra={**mask_opts, **positional, **attn_bias, **sinks, "full_width": full_width, **({"num_kv_heads": num_kv_heads} if num_kv_heads != (num_heads or 1) else {}),
                **block_extra,
                **_passes(data, mode)},
     )

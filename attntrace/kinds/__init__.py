@@ -20,10 +20,11 @@ from attntrace.kinds.projection import K, Q, V
 from attntrace.kinds.rope import K_ROPE, Q_ROPE
 from attntrace.kinds.scale import SCALED
 from attntrace.kinds.scores import SCORES
+from attntrace.kinds.sink import SINK
 from attntrace.kinds.softmax import WEIGHTS
 from attntrace.kinds.online import ONLINE_KINDS, ONLINE_Z
 
-HEAD_PIPELINE: tuple[Kind, ...] = (Q, K, V, Q_ROPE, K_ROPE, K_CACHE, V_CACHE, SCORES, SCALED, BIASED, SCORE_BIAS, MASKED, WEIGHTS, ONLINE_Z)
+HEAD_PIPELINE: tuple[Kind, ...] = (Q, K, V, Q_ROPE, K_ROPE, K_CACHE, V_CACHE, SCORES, SCALED, BIASED, SCORE_BIAS, MASKED, SINK, WEIGHTS, ONLINE_Z)
 COMBINE_PIPELINE: tuple[Kind, ...] = (CONCAT, OUTPUT)
 
 #: The backward pass (spec key `backward`, `run --backward`), after the forward steps: the kinds

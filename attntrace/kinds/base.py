@@ -89,9 +89,9 @@ def label(name: str, head: int | None) -> str:
 
 
 def plain_math(name: str) -> str:
-    """A matrix or entry name in plain text: an accent follows its letter (\\tilde{T} -> T~, \\hat{t} -> t')."""
+    """A matrix or entry name in plain text: an accent follows its letter (\\tilde{T} -> T~, \\hat{t} -> t', \\bar{t} -> t+)."""
     name = re.sub(r"_\{\\text\{(\w+)\}\}", r"_\1", name)  # K_{\text{cache}} -> K_cache (attntrace.kinds.cache)
-    return re.sub(r"\\(tilde|hat)\{(\w)\}", lambda m: m.group(2) + ("~" if m.group(1) == "tilde" else "'"), name)
+    return re.sub(r"\\(tilde|hat|bar)\{(\w)\}", lambda m: m.group(2) + {"tilde": "~", "hat": "'", "bar": "+"}[m.group(1)], name)
 
 
 def plain_braces(letter: str) -> str:

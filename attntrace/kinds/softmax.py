@@ -15,11 +15,15 @@ class Weights(Kind):
     starts = ("X", "QKV", "scores")
     letter, entry, symbol = "A", "a", "a"
     view, prose = "softmax", "weights"
-    mistakes = ("skipped_softmax", "column_softmax", "softmax_without_exp", "rows_not_normalised")
+    mistakes = ("skipped_softmax", "column_softmax", "softmax_without_exp", "rows_not_normalised", "sink_ignored")
 
     def compute(self, ctx, head, state):
         t = state["S"]
+        sink = "sinks" in ctx.p.extra  # T+ = [T~ | s 1] (attntrace.kinds.sink): the sink's column is dropped
         result, details = ctx.alg.softmax(t.value)
+        shape = (t.shape[0], t.shape[1] - 1) if sink else t.shape
+        if sink and result is not None:
+            result = ctx.alg.columns(result, 0, shape[1])
         if ctx.numeric and not getattr(details, "shift_finite", False):  # the algebra knows when no check is needed
             _check_shift(ctx, head, t.value, details["shifted"])
         h, ph = sup(head), plain_sup(head)
@@ -28,8 +32,13 @@ class Weights(Kind):
                    f"\\frac{{e^{{{e}{h}_{{ij}}}}}}{{\\sum_{{k}} e^{{{e}{h}_{{ik}}}}}}")
         pe = plain_math(e)
         plain = f"A{ph} = softmax({plain_math(m)}{ph}),  a_ij = e^({pe}_ij) / sum_k e^({pe}_ik)"
+        if sink:
+            n = shape[1]
+            formula = (f"A{h} = \\operatorname{{softmax}}\\left({m}{h}\\right)_{{:,\\,1..{n}}}, \\quad a{h}_{{ij}} = "
+                       f"\\frac{{e^{{{e}{h}_{{ij}}}}}}{{\\sum_{{k=1}}^{{{n}}} e^{{{e}{h}_{{ik}}}} + e^{{s{h}}}}}")
+            plain = f"A{ph} = softmax({plain_math(m)}{ph})[:, 1..{n}],  a_ij = e^({pe}_ij) / (sum_k=1..{n} e^({pe}_ik) + e^(s{ph}))"
         # weights of finite shifted scores lie in [0, 1]: no overflow check needed
-        return ctx.emit(self, head, [t.ref], formula, plain, result, t.shape, details, checked=True)
+        return ctx.emit(self, head, [t.ref], formula, plain, result, shape, details, checked=True)
 
 
 def _check_shift(ctx, head, t, shifted) -> None:

@@ -92,8 +92,9 @@ def greek_name(name: str) -> str:
 
 def plain_name(name: str) -> str:
     """w^{Q(2)}_{11} -> w^Q(2)_11, \\alpha_{11} -> alpha_11 (braces and backslashes dropped);
-    an accent follows its letter: \\tilde{q}_{11} -> q~_11, \\hat{t}_{11} -> t'_11."""
+    an accent follows its letter: \\tilde{q}_{11} -> q~_11, \\hat{t}_{11} -> t'_11, \\bar{t}_{11} -> t+_11."""
     name = re.sub(r"\\tilde\{(\w)\}", r"\1~", re.sub(r"\\hat\{(\w)\}", r"\1'", name))
+    name = re.sub(r"\\bar\{(\w)\}", r"\1+", name)
     return re.sub(r"[{}\\]", "", name)
 
 
