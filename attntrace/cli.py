@@ -53,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--expand", choices=("named", "full"), default=None, help="symbolic: name each step's entries (default) or expand fully")
     run.add_argument("--backward", action="store_true",
                      help="add the backward pass: the spec's backward table, else the loss sum of squares of the output")
+    run.add_argument("--keep", default=None, help="record only these steps (ids or keys, comma-separated), e.g. weights,output")
     _add_render_options(run)
 
     check = sub.add_parser("check", help="check a hand calculation against the trace")
@@ -199,7 +200,7 @@ class _Stream:
 def cmd_run(args) -> int:
     from attntrace.tracer import trace_spec
 
-    trace = trace_spec(args.spec, mode=args.mode, expand=args.expand, backward=True if args.backward else None)
+    trace = trace_spec(args.spec, mode=args.mode, expand=args.expand, backward=True if args.backward else None, keep=args.keep)
     if args.format == "json":
         text = _json(trace.to_dict())
     else:

@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from attntrace.kinds import MISTAKES
+
 #: code -> the step kind the mistake changes, in the order they are tried. ANY: the mistake
 #: can be made in any step (`transposed` is planted in each step kind in turn; `rounding` and
 #: `arithmetic_slip` are read off the student's own numbers). `same_weights` is planted in Q,
@@ -45,7 +47,6 @@ CATALOGUE = {
     "rope_rotated_values": "Z",       # RoPE applied to V too: Z = A rot(V)
     "cache_not_appended": "K_cache",  # the new token's K, V not appended: it attends to K_past only
     "alibi_slope_sign": "biased",     # ALiBi bias +m (i - j) instead of -m (i - j)
-    "sink_ignored": "weights",        # attention sinks: the softmax without the sink's e^s in its denominators
     "window_off_by_one": "masked",    # a sliding window keeping W + 1 keys
     "causal_top_left_decoding": "masked",  # top-left causal mask when the queries are the last L of S keys
     "kv_head_mapping": "scores",      # GQA: query head i reads KV head ((i-1) mod h_kv) + 1
@@ -61,6 +62,8 @@ CATALOGUE = {
     "norm_wrong_axis": "norm1",       # each column normalised over the tokens (also norm2)
     "gelu_relu_confused": "ffn_act",  # ReLU where GELU is asked, or the reverse
     "posenc_sin_cos_swapped": "pos_enc",  # cos in the even columns, sin in the odd
+    # the mistakes step kinds declare in their own modules (`attntrace.kinds.base.Mistake`)
+    **{code: kind.id for code, (kind, _) in MISTAKES.items()},
     "transposed": ANY,                # the transpose of the right matrix (scores: transposed_scores)
     "rounding": ANY,                  # entries off by about one unit of the last decimal written
     "arithmetic_slip": ANY,           # one or a few entries wrong, the rest right

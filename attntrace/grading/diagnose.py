@@ -29,6 +29,7 @@ from attntrace.grading.catalogue import (  # noqa: F401 - the catalogue's names 
     ANY, CATALOGUE, CODES, EARLY_ROUNDING, MASK_LARGE_NEGATIVE, REMARKS, UNKNOWN, WRONG_SHAPE, Impossible, Key, Mutation,
     to_float)
 from attntrace.grading.intervals import Box
+from attntrace.kinds import KINDS
 from attntrace.model.trace import STEP_IDS, Step, Trace
 
 #: `World.of`'s cache: the world of the last trace checked.
@@ -192,6 +193,7 @@ def diagnosis_params(world: World, step: Step, mutation: Mutation | None, *, giv
         params["by_sqrt_dk"] = bool(scaled.details.get("by_sqrt_dk"))
     rope = next((s for s in world.steps if s.id in ("Q_rope", "K_rope")), None)
     params["rope_layout"] = None if rope is None else rope.details.get("layout")
+    params.update(KINDS[step.id].message_params(step) if step.id in KINDS else {})
     if mutation is not None and mutation.order:
         params["order"] = mutation.order
     if mutation is not None and mutation.swap:

@@ -18,9 +18,6 @@ Mistakes (catalogue.CATALOGUE; their sentences in templates/check/messages.*.j2)
 - `rope_positions_from_1`: positions counted from 1 instead of 0;
 - `cache_not_appended`: the new token attends only to K_past / V_past;
 - `alibi_slope_sign`: the bias +m (i - j) instead of -m (i - j);
-- `sink_ignored`: the weights of a head with an attention sink computed by the plain softmax of
-  T~, without the sink's e^s in each denominator (the step sink itself is a copy of T~ and the
-  sink logit: exact, so a mistake before it is carried);
 - `window_off_by_one`: a sliding window that keeps W + 1 keys;
 - `causal_top_left_decoding`: the top-left causal mask when the queries are the last L of S keys;
 - `forgot_residual`: a residual step is the sublayer's output alone (the input not added back);
@@ -57,7 +54,6 @@ STEPS = {
     "rope_rotated_values": ("Z",),
     "cache_not_appended": ("K_cache", "V_cache"),
     "alibi_slope_sign": ("biased",),
-    "sink_ignored": ("weights",),
     "window_off_by_one": ("masked",),
     "causal_top_left_decoding": ("masked",),
     "kv_head_mapping": ("scores", "Z"),
@@ -86,8 +82,6 @@ def mutations(code: str, world) -> list:
     mutation = Mutation(code, steps[0], steps=frozenset(steps))
     if code == "rope_positions_from_1":
         return [mutation] if any(list(s.details["positions"])[:1] == [0] for s in present) else []
-    if code == "sink_ignored":  # only where a sink step feeds the weights
-        return [mutation] if any(s.id == "sink" for s in world.steps) else []
     if code == "rope_rotated_values":  # only where the keys were rotated, so V has their positions
         return [mutation] if any(s.id == "K_rope" for s in world.steps) else []
     if code == "window_off_by_one":
@@ -171,13 +165,6 @@ def _rotated(x: Box, det, layout: str, positions) -> Box:
             rot[j, j], rot[k, j], rot[j, k], rot[k, k] = mu * c, -mu * s, mu * s, mu * c
         rows.append(intervals.matmul(Box(x.lo[r:r + 1], x.hi[r:r + 1]), intervals.point(rot)))
     return intervals.stack(rows, axis=0)
-
-
-def _sink(world, step, args, m, mutation):
-    """T-bar = [T~ | s 1]: the student's masked scores with the head's sink logit appended (exact)."""
-    t = args[0]
-    col = np.full((t.shape[0], 1), float(step.details["sink"]))
-    return intervals.stack([t, intervals.point(col)], axis=1)
 
 
 def _biased(world, step, args, m, mutation):
@@ -445,7 +432,7 @@ def masked_keep(step, m) -> np.ndarray | None:
         raise Impossible() from None
 
 
-RULES = {"sink": _sink, "Q_rope": _rope, "K_rope": _rope, "biased": _biased, "bias": _biased, "K_cache": _cache, "V_cache": _cache,
+RULES = {"Q_rope": _rope, "K_rope": _rope, "biased": _biased, "bias": _biased, "K_cache": _cache, "V_cache": _cache,
          "embed": _sum, "residual1": _sum, "residual2": _sum,
          "online_out": _online_out, "lse": _lse, "norm1": _norm, "norm2": _norm, "ffn_act": _activation,
          "pos_enc": _pos_enc, "ffn_hidden": _ffn_linear, "ffn_up": _ffn_linear, "ffn_out": _ffn_linear,

@@ -23,7 +23,7 @@ import math
 
 import numpy as np
 
-from attntrace.grading import intervals, kindrules
+from attntrace.grading import intervals, kindcarry, kindrules
 from attntrace.grading.answer import KIND_CODES, AnswerMatrix, Policy
 from attntrace.grading.catalogue import ANY, CATALOGUE, Impossible, Mutation
 from attntrace.grading.intervals import Box
@@ -62,6 +62,8 @@ def mutations(world) -> list[Mutation]:
             found += [Mutation(code, k) for k in dict.fromkeys(kinds) if k != "scores"]
         elif code in kindrules.STEPS:
             found += kindrules.mutations(code, world)
+        elif code in kindcarry.MISTAKES:
+            found += kindcarry.mutations(code, world)
         elif kind == ANY or kind not in kinds or code == "rows_not_normalised":
             continue  # read off the student's numbers, or a step this trace does not have
         elif code in ("scaled_by_dk", "wrong_dk", "scaled_by_dmodel") and not by_sqrt:
@@ -139,12 +141,14 @@ def _masked(world, step, args, m, mutation):
 def _weights(world, step, args, m, mutation):
     t = args[0]
     n = step.shape[1]
-    if t.shape[1] == n + 1:  # T-bar of an attention sink (kindrules.sink): the softmax over the longer row, its column dropped
-        if m == "sink_ignored":
-            return intervals.softmax_rows(Box(t.lo[:, :n], t.hi[:, :n]))
-        own = m in ("skipped_softmax", "column_softmax", "softmax_without_exp")  # the plain softmax's mistakes, on T~
-        full = _weights(world, step, (Box(t.lo[:, :n], t.hi[:, :n]),), m, mutation) if own else intervals.softmax_rows(t)
-        return Box(full.lo[:, :n], full.hi[:, :n]) if full.shape[1] == n + 1 else full
+    if t.shape[1] > n:  # logit columns with no value (attntrace.kinds.softmax): a softmax over the whole row, then dropped
+        keys = Box(t.lo[:, :n], t.hi[:, :n])
+        if m in ("skipped_softmax", "column_softmax", "softmax_without_exp"):  # the softmax's own mistakes, on the keys
+            return _weights(world, step, (keys,), m, mutation)
+        if m is not None and m != "transposed":  # the mistake of the kind that appended the columns: they were left out
+            return intervals.softmax_rows(keys)
+        full = intervals.softmax_rows(t)
+        return Box(full.lo[:, :n], full.hi[:, :n])
     if m == "skipped_softmax":
         return t
     if m == "column_softmax":
@@ -183,7 +187,8 @@ def _at_truth(world, step, args, m, mutation):
 
 
 _STEP = {"Q": _projection, "K": _projection, "V": _projection, "output": _projection, "scores": _scores,
-         "scaled": _scaled, "masked": _masked, "weights": _weights, "Z": _z, "concat": _concat, **kindrules.RULES}
+         "scaled": _scaled, "masked": _masked, "weights": _weights, "Z": _z, "concat": _concat, **kindrules.RULES,
+         **kindcarry.RULES}
 
 
 # -- mistakes read off the student's numbers -------------------------------------------------------
@@ -238,12 +243,19 @@ def read_off(step, answer: AnswerMatrix, reference: Box, policy: Policy) -> list
     size = answer.shape[0] * answer.shape[1]
     if not found and n_wrong < size and n_wrong <= max(1, size // 4):
         found.append(("arithmetic_slip", {"cells": cells()}))
-    if step.id == "weights" and not step.inputs[0].startswith("sink"):  # a sink's weights sum to less than 1
+    if step.id == "weights" and _rows_sum_to_one(step):
         sums = np.where(np.isfinite(values), values, 0.0).sum(axis=1)
         rows = [i + 1 for i, s in enumerate(sums) if abs(s - 1.0) > _allowed_sum(answer, i, policy) + 1e-9]
         if rows:
             found.append(("rows_not_normalised", {"rows": rows, "sums": [float(sums[i - 1]) for i in rows]}))
     return found
+
+
+def _rows_sum_to_one(step) -> bool:
+    """False when the weights' softmax ran over logit columns with no value (its exponentials
+    are wider than the weights): then a row sums to less than 1."""
+    exp = step.details.get("exp") if step.details else None
+    return exp is None or tuple(exp.shape)[1] == step.shape[1]
 
 
 def _allowed_sum(answer: AnswerMatrix, i: int, policy: Policy) -> float:

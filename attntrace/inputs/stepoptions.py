@@ -105,18 +105,3 @@ def parse_attn_bias(value, heads: int, mode: str, operand) -> dict:
             raise BadInput("attn_bias must be finite numbers: a key removed with -inf is the mask's job (mask = [[...]])")
     return {"attn_bias": ops}
 
-
-def parse_sinks(value, heads: int) -> dict:
-    """The spec's `sinks`: one learned logit per head (gpt-oss's attention sinks; a single
-    number for a single head), finite reals; exact strings ("1/2") stay exact."""
-    from attntrace.inputs.numbers import real_number
-
-    if value is None:
-        return {}
-    items = value.tolist() if hasattr(value, "tolist") else value
-    if not isinstance(items, (list, tuple)):
-        items = [items]
-    if len(items) != heads:
-        raise BadInput(f"sinks lists {len(items)} logits but there are {heads} heads; give one per head")
-    return {"sinks": tuple(real_number(x, "sinks", "a list of finite numbers, one per head", low=-1e300, high=1e300)
-                           for x in items)}

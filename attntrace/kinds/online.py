@@ -22,9 +22,14 @@ Numeric, exact and shape mode. Not symbolic: a running maximum of symbols cannot
 
 from __future__ import annotations
 
+from attntrace.inputs.options import SpecOption
+from attntrace.inputs.stepoptions import parse_online
 from attntrace.kinds.base import Kind, plain_math
 from attntrace.kinds.weighted_sum import WeightedSum
 from attntrace.model.errors import BadInput
+
+#: The spec's `online = {block_keys = Bc, block_queries = Br}` (Problem.extra["online"]).
+SPEC_OPTIONS = (SpecOption("online", lambda value, reader: parse_online(value), "a table {block_keys = Bc, block_queries = Br}"),)
 
 
 class OnlineStep(Kind):
@@ -66,6 +71,7 @@ class OnlineWeightedSum(WeightedSum):
     """Z = A V, or with `online` the same Z by FlashAttention-2's loop over key blocks."""
 
     view, prose = "online_z", "online"
+    pipeline, after = "head", ("weights",)
 
     def compute(self, ctx, head, state):
         online = ctx.p.extra.get("online")

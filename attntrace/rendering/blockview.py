@@ -186,9 +186,11 @@ def build_norm(sv, vm) -> None:
     s, o = sv.s, sv.out
     d = s.details
     rms = d.get("norm") == "rms"
-    r = resolve(sv.t, s.inputs[0], None)
-    gain = resolve(sv.t, f"gamma_{d['which']}", None) if f"gamma_{d['which']}" in s.inputs else None
-    bias = resolve(sv.t, f"beta_{d['which']}", None) if f"beta_{d['which']}" in s.inputs else None
+    r = resolve(sv.t, s.inputs[0], s.head)
+    # the gain and bias operands: the block's gamma_1/beta_1 (or _2), or the ones a kind names
+    gain_name, bias_name = d.get("gain_operand", f"gamma_{d.get('which')}"), d.get("bias_operand", f"beta_{d.get('which')}")
+    gain = resolve(sv.t, gain_name, None) if gain_name in s.inputs else None
+    bias = resolve(sv.t, bias_name, None) if bias_name in s.inputs else None
     vm["extra"].update(norm="rms" if rms else "layer", eps=_eps_text(o, d["eps"]), dim=str(s.shape[1]), gain=gain is not None,
                        bias=bias is not None)
     vm["formula_block"] = _entry_formula(sv, vm)

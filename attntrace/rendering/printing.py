@@ -18,6 +18,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from attntrace.kinds.base import plain_accents
+
 #: How many entries (numbers or expressions) have been formatted; tests read and reset it.
 STATS = {"entries": 0}
 
@@ -92,10 +94,21 @@ def greek_name(name: str) -> str:
 
 def plain_name(name: str) -> str:
     """w^{Q(2)}_{11} -> w^Q(2)_11, \\alpha_{11} -> alpha_11 (braces and backslashes dropped);
-    an accent follows its letter: \\tilde{q}_{11} -> q~_11, \\hat{t}_{11} -> t'_11, \\bar{t}_{11} -> t+_11."""
-    name = re.sub(r"\\tilde\{(\w)\}", r"\1~", re.sub(r"\\hat\{(\w)\}", r"\1'", name))
-    name = re.sub(r"\\bar\{(\w)\}", r"\1+", name)
-    return re.sub(r"[{}\\]", "", name)
+    an accent follows its letter: \\tilde{q}_{11} -> q~_11, \\hat{t}_{11} -> t'_11."""
+    return re.sub(r"[{}\\]", "", plain_accents(name))
+
+
+@lru_cache(maxsize=8192)
+def evalf17(x):
+    """A SymPy entry's value to 17 digits (its real part), None when it has symbols. Cached per
+    entry: a report prints an entry's approximation in its matrix, its entry line and the next
+    step's substitution, and an exact GELU or softmax entry takes milliseconds to evaluate."""
+    if getattr(x, "free_symbols", None) or not getattr(x, "is_number", False):
+        return None
+    f = x.evalf(17)
+    if f.is_real is False:  # a complex value cannot come from real inputs; its real part
+        f = f.as_real_imag()[0]
+    return f
 
 
 def _trim(x: float, precision: int) -> str:
@@ -131,8 +144,39 @@ def plain_number(x: float, precision: int, count: bool = True) -> str:
     return _trim(x, precision)
 
 
-def decimals_needed(xs: list[float], precision: int) -> int:
-    """The decimals the longest of these numbers needs at `precision` (trailing zeros trimmed)."""
+def decimals_needed(xs, precision: int) -> int:
+    """The decimals the longest of these numbers (a list or an array) needs at `precision`
+    (trailing zeros trimmed), as `_trim` prints them.
+
+    Many numbers are counted in NumPy: x 10^p rounded to an integer m, its trailing zeros
+    counted; m is exact and rounds as the decimal printing does whenever x 10^p < 2^31 and is
+    not within 1e-6 of a half (float error there is below 2.4e-7), and the few numbers that
+    are not are printed one by one. So a report's layout costs O(entries) in C, not a string
+    per entry."""
+    if isinstance(xs, list) and len(xs) < 64:
+        return _decimals_printed(xs, precision)
+    a = np.asarray(xs, dtype=np.float64).ravel()
+    a = a[np.isfinite(a) & (a != 0)]
+    if a.size < 64:
+        return _decimals_printed(a.tolist(), precision)
+    scale = 10.0 ** precision
+    with np.errstate(over="ignore", invalid="ignore"):  # 1e300 * 10^p: inf, which is unsure (printed)
+        y = np.abs(a) * scale
+        unsure = (y >= 2.0 ** 31) | (np.abs(y - np.floor(y) - 0.5) < 1e-6)
+    d = _decimals_printed(a[unsure].tolist(), precision) if unsure.any() else 0
+    a, m = a[~unsure], np.rint(y[~unsure])
+    if a.size == 0:
+        return d
+    zeros = np.zeros(m.shape, dtype=np.int64)  # trailing decimal zeros of m, at most `precision`
+    for k in range(1, precision + 1):
+        zeros += np.mod(m, 10.0 ** k) == 0
+    need = precision - zeros
+    # a value that is not whole never prints as one: 0.99995 is 1.0000, 1e-9 is 0.0000
+    need[(zeros == precision) & (a != np.trunc(a))] = precision
+    return max(d, int(need.max()))
+
+
+def _decimals_printed(xs: list[float], precision: int) -> int:
     d = 0
     for x in xs:
         if math.isfinite(x) and x != 0:
@@ -221,11 +265,9 @@ class _Out:
         x = value[i, j]
         if _is_infinite(x):
             return self.num(float(x))
-        if getattr(x, "free_symbols", None) or not getattr(x, "is_number", False):
+        f = evalf17(x)
+        if f is None:
             return None
-        f = x.evalf(17)
-        if f.is_real is False:  # a complex value cannot come from real inputs; show its real part
-            f = f.as_real_imag()[0]
         if f == 0 or x == 0:
             return self.num(0.0)
         if abs(f) < 0.5 * 10 ** -self.precision:  # e^{-161/3} ~ 1e-23 (even 1e-5000): tiny, never 0
@@ -295,18 +337,19 @@ class _Out:
         an entry whose float is not its true value (an exponential that underflowed to 0,
         a weight of 1 - 1e-30), log10 of the true value, else None."""
         ri = pick(shape[0], self.max_size)
+        memo: dict = {}  # (i, j, decimals, padded) -> the cell: `widest` builds several column counts
 
         def build(limit: int) -> tuple[str, int, int]:
             ci = pick(shape[1], limit)
             cells = [(i, j) for i in ri if i is not None for j in ci if j is not None]
-            text, n = self._numeric_cells(value, ri, ci, cells, true_log10, pad=True)
+            text, n = self._numeric_cells(value, ri, ci, cells, true_log10, pad=True, memo=memo)
             return text, sum(c is not None for c in ci), n
 
         text, _, n = self.widest(build, budget)
         STATS["entries"] += n
         return text
 
-    def _numeric_cells(self, value, ri, ci, cells, true_log10, pad: bool):
+    def _numeric_cells(self, value, ri, ci, cells, true_log10, pad: bool, memo: dict | None = None):
         shown = [float(value[i, j]) for i, j in cells]
         inexact = {(i, j): true_log10(i, j) for i, j in cells} if true_log10 else {}
         d = decimals_needed(shown, self.precision)
@@ -319,7 +362,13 @@ class _Out:
         def cell(i, j):  # noqa: E306
             x, lg = float(value[i, j]), inexact.get((i, j))
             if lg is None:
-                return self.fixed(x, d, pad and j not in zero_cols)
+                padded = pad and j not in zero_cols
+                if memo is None:
+                    return self.fixed(x, d, padded)
+                key = (i, j, d, padded)
+                if key not in memo:
+                    memo[key] = self.fixed(x, d, padded)
+                return memo[key]
             if x == 0:
                 return self.power_of_ten(lg)
             if x == int(x):  # a float that rounded to a whole number (1 - 1e-20): show the rounding

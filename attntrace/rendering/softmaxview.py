@@ -26,7 +26,7 @@ class SoftmaxView:
     def build_softmax(self, vm) -> None:
         s, o = self.s, self.out
         src = resolve(self.t, s.inputs[0], s.head)
-        vm["extra"]["sink"] = src.shape[1] > s.shape[1]  # an attention sink's column (attntrace.kinds.sink)
+        vm["extra"]["extra_column"] = src.shape[1] > s.shape[1]  # a logit with no value (kinds.softmax)
         vm["formula_block"] = self.fit_formula(vm["formula"]) if not o.plain else [vm["formula"]]
         lhs = self.named(self.ref)
         if self.mode == "numeric":
@@ -56,7 +56,7 @@ class SoftmaxView:
         import sympy
 
         cols = pick(s.shape[1], o.max_size)
-        ecols = pick(src.shape[1], o.max_size)  # the sum's terms: with an attention sink, one column more
+        ecols = pick(src.shape[1], o.max_size)  # the sum's terms: with a logit column of no value, one more
         kept = [j is None or src.value[i, j] != -sympy.oo for j in ecols]
         first = next(j for j in range(s.shape[1]) if src.value[i, j] != -sympy.oo)
         base = o.entry(src.value, i, first).rsplit("_", 1)[0]
@@ -81,7 +81,7 @@ class SoftmaxView:
         """m_i, the shifted scores, their exponentials, their sum and the weights of row i."""
         s, o, d = self.s, self.out, self.s.details
         cols = pick(s.shape[1], o.max_size)
-        ecols = pick(src.shape[1], o.max_size)  # shift and exponentials: with an attention sink, one column more
+        ecols = pick(src.shape[1], o.max_size)  # shift and exponentials: with a logit column of no value, one more
         plain = o.plain
         e = self.ename(src, i, 0).rsplit("_", 1)[0] if not plain else None
         h = "" if s.head is None else (f"^{{({s.head})}}" if not plain else f"({s.head})")
@@ -98,7 +98,7 @@ class SoftmaxView:
                                                             None if lg is None else [None if j is None else lg(i, j) for j in cs])
             # the row maximum as the matrix it comes from prints it (1.6330 there, not 1.633 here)
             src_all = np.asarray(src.value, dtype=float)
-            dsrc = decimals_needed([float(x) for x in src_all.ravel()[:4096] if np.isfinite(x)], o.precision)
+            dsrc = decimals_needed(src_all.ravel()[:4096], o.precision)  # non-finite entries need none
             mx = float(d["row_max"][i])
             m_val = f"{mx:.{dsrc}f}" if dsrc and math.isfinite(mx) and mx != 0 and mx == int(mx) else o.fixed(mx, dsrc, pad=False)
             several = np.isfinite(self.shifted(i)).sum() > 1  # then the sum is 1 + something, never exactly 1

@@ -20,7 +20,7 @@ from attntrace.rendering.printing import STATS, decimals_needed, pick, plain_nam
 from attntrace.rendering.softmaxview import SoftmaxView
 from attntrace.kinds import kind_of
 from attntrace.rendering import views
-from attntrace.rendering.viewparts import Ref, block, entry_columns, pack, resolve, rows_to_expand, shape_dims, step_ref
+from attntrace.rendering.viewparts import inputs_not_kept, Ref, block, entry_columns, pack, resolve, rows_to_expand, shape_dims, step_ref
 
 
 #: Views laid out by modules of their own (`views.MODULES`): view name -> function(step_view, vm)
@@ -142,7 +142,13 @@ class StepView(SoftmaxView):
         self.lw = self.label_width()
         view = kind_of(s.id).view
         builder = getattr(self, f"build_{view}", None)
-        if self.mode == "shape":
+        missing = inputs_not_kept(self.t, s)
+        if missing:  # traced with keep=: an input's values are gone, so the result only
+            vm["inputs_not_kept"] = missing
+            lhs = self.named(self.ref)
+            vm["formula_block"] = self.fit_formula(vm["formula"])
+            vm["main"] = [block(self.fit(lhs, self.result_side(s.value, self.budget(lhs))))] if s.value is not None else []
+        elif self.mode == "shape":
             vm["formula_block"] = self.fit_formula(vm["formula"])
         elif builder is not None:
             builder(vm)
@@ -281,7 +287,7 @@ class StepView(SoftmaxView):
         o = self.out
         if isinstance(value, np.ndarray):
             if not hasattr(self, "_decimals"):
-                self._decimals = decimals_needed([float(x) for x in value.ravel()[:4096]], o.precision)
+                self._decimals = decimals_needed(value.ravel()[:4096], o.precision)
             STATS["entries"] += 1
             x, d = float(value[i, j]), self._decimals
             whole_line = operands is not None and all(math.isfinite(v) and v == int(v) for v in operands)
@@ -387,7 +393,10 @@ class StepView(SoftmaxView):
         if not isinstance(r.value, np.ndarray):
             body = [[o.dots(i, j) if i is None or j is None else o.entry(r.value, i, j) for j in cols] for i in rows]
             return o.inner_matrix(body)
-        d = decimals_needed([float(x) for ref in refs for x in np.asarray(ref.value).ravel()[:4096]], o.precision)
+        if getattr(self, "_concat_decimals", None) is None:  # one layout for every head: counted once
+            self._concat_decimals = decimals_needed(np.concatenate([np.asarray(ref.value, dtype=float).ravel()[:4096] for ref in refs]),
+                                                    o.precision)
+        d = self._concat_decimals
         body = [[o.dots(i, j) if i is None or j is None else o.fixed(float(r.value[i, j]), d) for j in cols] for i in rows]
         return o.inner_matrix(body, numeric=True)
 

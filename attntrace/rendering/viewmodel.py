@@ -14,7 +14,7 @@ from attntrace.rendering.layout import fit_chain
 from attntrace.inputs.textescape import escape_md, escape_tex, escape_text
 from attntrace.inputs.usertext import format_user_text, inline_math_for
 from attntrace.inputs.spec import KV_KEYS
-from attntrace.kinds import kind_of
+from attntrace.kinds import HEAD_PIPELINE, kind_of
 from attntrace.rendering.printing import PlainOut, TexOut
 from attntrace.rendering.stepview import StepView
 from attntrace.kinds.block import BLOCK_KINDS
@@ -129,7 +129,7 @@ def report_view(trace, fmt: str, precision: int, max_size: int, figures: list[di
     by_sqrt = any(s.id == "scaled" and s.details.get("by_sqrt_dk", True) for s in trace.steps)
     scaled = any(s.id == "scaled" for s in trace.steps)
     view = {
-        "formula_block": block(flow) if flow else block([intro_formula(trace, scaled, by_sqrt, out.plain)]),
+        "formula_block": block(flow) if flow else block([intro_formula(trace, out.plain)]),
         # the Transformer block (attntrace.rendering.blockview): its arrangement, steps before and after attention
         "block": arrangement,
         "block_part": "self_attention" if arrangement and not any(s.id == "residual2" for s in trace.steps) else "",
@@ -163,6 +163,8 @@ def report_view(trace, fmt: str, precision: int, max_size: int, figures: list[di
         "shape_rows": shape_rows(trace, out) if shape_mode else [],
         "sections": sections, "combined": combined, "figures": figures or [],
         "kv_groups": kv_groups(trace),
+        # traced with keep=: the ids of the steps computed but not recorded
+        "not_kept": [esc(i) for i in dict.fromkeys(k.partition("@")[0] for k in settings.get("not_kept", ()))],
         "kv_group_size": trace.num_heads // max(len(kv_groups(trace)), 1),
         # the backward pass (attntrace.kinds.backward), in trace order after the forward steps
         "backward": [] if shape_mode else [StepView(trace, s, out, rows, esc).build() for s in trace.steps if _backward(s)],
@@ -187,8 +189,10 @@ def kv_groups(trace) -> list[dict[str, int]]:
     return groups
 
 
-def intro_formula(trace, scaled: bool, by_sqrt: bool, plain: bool) -> str:
-    """The one formula the report's introduction names: what this trace computes, no more."""
+def intro_formula(trace, plain: bool) -> str:
+    """The one formula the report's introduction names: what this trace computes, no more.
+    The score term starts as Q K^T and each per-head kind the trace has changes it, in
+    pipeline order (`Kind.intro`: RoPE's rotated Q, K, the scaling, a bias, ...)."""
     start = trace.settings.get("start")
     if start == "weights":
         return "Z = A V"
@@ -198,13 +202,14 @@ def intro_formula(trace, scaled: bool, by_sqrt: bool, plain: bool) -> str:
             return "O = Concat(Z(1), ..., Z(h)) W_O" if w_o else "Z = Concat(Z(1), ..., Z(h))"
         cat = "\\operatorname{Concat}(Z^{(1)}, \\ldots, Z^{(h)})"
         return f"O = {cat}\\, W_O" if w_o else f"Z = {cat}"
-    rope = any(s.id == "Q_rope" for s in trace.steps)  # the scores read the rotated Q-tilde, K-tilde
-    bias = any(s.id in ("biased", "bias") for s in trace.steps)  # ALiBi or a given bias adds B to the scaled scores
-    if plain:
-        inner = ("Q~ K~^T" if rope else "Q K^T") + (" / sqrt(d_k)" if by_sqrt else " / c" if scaled else "") + (" + B" if bias else "")
-        return f"softmax({inner}) V"
-    inner = ("\\tilde{Q} \\tilde{K}^{\\top}" if rope else "Q K^{\\top}") + ("/\\sqrt{d_k}" if by_sqrt else "/c" if scaled else "") + (" + B" if bias else "")
-    return f"\\operatorname{{softmax}}({inner})\\, V"
+    by_id: dict[str, list] = {}
+    for s in trace.steps:
+        by_id.setdefault(s.id, []).append(s)
+    tex, text = "Q K^{\\top}", "Q K^T"
+    for kind in HEAD_PIPELINE:
+        if kind.id in by_id:
+            tex, text = kind.intro(tex, text, by_id[kind.id])
+    return f"softmax({text}) V" if plain else f"\\operatorname{{softmax}}({tex})\\, V"
 
 
 def given_shapes(trace, out) -> list[dict[str, Any]]:

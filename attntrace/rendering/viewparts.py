@@ -78,7 +78,36 @@ def resolve(trace, name: str, head: int | None) -> Ref:
         except KeyError:
             continue
         return operand_ref(o)
+    gone = not_kept_ref(trace, name, head)
+    if gone is not None:
+        return gone
     raise KeyError(name)
+
+
+def not_kept_ref(trace, name: str, head: int | None) -> Ref | None:
+    """A step computed but not recorded (`trace(..., keep=)`): its names and shape, no value."""
+    keys = trace.settings.get("not_kept")
+    if not keys:
+        return None
+    for h in dict.fromkeys((head, None)):
+        key = name if h is None else f"{name}@{h}"
+        if key in keys:
+            kind = kind_of(name)
+            return Ref(None, trace.settings["not_kept_shapes"][keys.index(key)], kind.entry, kind.letter, h, kind.plain_letter)
+    return None
+
+
+def inputs_not_kept(trace, step) -> list[str]:
+    """The inputs of `step` that were computed but not recorded (keep=): a report shows the step's result only."""
+    if not trace.settings.get("not_kept"):
+        return []
+    out = []
+    for n in step.inputs:
+        name, _, h = n.partition("@")
+        head = int(h) if h else step.head
+        if not any(trace.has(name, x) for x in dict.fromkeys((head, None))) and not_kept_ref(trace, name, head) is not None:
+            out.append(n)
+    return out
 
 
 def operand_ref(op) -> Ref:
