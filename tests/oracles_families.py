@@ -61,6 +61,19 @@ def float64_rotary(model):
     rot.forward = types.MethodType(forward, rot)
 
 
+def float64_eager_softmax(model):
+    """The eager attention of the model's modeling module with its float32 softmax taken in
+    float64 (HF's own function, float64 for float32), for the models whose eager attention
+    upcasts to float32 (Gemma 2). Returns a function that undoes it."""
+    mod = inspect.getmodule(type(model))
+    saved = mod.eager_attention_forward
+    ns = dict(vars(mod))
+    ns["torch"] = Float64Torch()
+    exec(textwrap.dedent(inspect.getsource(saved)), ns)
+    mod.eager_attention_forward = ns["eager_attention_forward"]
+    return lambda: setattr(mod, "eager_attention_forward", saved)
+
+
 def float64_norms(model, jitter: float = 0.3, seed: int = 0):
     """Every RMSNorm of the model: a random gain near its default, and (HF's own forward with
     float64 for float32) its computation in float64."""
@@ -130,7 +143,14 @@ def tiny(family: str, *, attn: str = "eager", seed: int = 0, **overrides):
                   num_hidden_layers=2, vocab_size=50, max_position_embeddings=256, initializer_range=0.3,
                   bos_token_id=None, eos_token_id=None, pad_token_id=None, attn_implementation=attn)
     cls = {"llama": (tf.LlamaConfig, tf.LlamaModel), "mistral": (tf.MistralConfig, tf.MistralModel),
-           "gpt_oss": (tf.GptOssConfig, tf.GptOssModel)}[family]
+           "gpt_oss": (tf.GptOssConfig, tf.GptOssModel), "qwen3": (tf.Qwen3Config, tf.Qwen3Model),
+           "gemma2": (tf.Gemma2Config, tf.Gemma2Model)}[family]
+    if family == "gemma2":
+        common.update(query_pre_attn_scalar=9, attn_logit_softcapping=2.5, final_logit_softcapping=None, sliding_window=3,
+                      layer_types=["sliding_attention", "full_attention"], hidden_activation="gelu_pytorch_tanh")
+    if family == "qwen3":
+        common.update(use_sliding_window=True, sliding_window=3, max_window_layers=1,
+                      layer_types=["full_attention", "sliding_attention"])
     if family == "gpt_oss":
         common.update(num_local_experts=4, num_experts_per_tok=2, sliding_window=3, attention_bias=True, experts_implementation="eager",
                       layer_types=["sliding_attention", "full_attention"],

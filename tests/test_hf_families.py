@@ -120,3 +120,61 @@ def test_gpt_oss_attention_matches(layer, exact):
     assert keep.sum(axis=1).tolist() == ([1, 2, 3, 3, 3, 3] if layer == 0 else [1, 2, 3, 4, 5, 6])
     weights = np.stack([t.step("weights", head=h).value for h in range(1, 5)])
     np.testing.assert_allclose(weights, seen["out"][1][0].numpy(), rtol=0, atol=EXACT if exact else STATED)
+
+
+# ------------------------------------------------------------------ Qwen3 (QK-norm) and Gemma 2 (soft-capping, query_pre_attn_scalar)
+@pytest.mark.parametrize("layer", [0, 1], ids=["full", "sliding"])
+def test_qwen3_layer_matches(layer):
+    """Qwen3: the llama layer with RMSNorm of each head's q and k (qk_norm) before RoPE; its
+    second layer here slides (use_sliding_window, max_window_layers = 1, layer_types)."""
+    exact, stated = _both(lambda: F.tiny("qwen3", attn="sdpa"), layer, 6)
+    print(f"qwen3 layer {layer}: {exact:.1e} (float64 internals), {stated:.1e} (unmodified)")
+    assert exact < EXACT and stated < STATED, (exact, stated)
+    model = F.tiny("qwen3")
+    t = attntrace.from_torch(model, F.layer_io(model, layer, 5)[0], layer=layer)
+    assert t.has("Q_norm", 1) and t.has("K_norm", 1)
+    keep = t.step("masked", head=1).details["keep"]
+    assert keep.sum(axis=1).tolist() == ([1, 2, 3, 4, 5] if layer == 0 else [1, 2, 3, 3, 3])
+
+
+@pytest.mark.parametrize("layer", [0, 1], ids=["sliding", "full"])
+@pytest.mark.parametrize("exact", [True, False], ids=["float64-internals", "unmodified"])
+def test_gemma2_attention_matches(layer, exact):
+    """Gemma 2's attention: scores scaled by query_pre_attn_scalar^-1/2 (sqrt(9) = 3 here, not
+    sqrt(head_dim) = 2), soft-capped at 2.5, the layer's own window. Its eager softmax is float32
+    even in a float64 model: run in float64 (HF's own function) for the 1e-10 comparison."""
+    model = F.tiny("gemma2", attn="eager")
+    undo = F.float64_eager_softmax(model) if exact else (lambda: None)
+    try:
+        if exact:
+            F.float64_rotary(model)
+        attn = model.layers[layer].self_attn
+        seen = F.module_io(model, attn, 6)
+    finally:
+        undo()
+    x = seen["args"][0] if seen["args"] else seen["kwargs"]["hidden_states"]
+    t = attntrace.from_torch(attn, x)
+    err = float(np.max(np.abs(t.output - seen["out"][0][0].numpy())))
+    print(f"gemma2 layer {layer}: {err:.1e}")
+    assert err < (EXACT if exact else STATED), err
+    assert t.step("scaled", head=1).details["factor"] == 3.0 and t.has("softcap", 1)
+    keep = t.step("masked", head=1).details["keep"]
+    assert keep.sum(axis=1).tolist() == ([1, 2, 3, 3, 3, 3] if layer == 0 else [1, 2, 3, 4, 5, 6])
+    with pytest.raises(attntrace.Unsupported, match=r"four norms around its sublayers") as info:
+        attntrace.from_torch(model, x.numpy()[0], layer=layer)
+    assert "\n" not in str(info.value)
+
+
+def test_query_pre_attn_scalar_is_an_exact_scale():
+    from attntrace.bridges.huggingface import score_scale
+
+    model = F.tiny("gemma2", query_pre_attn_scalar=256)
+    assert score_scale(model.layers[0].self_attn, 4) == "sqrt(256)"
+    t = attntrace.run({"Q": [[1, 2]], "K": [[3, 4]], "V": [[1]], "scale": "sqrt(256)"}, mode="exact")
+    assert t.step("scaled").value[0, 0] == sp_rational(11, 16)
+
+
+def sp_rational(a, b):
+    import sympy
+
+    return sympy.Rational(a, b)

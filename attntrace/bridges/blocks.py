@@ -125,6 +125,9 @@ def llama_layer_spec(model_or_layer, hidden_states, *, layer: int = 0, position_
     from attntrace.bridges.huggingface import llama_attention_spec
 
     dec = decoder_layer(model_or_layer, layer)
+    if hasattr(dec, "pre_feedforward_layernorm"):
+        raise Unsupported(f"{type(dec).__name__} has four norms around its sublayers (Gemma's sandwich); attntrace's llama "
+                          "block has two: trace its attention with from_torch(layer.self_attn, hidden_states)")
     act = getattr(dec.mlp.config, "hidden_act", "silu") if hasattr(dec.mlp, "config") else "silu"
     if act != "silu":
         raise Unsupported(f"the MLP's activation is {act!r}; a llama block's SwiGLU uses silu")

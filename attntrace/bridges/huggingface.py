@@ -161,6 +161,25 @@ def key_padding_of(attention_mask, n: int) -> list[bool] | None:
     return [not bool(x) for x in m] if not m.all() else None
 
 
+def qk_norm_table(attn) -> dict | None:
+    """Qwen3's (and Gemma 3's, OLMo 2's) RMSNorm of each head's q and k rows, as the spec's
+    qk_norm: eps and the gains (Gemma's norms scale by 1 + weight)."""
+    qn, kn = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)
+    if qn is None or kn is None:
+        return None
+    out: dict[str, Any] = {}
+    for norm, key in ((qn, "g_q"), (kn, "g_k")):
+        eps = getattr(norm, "variance_epsilon", getattr(norm, "eps", None))
+        w = getattr(norm, "weight", None)
+        if eps is None or w is None or getattr(norm, "bias", None) is not None:
+            raise Unsupported(f"{type(norm).__name__} is not an RMSNorm with a gain and no bias")
+        gain = w.detach().to(device="cpu", dtype=_torch().float64).numpy().copy()
+        if type(norm).__name__.startswith("Gemma"):  # Gemma's RMSNorm: x / rms(x) * (1 + weight)
+            gain = 1.0 + gain
+        out[key], out["eps"] = gain.tolist(), float(eps)
+    return out
+
+
 def _layout(attn):
     cfg = attn.config
     h = cfg.num_attention_heads
@@ -300,6 +319,14 @@ def llama_attention_spec(layer_or_model, hidden_states, *, position_ids=None, at
     scale = score_scale(attn, d)
     if scale is not True:
         spec["scale"] = scale
+    cap = getattr(attn, "attn_logit_softcapping", None)
+    if cap is not None:  # Gemma 2: c tanh(T / c) after the scaling, before the mask
+        spec["softcap"] = float(cap)
+    norms = qk_norm_table(attn)
+    if norms is not None:
+        if start != "x":
+            raise Unsupported("the layer normalises q and k (QK-norm) before RoPE; trace it with start=\"x\"")
+        spec["qk_norm"] = norms
     sinks = getattr(attn, "sinks", None)
     if sinks is not None:  # gpt-oss: one learned logit per head in every softmax denominator
         spec["sinks"] = _torch().as_tensor(sinks).detach().to(device="cpu", dtype=_torch().float64).reshape(-1).tolist()
