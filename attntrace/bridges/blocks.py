@@ -272,7 +272,7 @@ def gpt2_block_spec(model_or_block, hidden_states, *, layer: int = 0, attention_
 
 def from_hf_layer(model_or_layer, hidden_states, *, layer: int = 0, attention_mask=None, position_ids=None, rope_float64: bool = True,
                   **run_overrides):
-    """Trace one layer of a Hugging Face BERT, GPT-2 or Llama-style model on its input hidden
+    """Trace one layer of a Hugging Face BERT, GPT-2 or Llama-style model (Llama, Mistral, Qwen3) on its input hidden
     states (eval mode): the model picks the spec (bert_layer_spec, gpt2_block_spec,
     llama_layer_spec). attention_mask: HF's 1 = token, 0 = padding (padding keys are ignored);
     position_ids: the Llama-style layer's RoPE positions (BERT and GPT-2 layers take none).
