@@ -33,7 +33,8 @@ def _add_render_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-size", type=int, default=None, help="rows/columns shown before eliding with dots (default 8)")
     p.add_argument("--figures", type=Path, default=None, help="write attention heatmaps into this folder and reference them")
     p.add_argument("--width", default=None,
-                   help="page width the equations must fit: 345pt (LaTeX default), 760px (Markdown default), 12cm, 100ch (text)")
+                   help="page width the equations must fit: 345pt (LaTeX default), 760px (Markdown default), 12cm, 100ch (text), "
+                        "or a target: article, beamer, mkdocs, sphinx, jupyter, github")
     p.add_argument("--rows", default=None, help="rows expanded entry by entry: 1,3 or all (default: row 1; softmax: rows 1-4)")
     p.add_argument("--fragment", action="store_true", help="HTML: a <div> to paste into a page instead of a whole page")
     p.add_argument("-o", "--output", type=Path, default=None, help="write to FILE instead of standard output")

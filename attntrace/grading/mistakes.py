@@ -23,7 +23,7 @@ import math
 
 import numpy as np
 
-from attntrace.grading import intervals, kindcarry, kindrules
+from attntrace.grading import intervals, kindcarry, kindrules, onlinerules
 from attntrace.grading.answer import KIND_CODES, AnswerMatrix, Policy
 from attntrace.grading.catalogue import ANY, CATALOGUE, Impossible, Mutation
 from attntrace.grading.intervals import Box
@@ -159,6 +159,8 @@ def _weights(world, step, args, m, mutation):
 
 
 def _z(world, step, args, m, mutation):
+    if step.details.get("online"):  # Z = diag(l)^-1 O from the last blocks of the online softmax
+        return onlinerules.normalised(world, step, args, m, mutation)
     a, v = args
     if m == "rope_rotated_values":
         v = kindrules.rotated_values(world, step, v)
@@ -179,11 +181,11 @@ def _concat(world, step, args, m, mutation):
 
 
 def _at_truth(world, step, args, m, mutation):
-    """A step kind with no interval rule (most online-softmax and block steps): its true
+    """A step kind with no interval rule (the whole-input gradients, the position table): its true
     value, a point interval, whatever the student wrote before it. The checker still judges
     it (correct, or wrong with a read-off diagnosis), but a mistake made before it is not
     carried through it: a later step computed from a wrong earlier one shows as wrong."""
-    return intervals.point(world.truth[(step.id, step.head)])
+    return intervals.point(world.truth[world.key(step)])
 
 
 _STEP = {"Q": _projection, "K": _projection, "V": _projection, "output": _projection, "scores": _scores,

@@ -47,6 +47,20 @@ def printer_classes() -> tuple[type, type]:
         def _print_Float(self, expr):
             return tex_number(float(expr), self._settings["precision"], count=False)
 
+        def _print_exp(self, expr, exp=None):
+            """e, not e^{1}; a fraction in an exponent as a/b (e^{-1/2}): a \\frac there is set
+            at script size, and at script-script size inside a fraction."""
+            from sympy import Rational
+
+            arg = expr.args[0]
+            if arg == 1:
+                body = "e"
+            elif isinstance(arg, Rational) and arg.q != 1:
+                body = f"e^{{{'-' if arg < 0 else ''}{abs(arg.p)}/{arg.q}}}"
+            else:
+                body = f"e^{{{self._print(arg)}}}"
+            return body if exp is None else f"\\left({body}\\right)^{{{exp}}}"
+
         def _print_Mul(self, expr):
             """2 e^{-x}, not SymPy's \\frac{2}{e^{x}}: exact weights and Z keep their exponentials
             upstairs, as the canonical forms of attntrace.algebra.exact_form write them."""
@@ -455,6 +469,19 @@ class _Out:
         return self.add([self.ellipsis_term() if k is None else term(k) for k in ks])
 
 
+def _fraction_entry(cell: str) -> bool:
+    """A matrix entry that is a fraction: 1/2, 1/(1 + e^{1/2}), s_{11}/sqrt(2)."""
+    return cell.lstrip("- ").startswith("\\frac{")
+
+
+def _display_fraction(cell: str) -> str:
+    """The entry's leading \\frac set in display style (full-size numerator and denominator)."""
+    if not _fraction_entry(cell):
+        return cell
+    k = cell.index("\\frac{")
+    return cell[:k] + "\\dfrac{" + cell[k + len("\\frac{"):]
+
+
 class TexOut(_Out):
     """LaTeX math (KaTeX-safe)."""
 
@@ -482,6 +509,11 @@ class TexOut(_Out):
         return r"\cdots"
 
     def layout(self, body: list[list[str]]) -> str:
+        # a fraction of exponentials (exact softmax weights) in text style sets its e^{...} at
+        # script-script size, and fractions of adjacent rows touch: \dfrac, and air between rows
+        if any(_fraction_entry(c) for row in body for c in row):
+            body = [[_display_fraction(c) for c in row] for row in body]
+            return "\\begin{bmatrix}" + " \\\\[6pt] ".join(" & ".join(row) for row in body) + "\\end{bmatrix}"
         # scripts on both rows (w^{Q(2)}_{11} under a^{(2)}_{11}) collide without a little air
         sep = " \\\\[2pt] " if any("^" in c for c in body[-1]) and len(body) > 1 else " \\\\ "
         return "\\begin{bmatrix}" + sep.join(" & ".join(row) for row in body) + "\\end{bmatrix}"

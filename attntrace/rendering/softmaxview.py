@@ -119,7 +119,10 @@ class SoftmaxView:
             weights_v = ent(s.value)
             approx = [None if j is None else o.approx_entry(s.value, i, j) for j in cols]
             weights_side = [weights_v]
-            if all(a is not None for a, j in zip(approx, cols) if j is not None):  # no approximation of symbols
+            exact_items = [None if j is None else o.entry(s.value, i, j) for j in cols]
+            if approx == exact_items:
+                pass  # (1, 0, 0) is its own approximation: not written twice
+            elif all(a is not None for a, j in zip(approx, cols) if j is not None):  # no approximation of symbols
                 dots = o.dots(0, None)
                 weights_side.append(("\\approx" if not plain else "~", self.vector_tex([dots if a is None else a for a in approx])))
                 room = o.limit - 9.0  # the row's left column and an indent

@@ -243,6 +243,8 @@ def mark_repeats(view: dict[str, Any]) -> None:
         order += sec["steps"]
     order += view["combined"] + view["block_post"] + view["backward"]
     first: dict[str, dict[str, Any]] = {}
+    by_kind: dict[str, dict[str, Any]] = {}
+    products_seen = False
     for vm in order:
         if not isinstance(vm, dict) or "prose" not in vm:
             continue
@@ -250,17 +252,43 @@ def mark_repeats(view: dict[str, Any]) -> None:
         # that share a prose module (the backward steps, the online softmax) differ by kind
         key = vm["prose"] if vm["prose"] in ("projection", "norm", "residual", "rope") else f'{vm["prose"]}/{vm["kind"]}'
         seen = first.get(key)
+        earlier = by_kind.setdefault(vm["kind"], {"head": vm.get("head", 0), "kind": vm["kind"]})
+        if earlier["head"] and vm.get("head") != earlier["head"]:
+            seen = earlier  # K of head 2 repeats K of head 1 (not Q of head 2)
         if seen is None:
             first[key] = {"head": vm.get("head", 0), "kind": vm["kind"]}
         else:
             vm["again"] = seen
+            if vm.get("main_short"):  # the product was shown with its factors once: now formula = result
+                vm["main"] = vm["main_short"]
             if seen["kind"] == vm["kind"] and seen["head"] and vm.get("head") != seen["head"]:
                 # a later head repeats the computation: its result is shown, its entries were
                 # written out once, for the first head
                 vm["entries"], vm["softmax_rows"] = [], []
-            elif vm["prose"] == "projection" and seen["kind"] != vm["kind"] and vm.get("entries") and vm["entries"][0].get("chains"):
-                # K after Q: the same kind of product, so one entry as an example is enough
-                b = vm["entries"][0]
-                n = b["chains"][0]
-                vm["entries"] = [block(b["lines"][:n])]
-                vm["entries_cut"] = True
+            elif seen["kind"] != vm["kind"]:
+                # K after Q, the second norm or residual after the first: one entry as an example
+                _one_entry(vm)
+        if vm.get("entries"):
+            # the entry lines of a sum of products are explained once: later ones are introduced briefly
+            vm["lines_again"] = products_seen
+            products_seen = products_seen or (vm["kind"] not in OWN_LINES_INTRO and vm.get("view") not in ("norm", "elementwise"))
+        if vm.get("view") == "product" and vm["prose"] in LATER_PRODUCTS and "projection" in first:
+            # the feed-forward and output products after the projections were written out
+            _one_entry(vm)
+
+
+#: Kinds whose entry lines have an introduction of their own (not "the sum of products, ...").
+OWN_LINES_INTRO = ("pos_enc", "embed", "residual1", "residual2", "ffn_act", "norm1", "norm2", "scaled", "biased", "bias")
+#: Products whose entries a report writes out once it has written out the queries': one entry as an example.
+LATER_PRODUCTS = ("ffn_hidden", "ffn_up", "ffn_out", "output")
+
+
+def _one_entry(vm: dict[str, Any]) -> None:
+    """Keep one entry of a view's entry list (after the row's statistics, for a norm)."""
+    if not vm.get("entries") or not vm["entries"][0].get("chains") or vm.get("entries_cut"):
+        return
+    b = vm["entries"][0]
+    lead = b.get("lead", 0)
+    n = sum(b["chains"][:lead + 1])
+    vm["entries"] = [block(b["lines"][:n])]
+    vm["entries_cut"] = True
