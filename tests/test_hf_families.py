@@ -178,3 +178,22 @@ def sp_rational(a, b):
     import sympy
 
     return sympy.Rational(a, b)
+
+
+def test_a_sliding_layers_cache_that_dropped_tokens_is_refused():
+    """A sliding layer's cache keeps only the last W - 1 keys (DynamicSlidingWindowLayer); its
+    positions no longer follow the kept rows, so it is refused in one line (a cache that still
+    holds every earlier token is traced as in tests/test_hf_bridge.py)."""
+    import torch
+    from transformers import DynamicCache
+
+    model = F.tiny("mistral", attn="sdpa", sliding_window=3)
+    n = 6
+    x0 = torch.randn(1, n + 1, 16, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    cache = DynamicCache(config=model.config)
+    with torch.no_grad():
+        model(inputs_embeds=x0[:, :n], position_ids=torch.arange(n)[None], cache=cache, use_cache=True)
+    assert cache.layers[0].keys.shape[-2] == 2  # W - 1 kept of 6
+    with pytest.raises(attntrace.Unsupported, match=r"^this sliding layer's cache keeps the last 2 of its 6 earlier tokens") as info:
+        attntrace.from_torch(model.layers[0].self_attn, x0[0, n:], cache=cache)
+    assert "\n" not in str(info.value)

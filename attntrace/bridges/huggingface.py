@@ -280,6 +280,15 @@ def _past(cache, layer: int, h_kv: int, d: int) -> tuple[np.ndarray, np.ndarray]
     return None if out[0].shape[0] == 0 else (out[0], out[1])  # P = 0: no cache
 
 
+def _seen(cache, layer: int, held: int) -> int:
+    """How many tokens came before the new ones: the cache's count, which a sliding layer's
+    cache (transformers' DynamicSlidingWindowLayer, only W - 1 keys kept) holds as cumulative_length."""
+    layers = getattr(cache, "layers", None)
+    if layers and 0 <= layer < len(layers):
+        return max(held, int(getattr(layers[layer], "cumulative_length", held) or held))
+    return held
+
+
 def llama_attention_spec(layer_or_model, hidden_states, *, position_ids=None, attention_mask=None, layer: int = 0,
                          start: str = "x", cache=None, rope_float64: bool = True) -> dict:
     """The attntrace spec of the layer's self-attention on `hidden_states` (see the module docstring).
@@ -302,6 +311,9 @@ def llama_attention_spec(layer_or_model, hidden_states, *, position_ids=None, at
     n = x.shape[0]
     past = _past(cache, layer, h_kv, d)
     P = 0 if past is None else past[0].shape[0]
+    if _seen(cache, layer, P) > P:
+        raise Unsupported(f"this sliding layer's cache keeps the last {P} of its {_seen(cache, layer, P)} earlier tokens; attntrace's "
+                          "KV cache holds every earlier token: trace the layer on the whole sequence instead")
     pos = _positions(position_ids, n) if position_ids is not None else list(range(P, P + n))
     w_o, b_o = _weights(attn.o_proj, "o")
     spec: dict[str, Any] = {"W_O": w_o}

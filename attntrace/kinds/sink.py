@@ -1,7 +1,7 @@
 """Attention sinks (gpt-oss): a learned logit per head that joins every softmax denominator.
 
 Head h has one number s_h. It is appended to every row of the (masked) scores as one more
-column, T^s = [T~ | s_h 1], and the softmax runs over that longer row; the sink's column is
+column, T-check = [T~ | s_h 1], and the softmax runs over that longer row; the sink's column is
 then dropped, since it has no value to mix: a_ij = e^{t_ij} / (sum_k e^{t_ik} + e^{s_h}). A
 query can so put weight on "nothing": its row of weights sums to 1 - pi_i, pi_i the sink's
 share. That lets a head stay quiet without dumping its weight on the first token (the
@@ -48,7 +48,7 @@ class Sink(Kind):
     pipeline, after, before = "head", ("masked",), ("weights",)
     reads, writes = ("S",), "S"
     starts = ("X", "QKV", "scores")
-    letter, plain_letter, entry = "T^{s}", "T^s", "t^{s}"
+    letter, plain_letter, entry = "\\check{T}", "Tcheck", "\\check{t}"
     view, prose = "sink", "sink"
     infinite_ok = True  # the masked scores it carries are -inf
     mistakes = (Mistake("sink_ignored", also=("weights",)),)
@@ -62,8 +62,8 @@ class Sink(Kind):
         rows, cols = t.shape
         result = ctx.alg.hstack([t.value, ctx.alg.constant((rows, 1), s)]) if t.value is not None else None
         h, ph = sup(head), plain_sup(head)
-        formula = f"T^{{s}}{h} = \\begin{{bmatrix}} {t.letter}{h} & s{h}\\mathbf{{1}} \\end{{bmatrix}}"
-        plain = f"T^s{ph} = [{plain_math(t.letter)}{ph} | s{ph} 1]"
+        formula = f"\\check{{T}}{h} = \\begin{{bmatrix}} {t.letter}{h} & s{h}\\mathbf{{1}} \\end{{bmatrix}}"
+        plain = f"Tcheck{ph} = [{plain_math(t.letter)}{ph} | s{ph} 1]"
         return ctx.emit(self, head, [t.ref], formula, plain, result, (rows, cols + 1), {"sink": s, "keys": cols})
 
     def json_details(self, details):

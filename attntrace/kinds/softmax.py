@@ -41,7 +41,7 @@ class Weights(Kind):
             n, last = shape[1], t.shape[1]
             formula = (f"A{h} = \\operatorname{{softmax}}\\left({m}{h}\\right)_{{:,\\,1..{n}}}, \\quad a{h}_{{ij}} = "
                        f"\\frac{{e^{{{e}{h}_{{ij}}}}}}{{\\sum_{{k=1}}^{{{n}}} e^{{{e}{h}_{{ik}}}} + e^{{{e}{h}_{{i,{last}}}}}}}")
-            pm, pe = plain_braces(plain_math(m)), plain_braces(pe)  # T^{s} -> T^s
+            pm, pe = plain_braces(plain_math(m)), plain_braces(pe)  # braces of a name out in plain text
             plain = f"A{ph} = softmax({pm}{ph})[:, 1..{n}],  a_ij = e^({pe}_ij) / (sum_k=1..{n} e^({pe}_ik) + e^({pe}_i,{last}))"
         # weights of finite shifted scores lie in [0, 1]: no overflow check needed
         return ctx.emit(self, head, [t.ref], formula, plain, result, shape, details, checked=True)

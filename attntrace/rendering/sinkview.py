@@ -1,4 +1,4 @@
-"""The sink step's view (attntrace.kinds.sink): T^s = [T~ | s 1], the scores with the head's sink
+"""The sink step's view (attntrace.kinds.sink): T-check = [T~ | s 1], the scores with the head's sink
 logit appended as one more column. The weights step then shows that column's exponential in
 every row's sum (attntrace.rendering.softmaxview takes the source's columns for the shift and
 the exponentials, the step's own for the weights), which is the extra denominator term."""
