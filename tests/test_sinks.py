@@ -112,7 +112,8 @@ def test_sinks_render_everywhere_with_the_extra_denominator_term(mode, katex):
         assert "\\" not in text
         if mode != "shape":
             assert "+ e^{s}" in md and "+ e^s)" in text  # the sink's term in every denominator (the sink step)
-            assert "+ e^{\\check{t}_{i,4}}}" in md and "+ e^(tcheck_i,4))" in text  # ... and the weights' formula
+            assert "\\sum_{k \\le 3} e^{\\check{t}_{ik}} + e^{\\check{t}_{i4}}}" in md  # ... and the weights' formula
+            assert "sum_(k <= 3) e^(tcheck_ik) + e^(tcheck_i4))" in text
             assert ("attention sink" in md) == (lang == "en") and ("汇聚" in md) == (lang == "zh")
     if mode == "numeric":
         md = attntrace.render(t, format="md")

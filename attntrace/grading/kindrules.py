@@ -17,7 +17,7 @@ Mistakes (catalogue.CATALOGUE; their sentences in templates/check/messages.*.j2)
 - `rope_wrong_layout`: the other pairing of the columns (half <-> interleaved);
 - `rope_positions_from_1`: positions counted from 1 instead of 0;
 - `cache_not_appended`: the new token attends only to K_past / V_past;
-- `alibi_slope_sign`: the bias +m (i - j) instead of -m (i - j);
+- `alibi_slope_sign`: the bias +lambda (i - j) instead of -lambda (i - j);
 - `window_off_by_one`: a sliding window that keeps W + 1 keys;
 - `causal_top_left_decoding`: the top-left causal mask when the queries are the last L of S keys;
 - `forgot_residual`: a residual step is the sublayer's output alone (the input not added back);

@@ -22,7 +22,8 @@ import numpy as np
 
 from attntrace.inputs.numbers import real_number
 from attntrace.inputs.options import SpecOption
-from attntrace.kinds.base import Kind, Mistake, plain_math, plain_sup, sup
+from attntrace.kinds.base import Kind, Mistake
+from attntrace.model.formula import Hcat, sym
 from attntrace.model.errors import BadInput
 
 
@@ -48,7 +49,8 @@ class Sink(Kind):
     pipeline, after, before = "head", ("masked",), ("weights",)
     reads, writes = ("S",), "S"
     starts = ("X", "QKV", "scores")
-    letter, plain_letter, entry = "\\check{T}", "Tcheck", "\\check{t}"
+    letter, entry, symbol = sym("T", accent="check"), sym("t", accent="check"), None  # symbolic: keeps the t~ names and s
+    symbols = (("s", "s", "sink_logit", "scalar"),)
     view, prose = "sink", "sink"
     infinite_ok = True  # the masked scores it carries are -inf
     mistakes = (Mistake("sink_ignored", also=("weights",)),)
@@ -58,17 +60,16 @@ class Sink(Kind):
 
     def compute(self, ctx, head, state):
         t = state["S"]
-        s = ctx.alg.number(ctx.p.extra["sinks"][(head or 1) - 1])
+        given = ctx.p.extra["sinks"][(head or 1) - 1]  # as the spec gave it (shape mode has no numbers)
+        s = ctx.alg.number(given)
         rows, cols = t.shape
         result = ctx.alg.hstack([t.value, ctx.alg.constant((rows, 1), s)]) if t.value is not None else None
-        h, ph = sup(head), plain_sup(head)
-        formula = f"\\check{{T}}{h} = \\begin{{bmatrix}} {t.letter}{h} & s{h}\\mathbf{{1}} \\end{{bmatrix}}"
-        plain = f"Tcheck{ph} = [{plain_math(t.letter)}{ph} | s{ph} 1]"
-        return ctx.emit(self, head, [t.ref], formula, plain, result, (rows, cols + 1), {"sink": s, "keys": cols})
+        formula = self.letter.head(head).eq(Hcat((t.letter.head(head), sym("s").head(head) * sym("1", style="bold"))))
+        return ctx.emit(self, head, [t.ref], formula, result, (rows, cols + 1), {"sink": given, "logit": s, "keys": cols})
 
     def json_details(self, details):
         s = details["sink"]
-        return {"sink": float(s) if getattr(s, "is_number", True) else str(s)}
+        return {"sink": float(s) if isinstance(s, (int, float)) else str(s)}
 
     def overflow_how(self, inputs, details) -> str:
         return f"{inputs[0]} with the sink logit appended"

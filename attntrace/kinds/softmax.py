@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from attntrace.kinds.base import Kind, plain_braces, plain_math, plain_sup, sup
+from attntrace.kinds.base import Kind, Symbol
+from attntrace.model.formula import Frac, Func, Num, Parts, Power, Rel, Slice, Sum, sym
 from attntrace.kinds.context import sum_finite
 from attntrace.model.errors import BadInput
 
@@ -18,10 +19,15 @@ class Weights(Kind):
     view, prose = "softmax", "weights"
     mistakes = ("skipped_softmax", "column_softmax", "softmax_without_exp", "rows_not_normalised")
 
+    def notation(self, step):
+        """A, a_ij, and the row maximum m_i the stable softmax subtracts (numbers only: symbols have no maximum)."""
+        row_max = step.details.get("row_max")
+        known = row_max is not None and any(x is not None for x in row_max)
+        return super().notation(step) + ([Symbol("m_i", "m_i", "row_max", (step.shape[0], 1))] if known else [])
+
     def compute(self, ctx, head, state):
         t = state["S"]
-        # a logit column with no value (a kind before this one may append one, e.g. an attention
-        # sink's): it takes part in every row's softmax but has no row of V to weight, so A keeps
+        # a logit column with no value (a kind before this one may append one): it takes part in every row's softmax but has no row of V to weight, so A keeps
         # only the columns of the keys
         v = state.get("V")
         extra = t.shape[1] - v.shape[0] if v is not None and v.shape[0] < t.shape[1] else 0
@@ -31,20 +37,18 @@ class Weights(Kind):
             result = ctx.alg.columns(result, 0, shape[1])
         if ctx.numeric and ctx.float_trouble():  # NumPy reported an overflow (kinds.context.FloatWatch)
             _check_shift(ctx, head, t.value, details["shifted"])
-        h, ph = sup(head), plain_sup(head)
-        m, e = t.letter, t.entry
-        formula = (f"A{h} = \\operatorname{{softmax}}\\left({m}{h}\\right), \\quad a{h}_{{ij}} = "
-                   f"\\frac{{e^{{{e}{h}_{{ij}}}}}}{{\\sum_{{k}} e^{{{e}{h}_{{ik}}}}}}")
-        pe = plain_math(e)
-        plain = f"A{ph} = softmax({plain_math(m)}{ph}),  a_ij = e^({pe}_ij) / sum_k e^({pe}_ik)"
-        if extra:  # the extra column's exponential written as the denominator's last term
-            n, last = shape[1], t.shape[1]
-            formula = (f"A{h} = \\operatorname{{softmax}}\\left({m}{h}\\right)_{{:,\\,1..{n}}}, \\quad a{h}_{{ij}} = "
-                       f"\\frac{{e^{{{e}{h}_{{ij}}}}}}{{\\sum_{{k=1}}^{{{n}}} e^{{{e}{h}_{{ik}}}} + e^{{{e}{h}_{{i,{last}}}}}}}")
-            pm, pe = plain_braces(plain_math(m)), plain_braces(pe)  # braces of a name out in plain text
-            plain = f"A{ph} = softmax({pm}{ph})[:, 1..{n}],  a_ij = e^({pe}_ij) / (sum_k=1..{n} e^({pe}_ik) + e^({pe}_i,{last}))"
+        e, t_entry = sym("e"), t.entry.head(head)
+        softmax = Func("softmax", (t.letter.head(head),), sized=True)
+        if extra:  # the keys' columns of the softmax; the extra column's exponential is the denominator's last term
+            keys = Rel((sym("k"), Num(shape[1])), ("le",))  # k <= n_k: the keys' columns, then the extra one
+            denominator = Sum(keys, Power(e, t_entry.at("i", "k"))) + Power(e, t_entry.at("i", Num(t.shape[1])))
+            formula = Parts((sym("A").head(head).eq(Slice(softmax, None, (1, shape[1]))),
+                             sym("a").head(head).at("i", "j").eq(Power(e, t_entry.at("i", "j")) / denominator)))
+        else:
+            entry = Power(e, t_entry.at("i", "j")) / Sum(sym("k"), Power(e, t_entry.at("i", "k")))
+            formula = Parts((sym("A").head(head).eq(softmax), sym("a").head(head).at("i", "j").eq(entry)))
         # weights of finite shifted scores lie in [0, 1]: no overflow check needed
-        return ctx.emit(self, head, [t.ref], formula, plain, result, shape, details, checked=True)
+        return ctx.emit(self, head, [t.ref], formula, result, shape, details, checked=True)
 
 
 def _check_shift(ctx, head, t, shifted) -> None:

@@ -13,7 +13,7 @@ from attntrace.rendering.viewparts import block, resolve
 def build_sink(sv, vm) -> None:
     s, o = sv.s, sv.out
     src = resolve(sv.t, s.inputs[0], s.head)
-    sink = s.details["sink"]
+    sink = s.details["logit"] if sv.mode in ("exact", "symbolic") else s.details["sink"]  # exact: 1/2, not 0.5
     vm["extra"].update(source=sv.mname(src), n_keys=s.details["keys"], column=s.details["keys"] + 1,
                        sink=o.num(float(sink)) if sv.mode == "numeric" else o.expr(sink))
     vm["formula_block"] = sv.fit_formula(vm["formula"]) if not o.plain else [vm["formula"]]
