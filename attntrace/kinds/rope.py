@@ -14,7 +14,7 @@ under the roles Q and K, so the scores read them: scores' inputs name Q_rope and
 
 from __future__ import annotations
 
-from attntrace.kinds.base import Kind
+from attntrace.kinds.base import Kind, Symbol
 from attntrace.model.formula import Add, Frac, Func, Neg, Num, Paren, Parts, Power, sym
 from attntrace.kinds.projection import kv_head
 from attntrace.kinds.ropescaling import attention_factor, frequency_factors
@@ -97,6 +97,16 @@ class Rope(Kind):
             flow.ref = f"{self.id}@{own}"  # read by every query head of the group, as K@j
         memo[(self.id, own)] = flow
         return flow
+
+    def notation(self, step):
+        """With RoPE scaling also the factors c_i and, for YaRN, the attention factor mu."""
+        out = super().notation(step)
+        if step.details.get("factors") is not None:
+            out.append(Symbol("c_i", "c_i", "rope_factor", (1, step.shape[1] // 2)))
+            mu = step.details.get("mu")
+            if mu is not None and mu != 1:
+                out.append(Symbol("\\mu", "mu", "yarn_mu", "scalar"))
+        return out
 
     def intro(self, term, steps):
         """The scores read the rotated Q-tilde and K-tilde."""
