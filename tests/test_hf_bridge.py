@@ -50,9 +50,11 @@ def layer(request):
 
 
 def _has_option(key: str) -> bool:
+    """A spec key of the spec itself or of a kind (rope is the rope kind's own SpecOption)."""
     from attntrace.inputs import spec
+    from attntrace.kinds import SPEC_OPTIONS
 
-    return key in spec.OPTION_KEYS
+    return key in spec.OPTION_KEYS or key in {o.key for o in SPEC_OPTIONS}
 
 
 @pytest.mark.parametrize("start", ["x", "qkv"])
