@@ -50,9 +50,11 @@ def layer(request):
 
 
 def _has_option(key: str) -> bool:
+    """A spec key of the spec itself or of a kind (rope is the rope kind's own SpecOption)."""
     from attntrace.inputs import spec
+    from attntrace.kinds import SPEC_OPTIONS
 
-    return key in spec.OPTION_KEYS
+    return key in spec.OPTION_KEYS or key in {o.key for o in SPEC_OPTIONS}
 
 
 @pytest.mark.parametrize("start", ["x", "qkv"])
@@ -135,10 +137,11 @@ def test_bad_calls_are_one_line_errors(call, error, message):
     assert "\n" not in str(info.value)
 
 
-def test_scaled_rope_is_refused():
+def test_a_rope_scaling_it_does_not_trace_is_refused():
+    """llama3 and yarn are traced (tests/test_hf_families.py); dynamic NTK scaling is not."""
     model = _model(0)
-    model.layers[0].self_attn.config.rope_parameters = {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0}
-    with pytest.raises(attntrace.Unsupported, match=r"^rope_type 'llama3' rescales the rotary frequencies"):
+    model.layers[0].self_attn.config.rope_parameters = {"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 8.0}
+    with pytest.raises(attntrace.Unsupported, match=r"^rope_type 'dynamic' rescales the rotary frequencies"):
         attntrace.from_hf_llama_attention(model, np.zeros((2, 16)))
 
 

@@ -80,9 +80,12 @@ class NumericAlgebra:
         return np.vstack(parts)
 
     # -- position-aware kinds (RoPE, ALiBi) ---------------------------------------------
-    def rope_angles(self, positions, base, d: int):
-        """(n, d/2) angles m * theta_i, theta_i = base^(-2(i-1)/d), as Hugging Face computes them."""
+    def rope_angles(self, positions, base, d: int, factors=None):
+        """(n, d/2) angles m * theta_i, theta_i = base^(-2(i-1)/d), as Hugging Face computes them;
+        with RoPE scaling, m * c_i * theta_i (factors c_i, attntrace.kinds.ropescaling)."""
         inv_freq = 1.0 / (float(base) ** (np.arange(0, d, 2, dtype=np.float64) / d))
+        if factors is not None:
+            inv_freq = inv_freq * np.asarray([float(c) for c in factors], dtype=np.float64)
         return np.outer(np.asarray(positions, dtype=np.float64), inv_freq)
 
     def rotate_pairs(self, a, pairs, angles):

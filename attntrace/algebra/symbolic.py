@@ -84,11 +84,13 @@ class SympyAlgebra:
         return weights, {"exp": sp.ImmutableMatrix(exps), "row_sum": tuple(sums)}
 
     # -- position-aware kinds (RoPE, ALiBi) ---------------------------------------------
-    def rope_angles(self, positions, base, d: int):
-        """(n, d/2) exact angles m * base^(-2(i-1)/d): 1, 1/100, 10^(2/3)/100 (cos and sin stay symbolic)."""
+    def rope_angles(self, positions, base, d: int, factors=None):
+        """(n, d/2) exact angles m * base^(-2(i-1)/d): 1, 1/100, 10^(2/3)/100 (cos and sin stay symbolic);
+        with RoPE scaling, m * c_i * base^(-2(i-1)/d) (exact factors c_i)."""
         sp = self.sp
         b = self.number(base)
-        return sp.Matrix(len(positions), d // 2, lambda r, i: sp.Integer(positions[int(r)]) * b ** sp.Rational(-2 * int(i), d))
+        c = [sp.Integer(1)] * (d // 2) if factors is None else [self.number(f) for f in factors]
+        return sp.Matrix(len(positions), d // 2, lambda r, i: sp.Integer(positions[int(r)]) * c[int(i)] * b ** sp.Rational(-2 * int(i), d))
 
     def rotate_pairs(self, a, pairs, angles):
         """Column pair p = (j, k) of row r turned by angles[r, p]: (x cos - y sin, x sin + y cos).

@@ -125,6 +125,9 @@ def llama_layer_spec(model_or_layer, hidden_states, *, layer: int = 0, position_
     from attntrace.bridges.huggingface import llama_attention_spec
 
     dec = decoder_layer(model_or_layer, layer)
+    if hasattr(dec, "pre_feedforward_layernorm"):
+        raise Unsupported(f"{type(dec).__name__} has four norms around its sublayers (Gemma's sandwich); attntrace's llama "
+                          "block has two: trace its attention with from_torch(layer.self_attn, hidden_states)")
     act = getattr(dec.mlp.config, "hidden_act", "silu") if hasattr(dec.mlp, "config") else "silu"
     if act != "silu":
         raise Unsupported(f"the MLP's activation is {act!r}; a llama block's SwiGLU uses silu")
@@ -269,7 +272,7 @@ def gpt2_block_spec(model_or_block, hidden_states, *, layer: int = 0, attention_
 
 def from_hf_layer(model_or_layer, hidden_states, *, layer: int = 0, attention_mask=None, position_ids=None, rope_float64: bool = True,
                   **run_overrides):
-    """Trace one layer of a Hugging Face BERT, GPT-2 or Llama-style model on its input hidden
+    """Trace one layer of a Hugging Face BERT, GPT-2 or Llama-style model (Llama, Mistral, Qwen3) on its input hidden
     states (eval mode): the model picks the spec (bert_layer_spec, gpt2_block_spec,
     llama_layer_spec). attention_mask: HF's 1 = token, 0 = padding (padding keys are ignored);
     position_ids: the Llama-style layer's RoPE positions (BERT and GPT-2 layers take none).

@@ -11,8 +11,8 @@ with their own keyword arguments; `from_torch` passes its arguments on unchanged
 | torch.nn.TransformerEncoderLayer | `from_torch_layer` (src_mask, src_key_padding_mask, is_causal) |
 | torch.nn.TransformerDecoderLayer | `from_torch_decoder_self_attention` (its self-attention sublayer) |
 | a Hugging Face model (PreTrainedModel) + `layer=i` | `from_hf_layer` (the whole layer i) |
-| a Hugging Face attention module with q_proj, k_proj, v_proj, o_proj | `from_hf_llama_attention` |
-| a Hugging Face layer (LlamaDecoderLayer and its kin, BertLayer, GPT2Block) | `from_hf_layer` |
+| a Hugging Face attention module with q_proj, k_proj, v_proj, o_proj (Llama, Mistral, Qwen3, Gemma 2, gpt-oss) | `from_hf_llama_attention` |
+| a Hugging Face layer (LlamaDecoderLayer and its kin: Mistral, Qwen3; BertLayer, GPT2Block) | `from_hf_layer` |
 
 Anything else is refused with one line naming what can be traced.
 """
@@ -106,7 +106,7 @@ ROUTES: tuple[Route, ...] = (
     Route("nn.TransformerEncoderLayer", _torch_type("TransformerEncoderLayer"), _encoder_layer),
     Route("nn.TransformerDecoderLayer (its self-attention sublayer)", _torch_type("TransformerDecoderLayer"), _decoder_layer),
     Route("a Hugging Face model with layer=i (BERT, GPT-2, Llama-style)", _hf_model, _hf_model_layer),
-    Route("a Hugging Face Llama-style attention module", _hf(r"Attention$", ("q_proj", "k_proj", "v_proj", "o_proj", "config")), _hf_attention),
+    Route("a Hugging Face Llama-style attention module (Llama, Mistral, Qwen3, Gemma 2, gpt-oss)", _hf(r"Attention$", ("q_proj", "k_proj", "v_proj", "o_proj", "config")), _hf_attention),
     Route("a Hugging Face layer (Llama-style decoder layer, BertLayer, GPT2Block)",
           lambda m: _hf(r"DecoderLayer$", ("self_attn", "mlp"))(m) or _hf(r"^BertLayer$")(m) or _hf(r"^GPT2Block$")(m), _hf_layer),
 )

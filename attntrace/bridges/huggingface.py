@@ -5,9 +5,13 @@ decoder layer, `LlamaModel` or `LlamaForCausalLM` and a layer index) and the att
 layer's input (the hidden states *after* the layer's input RMSNorm, as the attention module
 receives them), and traces what the module computes: q/k/v projections (nn.Linear stores
 (out, in): transposed here), RoPE in Hugging Face's rotate_half layout at the given
-positions, grouped-query attention (`num_key_value_heads`), the causal mask (with a
-padding mask: HF's attention_mask, 1 = token, 0 = padding), softmax scaled by head_dim^-1/2
-and o_proj. transformers is needed only to read the module; torch and transformers are
+positions (with Llama 3.1's `llama3` or YaRN's rope scaling when the config names it),
+grouped-query attention (`num_key_value_heads`), the causal mask (with a padding mask: HF's
+attention_mask, 1 = token, 0 = padding; with the layer's own sliding window, from the config's
+`layer_types` and `sliding_window`), softmax scaled by head_dim^-1/2 (or by the module's
+`scaling`: Gemma 2's query_pre_attn_scalar^-1/2), gpt-oss's attention sinks (`sinks`, one
+logit per head) and o_proj. The same reading serves the
+Llama-style families: Llama, Mistral, and (with their extra steps) Qwen3, Gemma 2 and gpt-oss. transformers is needed only to read the module; torch and transformers are
 imported only here, and only when called.
 
 Two starts. start="x" traces from the hidden states with the `rope` and `num_kv_heads`
@@ -58,17 +62,69 @@ def _weights(lin, what: str):
     return w, b
 
 
-def _rope_base(config) -> float:
-    params = getattr(config, "rope_parameters", None) or {}
+#: Hugging Face rope_type -> the spec's rope.scaling type (attntrace.kinds.ropescaling).
+_SCALED_ROPE = {"llama3": ("factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"),
+                "yarn": ("factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "truncate",
+                         "attention_factor", "mscale", "mscale_all_dim")}
+
+
+def rope_settings(config) -> tuple[float, dict | None]:
+    """The config's rotary base and, for Llama 3.1's `llama3` or `yarn` rope_type, the spec's
+    rope.scaling table (Hugging Face's rope_parameters, same names). Other rope types (dynamic,
+    longrope, linear) and partial rotation are refused."""
+    params = dict(getattr(config, "rope_parameters", None) or {})
     kind = params.get("rope_type", "default")
-    if kind != "default":
-        raise Unsupported(f"rope_type {kind!r} rescales the rotary frequencies; attntrace traces the default RoPE only")
-    if getattr(config, "partial_rotary_factor", 1.0) not in (None, 1.0):
+    if kind not in ("default", *_SCALED_ROPE):
+        raise Unsupported(f"rope_type {kind!r} rescales the rotary frequencies in a way attntrace does not trace "
+                          "(it traces the default RoPE, llama3 and yarn)")
+    if getattr(config, "partial_rotary_factor", 1.0) not in (None, 1.0) or params.get("partial_rotary_factor", 1.0) != 1.0:
         raise Unsupported("partial_rotary_factor < 1 rotates part of each head; attntrace rotates whole heads")
     base = params.get("rope_theta", getattr(config, "rope_theta", None))
     if base is None:
         raise Unsupported("the config names no rope_theta")
-    return float(base)
+    if kind == "default":
+        return float(base), None
+    scaling = {"type": kind, **{k: params[k] for k in _SCALED_ROPE[kind] if params.get(k) is not None}}
+    if kind == "yarn":
+        if scaling.get("factor") is None:  # DeepSeek-V3: the ratio of the context lengths
+            scaling["factor"] = config.max_position_embeddings / scaling["original_max_position_embeddings"]
+        scaling["truncate"] = bool(params.get("truncate", True))
+    return float(base), scaling
+
+
+def layer_window(attn) -> int | None:
+    """The sliding window of this attention layer, or None for full attention: the config's
+    `layer_types[layer_idx]` ("sliding_attention" or "full_attention": Gemma 2/3, gpt-oss,
+    Qwen3, ...) picks between the config's sliding_window and none; without layer_types, the
+    config's sliding_window holds for every layer (Mistral)."""
+    cfg = attn.config
+    types = getattr(cfg, "layer_types", None)
+    idx = getattr(attn, "layer_idx", None)
+    if types is not None and idx is not None:
+        if not 0 <= idx < len(types):
+            raise BadInput(f"layer_idx {idx} is outside the config's layer_types ({len(types)} layers)")
+        kind = types[idx]
+        if kind not in ("sliding_attention", "full_attention"):
+            raise Unsupported(f"layer type {kind!r}: attntrace traces sliding_attention and full_attention layers")
+        if kind == "full_attention":
+            return None
+    window = getattr(cfg, "sliding_window", None)
+    if types is not None and idx is None:
+        window = getattr(attn, "sliding_window", None)
+    return None if window is None else int(window)
+
+
+def score_scale(attn, d: int):
+    """The spec's `scale` (what the scores are divided by) for the module's `scaling` (what HF
+    multiplies them by): True for head_dim^-1/2; sqrt(query_pre_attn_scalar), exact, for Gemma 2;
+    else 1 / scaling."""
+    scaling = getattr(attn, "scaling", d ** -0.5)
+    if abs(scaling - d ** -0.5) <= 1e-15:
+        return True
+    qpas = getattr(attn.config, "query_pre_attn_scalar", None)
+    if qpas is not None and abs(scaling - qpas ** -0.5) <= 1e-15 * qpas ** -0.5:
+        return f"sqrt({int(qpas)})" if float(qpas).is_integer() else float(qpas) ** 0.5
+    return 1.0 / float(scaling)
 
 
 def _hidden(hidden_states, d_model: int) -> np.ndarray:
@@ -105,6 +161,25 @@ def key_padding_of(attention_mask, n: int) -> list[bool] | None:
     return [not bool(x) for x in m] if not m.all() else None
 
 
+def qk_norm_table(attn) -> dict | None:
+    """Qwen3's (and Gemma 3's, OLMo 2's) RMSNorm of each head's q and k rows, as the spec's
+    qk_norm: eps and the gains (Gemma's norms scale by 1 + weight)."""
+    qn, kn = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)
+    if qn is None or kn is None:
+        return None
+    out: dict[str, Any] = {}
+    for norm, key in ((qn, "g_q"), (kn, "g_k")):
+        eps = getattr(norm, "variance_epsilon", getattr(norm, "eps", None))
+        w = getattr(norm, "weight", None)
+        if eps is None or w is None or getattr(norm, "bias", None) is not None:
+            raise Unsupported(f"{type(norm).__name__} is not an RMSNorm with a gain and no bias")
+        gain = w.detach().to(device="cpu", dtype=_torch().float64).numpy().copy()
+        if type(norm).__name__.startswith("Gemma"):  # Gemma's RMSNorm: x / rms(x) * (1 + weight)
+            gain = 1.0 + gain
+        out[key], out["eps"] = gain.tolist(), float(eps)
+    return out
+
+
 def _layout(attn):
     cfg = attn.config
     h = cfg.num_attention_heads
@@ -112,12 +187,22 @@ def _layout(attn):
     d = getattr(attn, "head_dim", None) or cfg.hidden_size // h
     if attn.training and float(getattr(attn, "attention_dropout", 0.0) or 0.0) > 0:
         raise Unsupported("the layer is in training mode with attention dropout; call model.eval() first")
-    if getattr(cfg, "sliding_window", None) or getattr(attn, "sliding_window", None):
-        raise Unsupported("the layer uses a sliding window; trace it with from_qkv or a spec with window = W")
-    scaling = getattr(attn, "scaling", d ** -0.5)
-    if abs(scaling - d ** -0.5) > 1e-15:
-        raise Unsupported(f"the layer scales the scores by {scaling}, not head_dim^-1/2; give scale in run overrides")
     return h, h_kv, d
+
+
+def rope_cos_sin64(config, d: int, pos) -> tuple[np.ndarray, np.ndarray]:
+    """cos and sin (n, d) in the half layout, float64, by the rotary rule of the config (default,
+    llama3 or yarn: attntrace.kinds.ropescaling), YaRN's attention factor folded in as HF does."""
+    from attntrace.kinds.ropescaling import attention_factor, frequency_factors
+
+    base, scaling = rope_settings(config)
+    inv_freq = 1.0 / (base ** (np.arange(0, d, 2, dtype=np.float64) / d))
+    mu = 1.0
+    if scaling is not None:
+        inv_freq = inv_freq * np.asarray(frequency_factors(scaling, base, d), dtype=np.float64)
+        mu = float(attention_factor(scaling))
+    emb = np.concatenate([np.outer(pos, inv_freq)] * 2, axis=1)
+    return np.cos(emb) * mu, np.sin(emb) * mu
 
 
 def llama_qkv(layer_or_model, hidden_states, *, position_ids=None, layer: int = 0, rope_float64: bool = True) -> dict[str, Any]:
@@ -141,10 +226,7 @@ def llama_qkv(layer_or_model, hidden_states, *, position_ids=None, layer: int = 
         a = x @ w + (0 if b is None else b)
         proj[name] = a.reshape(n, -1, d).transpose(1, 0, 2)  # (heads, n, d)
     if rope_float64:
-        base = _rope_base(attn.config)
-        inv_freq = 1.0 / (base ** (np.arange(0, d, 2, dtype=np.float64) / d))
-        emb = np.concatenate([np.outer(pos, inv_freq)] * 2, axis=1)
-        cos, sin = torch.from_numpy(np.cos(emb))[None], torch.from_numpy(np.sin(emb))[None]
+        cos, sin = (torch.from_numpy(a)[None] for a in rope_cos_sin64(attn.config, d, pos))
     else:
         rot = getattr(getattr(layer_or_model, "model", layer_or_model), "rotary_emb", None) or _rotary_module(attn)
         with torch.no_grad():
@@ -198,6 +280,15 @@ def _past(cache, layer: int, h_kv: int, d: int) -> tuple[np.ndarray, np.ndarray]
     return None if out[0].shape[0] == 0 else (out[0], out[1])  # P = 0: no cache
 
 
+def _seen(cache, layer: int, held: int) -> int:
+    """How many tokens came before the new ones: the cache's count, which a sliding layer's
+    cache (transformers' DynamicSlidingWindowLayer, only W - 1 keys kept) holds as cumulative_length."""
+    layers = getattr(cache, "layers", None)
+    if layers and 0 <= layer < len(layers):
+        return max(held, int(getattr(layers[layer], "cumulative_length", held) or held))
+    return held
+
+
 def llama_attention_spec(layer_or_model, hidden_states, *, position_ids=None, attention_mask=None, layer: int = 0,
                          start: str = "x", cache=None, rope_float64: bool = True) -> dict:
     """The attntrace spec of the layer's self-attention on `hidden_states` (see the module docstring).
@@ -220,6 +311,9 @@ def llama_attention_spec(layer_or_model, hidden_states, *, position_ids=None, at
     n = x.shape[0]
     past = _past(cache, layer, h_kv, d)
     P = 0 if past is None else past[0].shape[0]
+    if _seen(cache, layer, P) > P:
+        raise Unsupported(f"this sliding layer's cache keeps the last {P} of its {_seen(cache, layer, P)} earlier tokens; attntrace's "
+                          "KV cache holds every earlier token: trace the layer on the whole sequence instead")
     pos = _positions(position_ids, n) if position_ids is not None else list(range(P, P + n))
     w_o, b_o = _weights(attn.o_proj, "o")
     spec: dict[str, Any] = {"W_O": w_o}
@@ -231,6 +325,23 @@ def llama_attention_spec(layer_or_model, hidden_states, *, position_ids=None, at
             spec["mask"] = "causal_bottom_right"
     if b_o is not None:
         spec["b_O"] = b_o
+    window = layer_window(attn)
+    if window is not None:  # HF's sliding window: keys i - W < j <= i, as the spec's window
+        spec["window"] = window
+    scale = score_scale(attn, d)
+    if scale is not True:
+        spec["scale"] = scale
+    cap = getattr(attn, "attn_logit_softcapping", None)
+    if cap is not None:  # Gemma 2: c tanh(T / c) after the scaling, before the mask
+        spec["softcap"] = float(cap)
+    norms = qk_norm_table(attn)
+    if norms is not None:
+        if start != "x":
+            raise Unsupported("the layer normalises q and k (QK-norm) before RoPE; trace it with start=\"x\"")
+        spec["qk_norm"] = norms
+    sinks = getattr(attn, "sinks", None)
+    if sinks is not None:  # gpt-oss: one learned logit per head in every softmax denominator
+        spec["sinks"] = _torch().as_tensor(sinks).detach().to(device="cpu", dtype=_torch().float64).reshape(-1).tolist()
     if start == "x":
         spec["X"] = x
         for name in ("Q", "K", "V"):
@@ -238,7 +349,10 @@ def llama_attention_spec(layer_or_model, hidden_states, *, position_ids=None, at
             spec[f"W_{name}"] = w
             if b is not None:
                 spec[f"b_{name}"] = b
-        spec["rope"] = {"base": _rope_base(attn.config), "layout": "half", "positions": pos}
+        base, scaling = rope_settings(attn.config)
+        spec["rope"] = {"base": base, "layout": "half", "positions": pos}
+        if scaling is not None:
+            spec["rope"]["scaling"] = scaling
     else:
         r = llama_qkv(attn if rope_float64 else layer_or_model, x, position_ids=pos, layer=layer, rope_float64=rope_float64)
         full = lambda a: np.ascontiguousarray(a.transpose(1, 0, 2).reshape(n, -1))  # noqa: E731 - (H, n, d) -> (n, H d)

@@ -144,13 +144,16 @@ def _rotated(x: Box, det, layout: str, positions) -> Box:
     from attntrace.kinds.rope import rope_pairs
 
     inv_freq = 1.0 / (float(det["base"]) ** (np.arange(0, d, 2, dtype=np.float64) / d))
+    if det.get("factors") is not None:  # RoPE scaling: pair i turns by m c_i theta_i, then times mu
+        inv_freq = inv_freq * np.asarray([float(c) for c in det["factors"]])
+    mu = float(det["mu"]) if det.get("mu") is not None else 1.0
     angles = np.outer(positions, inv_freq)
     rows = []
     for r in range(x.shape[0]):
         rot = np.zeros((d, d))
         for p, (j, k) in enumerate(rope_pairs(layout, d)):
             c, s = np.cos(angles[r, p]), np.sin(angles[r, p])
-            rot[j, j], rot[k, j], rot[j, k], rot[k, k] = c, -s, s, c
+            rot[j, j], rot[k, j], rot[j, k], rot[k, k] = mu * c, -mu * s, mu * s, mu * c
         rows.append(intervals.matmul(Box(x.lo[r:r + 1], x.hi[r:r + 1]), intervals.point(rot)))
     return intervals.stack(rows, axis=0)
 

@@ -141,6 +141,15 @@ def _masked(world, step, args, m, mutation):
 
 def _weights(world, step, args, m, mutation):
     t = args[0]
+    n = step.shape[1]
+    if t.shape[1] > n:  # logit columns with no value (attntrace.kinds.softmax): a softmax over the whole row, then dropped
+        keys = Box(t.lo[:, :n], t.hi[:, :n])
+        if m in ("skipped_softmax", "column_softmax", "softmax_without_exp"):  # the softmax's own mistakes, on the keys
+            return _weights(world, step, (keys,), m, mutation)
+        if m is not None and m != "transposed":  # the mistake of the kind that appended the columns: they were left out
+            return intervals.softmax_rows(keys)
+        full = intervals.softmax_rows(t)
+        return Box(full.lo[:, :n], full.hi[:, :n])
     if m == "skipped_softmax":
         return t
     if m == "column_softmax":
@@ -237,12 +246,19 @@ def read_off(step, answer: AnswerMatrix, reference: Box, policy: Policy) -> list
     size = answer.shape[0] * answer.shape[1]
     if not found and n_wrong < size and n_wrong <= max(1, size // 4):
         found.append(("arithmetic_slip", {"cells": cells()}))
-    if step.id == "weights":
+    if step.id == "weights" and _rows_sum_to_one(step):
         sums = np.where(np.isfinite(values), values, 0.0).sum(axis=1)
         rows = [i + 1 for i, s in enumerate(sums) if abs(s - 1.0) > _allowed_sum(answer, i, policy) + 1e-9]
         if rows:
             found.append(("rows_not_normalised", {"rows": rows, "sums": [float(sums[i - 1]) for i in rows]}))
     return found
+
+
+def _rows_sum_to_one(step) -> bool:
+    """False when the weights' softmax ran over logit columns with no value (its exponentials
+    are wider than the weights): then a row sums to less than 1."""
+    exp = step.details.get("exp") if step.details else None
+    return exp is None or tuple(exp.shape)[1] == step.shape[1]
 
 
 def _allowed_sum(answer: AnswerMatrix, i: int, policy: Policy) -> float:

@@ -29,7 +29,7 @@ Grammar (whitespace between tokens is ignored)::
 - ``e`` and ``E`` are ordinary symbols, not Euler's number: write ``exp(1)``.
   ``pi`` is the symbol pi, not 3.14159... (the number is ``acos(-1)``).
 - The names attntrace gives its own quantities read back too: a Greek letter in LaTeX
-  (``\\mu_{1}``, ``\\varepsilon``) and a tilde, hat or bar over a letter (``\\tilde{q}_{11}``,
+  (``\\mu_{1}``, ``\\varepsilon``) and a tilde, hat, bar or check over a letter (``\\tilde{q}_{11}``,
   ``\\tilde{k}^{(2)}_{11}``), so that every exported entry parses to the same expression
   (the functions above are those of the RoPE, norm, GELU and online-softmax kinds).
 - Implicit multiplication is refused: ``2a`` and ``2(a+1)`` are errors; write ``2*a``.
@@ -91,7 +91,7 @@ _FUNCTIONS = ("sqrt", "exp", "log", "sin", "cos", "tanh", "erf", "acos", "Max")
 #: LaTeX spellings of names attntrace writes itself: \mu, \varepsilon, \tilde{q} (never a command of any other kind).
 _LATEX_GREEK = frozenset(_GREEK_LOWER + tuple(g.capitalize() for g in _GREEK_LOWER)
                          + ("varepsilon", "vartheta", "varphi", "varrho", "varsigma"))
-_ACCENTS = ("tilde", "hat", "bar")
+_ACCENTS = ("tilde", "hat", "bar", "check")
 
 _NUMBER = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE]([+-]?[0-9]+))?", re.ASCII)
 _WORD = re.compile(r"[A-Za-z]+", re.ASCII)
@@ -268,7 +268,7 @@ def _latex_base(text: str, pos: int) -> tuple[str, int]:
         inner = text[end + 1 : close] if close > 0 else ""
         if len(inner) == 1 and inner.isascii() and inner.isalpha() or inner[:1] == "\\" and inner[1:] in _LATEX_GREEK:
             return f"\\{word}{{{inner}}}", close + 1
-    raise _Fail(f"unknown name {_show(text[pos:end + 3])}", pos, "after a backslash: a Greek letter, or tilde, hat or bar over a letter")
+    raise _Fail(f"unknown name {_show(text[pos:end + 3])}", pos, "after a backslash: a Greek letter, or tilde, hat, bar or check over a letter")
 
 
 def _describe(tok: _Tok) -> str:

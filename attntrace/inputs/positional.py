@@ -16,7 +16,14 @@ from attntrace.inputs.numbers import MAX_INDEX, real_number, shown, whole_number
 from attntrace.model.errors import BadInput
 
 ROPE_LAYOUTS = ("half", "interleaved")
-ROPE_KEYS = ("base", "layout", "positions", "kv_positions")
+ROPE_KEYS = ("base", "layout", "positions", "kv_positions", "scaling")
+#: RoPE scaling rules (attntrace.kinds.ropescaling) and their keys with defaults (None: required).
+SCALING_TYPES = ("llama3", "yarn")
+SCALING_KEYS = {
+    "llama3": {"factor": None, "original_max_position_embeddings": None, "low_freq_factor": 1, "high_freq_factor": 4},
+    "yarn": {"factor": None, "original_max_position_embeddings": None, "beta_fast": 32, "beta_slow": 1, "truncate": True,
+             "attention_factor": None, "mscale": None, "mscale_all_dim": None},
+}
 ALIBI_KEYS = ("slopes",)
 #: Largest position: angles m * theta stay well inside float64's exact integers.
 MAX_POSITION = MAX_INDEX
@@ -34,9 +41,48 @@ def _positions(value: Any, key: str) -> tuple[int, ...]:
                  for m in value)
 
 
+def parse_scaling(value: Any) -> dict | None:
+    """`rope.scaling = {type = "llama3", factor = 8, original_max_position_embeddings = 8192,
+    low_freq_factor = 1, high_freq_factor = 4}` or `{type = "yarn", factor = 32,
+    original_max_position_embeddings = 4096, beta_fast = 32, beta_slow = 1, truncate = true,
+    attention_factor = ..., mscale = ..., mscale_all_dim = ...}` (Hugging Face's rope_parameters
+    names; `rope_type` is accepted for `type`)."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise BadInput(f"rope.scaling must be a table with type = \"llama3\" or \"yarn\", not {shown(value)}")
+    value = dict(value)
+    kind = value.pop("type", value.pop("rope_type", None))
+    if kind not in SCALING_TYPES:
+        raise BadInput(f"rope.scaling.type must be \"llama3\" or \"yarn\", not {shown(kind)}")
+    keys = SCALING_KEYS[kind]
+    unknown = sorted(set(value) - set(keys))
+    if unknown:
+        raise BadInput(f"unknown key {unknown[0]!r} in rope.scaling ({kind}); allowed: type, {', '.join(keys)}")
+    out: dict[str, Any] = {"type": kind}
+    for key, default in keys.items():
+        given = value.get(key, default)
+        name = f"rope.scaling.{key}"
+        if key == "truncate":
+            if not isinstance(given, bool):
+                raise BadInput(f"{name} must be true or false, not {shown(given)}")
+        elif given is None:
+            if key in ("factor", "original_max_position_embeddings"):
+                raise BadInput(f"{name} is missing: {kind} scaling needs factor and original_max_position_embeddings")
+        elif key == "original_max_position_embeddings":
+            given = whole_number(given, name)
+        else:
+            given = positive_number(given, name, "a positive number")
+        out[key] = given
+    if kind == "llama3" and not float(out["high_freq_factor"]) > float(out["low_freq_factor"]):
+        raise BadInput("rope.scaling.high_freq_factor must be larger than low_freq_factor (the blend lies between them)")
+    return out
+
+
 def parse_rope(value: Any) -> dict | None:
-    """`rope = {base = 10000, layout = "half", positions = [0, 1, ...], kv_positions = [...]}`;
-    `rope = true` takes every default (base 10000, half layout, positions 0..n-1)."""
+    """`rope = {base = 10000, layout = "half", positions = [0, 1, ...], kv_positions = [...],
+    scaling = {...}}`; `rope = true` takes every default (base 10000, half layout, positions
+    0..n-1, no scaling)."""
     if value is None or value is False:
         return None
     if value is True:
@@ -54,6 +100,7 @@ def parse_rope(value: Any) -> dict | None:
         "base": base, "layout": layout,
         "positions": _positions(value["positions"], "positions") if "positions" in value else None,
         "kv_positions": _positions(value["kv_positions"], "kv_positions") if "kv_positions" in value else None,
+        "scaling": parse_scaling(value.get("scaling")),
     }
 
 
@@ -138,4 +185,4 @@ def check_positional(opts: Mapping[str, Any], start: str, heads, shared) -> None
             raise BadInput(f"alibi.slopes lists {len(alibi['slopes'])} slopes but there are {h} heads; give one per head")
 
 
-__all__ = ["parse_rope", "parse_alibi", "paper_slopes", "positional_options", "check_positional", "ROPE_LAYOUTS"]
+__all__ = ["parse_rope", "parse_scaling", "SCALING_TYPES", "parse_alibi", "paper_slopes", "positional_options", "check_positional", "ROPE_LAYOUTS"]

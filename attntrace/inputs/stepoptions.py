@@ -108,3 +108,4 @@ def parse_attn_bias(value, heads: int, mode: str, operand) -> dict:
         if isinstance(op.value, np.ndarray) and not np.isfinite(op.value).all():
             raise BadInput("attn_bias must be finite numbers: a key removed with -inf is the mask's job (mask = [[...]])")
     return {"attn_bias": ops}
+

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 from attntrace.inputs.options import SpecOption
 from attntrace.inputs.positional import check_positional, parse_rope
-from attntrace.kinds.base import Kind
+from attntrace.kinds.base import Kind, Symbol
 from attntrace.model.formula import Add, Frac, Func, Neg, Num, Paren, Parts, Power, sym
 from attntrace.kinds.projection import kv_head
+from attntrace.kinds.ropescaling import attention_factor, frequency_factors
 
 #: `rope = true` or {base, layout, positions, kv_positions} (attntrace.inputs.positional), checked
 #: against the problem: Q and K to turn, one position per token, an even head width.
-SPEC_OPTIONS = (SpecOption("rope", lambda value, reader: parse_rope(value), "true or {base, layout, positions, kv_positions}",
+SPEC_OPTIONS = (SpecOption("rope", lambda value, reader: parse_rope(value), "true or {base, layout, positions, kv_positions, scaling}",
                            check=lambda p: check_positional({"rope": p.extra["rope"]}, p.start, p.heads, p.shared)),)
 
 
@@ -78,19 +79,41 @@ class Rope(Kind):
         rows, d = x.shape
         positions = rope_positions(ctx.p, self.which, rows)
         pairs = rope_pairs(rope["layout"], d)
-        angles = ctx.alg.rope_angles(positions, rope["base"], d)  # (rows, d/2): p_r theta_i
+        scaling = rope.get("scaling")
+        factors = mu = None
+        if scaling is not None:  # Llama 3.1 / YaRN: pair i turns by p c_i theta_i; YaRN multiplies by mu
+            exact = ctx.alg.mode in ("exact", "symbolic")
+            factors, mu = frequency_factors(scaling, rope["base"], d, exact), attention_factor(scaling, exact)
+        angles = ctx.alg.rope_angles(positions, rope["base"], d, factors)  # (rows, d/2): p_r c_i theta_i
         result = ctx.alg.rotate_pairs(x.value, pairs, angles)
+        if mu is not None and mu != 1:
+            result = ctx.alg.times(result, mu)
         details = {"layout": rope["layout"], "base": rope["base"], "positions": positions, "pairs": pairs, "angles": angles, "d": d}
+        if scaling is not None:
+            details.update(scaling=scaling, factors=factors, mu=mu)
         grouped = self.which == "K" and ctx.p.extra.get("num_kv_heads") is not None and own is not None
         if grouped:  # the report shows it with the first query head of its group, as K
             details["query_heads"] = tuple(i for i in range(1, len(ctx.p.heads) + 1) if kv_head(ctx.p, i) == own)
         angle = Power(Num(base_text(rope["base"])), Frac(-(Num(2) * Paren(Add((sym("i"), Neg(Num(1))), tight=True))), sym("d", "k"), inline=True))
-        formula = Parts((self.letter.head(own).eq(Func("RoPE", (x.letter.head(own),))), sym("theta", "i").eq(angle)))
+        rotated = Func("RoPE", (x.letter.head(own),))
+        if mu is not None and mu != 1:  # YaRN's attention factor
+            rotated = sym("mu") * rotated
+        formula = Parts((self.letter.head(own).eq(rotated), sym("theta", "i").eq(angle)))
         flow = ctx.emit(self, own, [x.ref], formula, result, x.shape, details)
         if grouped:
             flow.ref = f"{self.id}@{own}"  # read by every query head of the group, as K@j
         memo[(self.id, own)] = flow
         return flow
+
+    def notation(self, step):
+        """With RoPE scaling also the factors c_i and, for YaRN, the attention factor mu."""
+        out = super().notation(step)
+        if step.details.get("factors") is not None:
+            out.append(Symbol("c_i", "c_i", "rope_factor", (1, step.shape[1] // 2)))
+            mu = step.details.get("mu")
+            if mu is not None and mu != 1:
+                out.append(Symbol("\\mu", "mu", "yarn_mu", "scalar"))
+        return out
 
     def intro(self, term, steps):
         """The scores read the rotated Q-tilde and K-tilde."""
@@ -98,8 +121,14 @@ class Rope(Kind):
 
     def json_details(self, details):
         base = details["base"]
-        return {"rope": {"layout": details["layout"], "base": base if isinstance(base, (int, float)) else str(base),
-                         "positions": list(details["positions"]), "pairs": [[j + 1, k + 1] for j, k in details["pairs"]]}}
+        out = {"layout": details["layout"], "base": base if isinstance(base, (int, float)) else str(base),
+               "positions": list(details["positions"]), "pairs": [[j + 1, k + 1] for j, k in details["pairs"]]}
+        if details.get("scaling") is not None:
+            plain = lambda v: v if isinstance(v, (bool, int, float)) or v is None else str(v)  # noqa: E731
+            out["scaling"] = {k: plain(v) for k, v in details["scaling"].items()}
+            out["factors"] = [plain(c) for c in details["factors"]]
+            out["attention_factor"] = plain(details["mu"])
+        return {"rope": out}
 
     def overflow_how(self, inputs, details) -> str:
         return f"{inputs[0]} rotated by its positions"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from attntrace.kinds.base import Kind, Symbol
-from attntrace.model.formula import Frac, Func, Parts, Power, Sum, sym
+from attntrace.model.formula import Frac, Func, Num, Parts, Power, Rel, Slice, Sum, sym
 from attntrace.kinds.context import sum_finite
 from attntrace.model.errors import BadInput
 
@@ -27,15 +27,28 @@ class Weights(Kind):
 
     def compute(self, ctx, head, state):
         t = state["S"]
+        # a logit column with no value (a kind before this one may append one): it takes part in every row's softmax but has no row of V to weight, so A keeps
+        # only the columns of the keys
+        v = state.get("V")
+        extra = t.shape[1] - v.shape[0] if v is not None and v.shape[0] < t.shape[1] else 0
+        shape = (t.shape[0], t.shape[1] - extra)
         result, details = ctx.alg.softmax(t.value)
+        if extra and result is not None:
+            result = ctx.alg.columns(result, 0, shape[1])
         if ctx.numeric and ctx.float_trouble():  # NumPy reported an overflow (kinds.context.FloatWatch)
             _check_shift(ctx, head, t.value, details["shifted"])
         e, t_entry = sym("e"), t.entry.head(head)
-        entry = Power(e, t_entry.at("i", "j")) / Sum(sym("k"), Power(e, t_entry.at("i", "k")))
-        formula = Parts((sym("A").head(head).eq(Func("softmax", (t.letter.head(head),), sized=True)),
-                         sym("a").head(head).at("i", "j").eq(entry)))
+        softmax = Func("softmax", (t.letter.head(head),), sized=True)
+        if extra:  # the keys' columns of the softmax; the extra column's exponential is the denominator's last term
+            keys = Rel((sym("k"), Num(shape[1])), ("le",))  # k <= n_k: the keys' columns, then the extra one
+            denominator = Sum(keys, Power(e, t_entry.at("i", "k"))) + Power(e, t_entry.at("i", Num(t.shape[1])))
+            formula = Parts((sym("A").head(head).eq(Slice(softmax, None, (1, shape[1]))),
+                             sym("a").head(head).at("i", "j").eq(Power(e, t_entry.at("i", "j")) / denominator)))
+        else:
+            entry = Power(e, t_entry.at("i", "j")) / Sum(sym("k"), Power(e, t_entry.at("i", "k")))
+            formula = Parts((sym("A").head(head).eq(softmax), sym("a").head(head).at("i", "j").eq(entry)))
         # weights of finite shifted scores lie in [0, 1]: no overflow check needed
-        return ctx.emit(self, head, [t.ref], formula, result, t.shape, details, checked=True)
+        return ctx.emit(self, head, [t.ref], formula, result, shape, details, checked=True)
 
 
 def _check_shift(ctx, head, t, shifted) -> None:

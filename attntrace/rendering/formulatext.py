@@ -31,7 +31,7 @@ OPERATORS = {"mul": (" \\cdot ", " * ", "⋅"), "hadamard": (" \\odot ", " * ", 
 #: Relations of `Rel`: LaTeX, plain, MathML.
 RELATIONS = {"eq": (" = ", " = ", "="), "lt": (" < ", " < ", "<"), "approx": (" \\approx ", " ~ ", "≈"), "to": (" \\to ", " -> ", "→"),
              "le": (" \\le ", " <= ", "≤")}
-ACCENTS = {"tilde": ("\\tilde", "~", "~"), "hat": ("\\hat", "'", "^"), "bar": ("\\bar", "bar", "¯")}
+ACCENTS = {"tilde": ("\\tilde", "~", "~"), "hat": ("\\hat", "'", "^"), "bar": ("\\bar", "bar", "¯"), "check": ("\\check", "check", "ˇ")}
 
 
 class Printer:

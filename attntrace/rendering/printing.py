@@ -108,7 +108,7 @@ def greek_name(name: str) -> str:
 
 
 #: How an accent over a letter is written in plain text, after the letter: T~, T', Tbar.
-PLAIN_ACCENTS = {"tilde": "~", "hat": "'", "bar": "bar"}
+PLAIN_ACCENTS = {"tilde": "~", "hat": "'", "bar": "bar", "check": "check"}
 _ACCENTED = re.compile(r"\\(" + "|".join(PLAIN_ACCENTS) + r")\{(\w)\}")
 
 

@@ -45,6 +45,8 @@ class _Rotation:
         self.pairs, self.positions, self.angles, self.d = d["pairs"], d["positions"], d["angles"], d["d"]
         self.src = resolve(sv.t, self.s.inputs[0], self.s.head)
         self.numeric = isinstance(self.angles, np.ndarray)
+        self.factors, self.mu = d.get("factors"), d.get("mu")
+        self.scaled = self.mu is not None and self.mu != 1  # YaRN: the rotated pair times mu
 
     # -- numbers ------------------------------------------------------------------------
     def angle(self, r: int, p: int) -> str:
@@ -74,20 +76,68 @@ class _Rotation:
                          i.eq(F.Seq(tuple(F.node(x) for x in ids))))) if half > 1
                 else F.sym("theta", "1").eq(F.Power(base, F.Num(0)), 1))  # one pair: no formula over i
         theta = o.math(rule)
+        ang = ("p_r c_i theta_i", "p_r c_i\\theta_i") if self.factors is not None else ("p_r theta_i", "p_r\\theta_i")
         if o.plain:
             a, b = self.index_tex()
             ph = "" if head is None else f"({head})"
             e, x = f"{s.id[0].lower()}~{ph}", f"{o.math(self.src.matrix).lower()}{ph}"
-            rot = (f"{e}_r,{a} = {x}_r,{a} cos(p_r theta_i) - {x}_r,{b} sin(p_r theta_i),  "
-                   f"{e}_r,{b} = {x}_r,{a} sin(p_r theta_i) + {x}_r,{b} cos(p_r theta_i)")
-            return [block([theta]), block([rot])]
+            mu = "mu " if self.scaled else ""
+            rot = (f"{e}_r,{a} = {mu}({x}_r,{a} cos({ang[0]}) - {x}_r,{b} sin({ang[0]})),  "
+                   f"{e}_r,{b} = {mu}({x}_r,{a} sin({ang[0]}) + {x}_r,{b} cos({ang[0]}))") if self.scaled else \
+                  (f"{e}_r,{a} = {x}_r,{a} cos({ang[0]}) - {x}_r,{b} sin({ang[0]}),  "
+                   f"{e}_r,{b} = {x}_r,{a} sin({ang[0]}) + {x}_r,{b} cos({ang[0]})")
+            return [block([theta]), *self.scaling_rule(), block([rot])]
         a, b = self.index_tex()
         hs = "" if head is None else f"^{{({head})}}"
         out_e, in_e = self.sv.ref.base, self.src.base
         vec = lambda e: o.layout([[f"{e}{hs}_{{r,{a}}}"], [f"{e}{hs}_{{r,{b}}}"]])  # noqa: E731
-        rot = o.layout([["\\cos p_r\\theta_i", "-\\sin p_r\\theta_i"], ["\\sin p_r\\theta_i", "\\cos p_r\\theta_i"]])
-        lines = sv.fit(vec(out_e), [f"{rot} {vec(in_e)}"])
-        return [block([theta]), block(lines)]
+        t = ang[1]
+        rot = o.layout([[f"\\cos {t}", f"-\\sin {t}"], [f"\\sin {t}", f"\\cos {t}"]])
+        mu = "\\mu " if self.scaled else ""
+        lines = sv.fit(vec(out_e), [f"{mu}{rot} {vec(in_e)}"])
+        return [block([theta]), *self.scaling_rule(), block(lines)]
+
+    def scaling_rule(self) -> list[dict]:
+        """RoPE scaling: the rule for c_i, the factors c_i themselves, and YaRN's mu."""
+        if self.factors is None:
+            return []
+        sv, o = self.sv, self.o
+        sc = self.s.details["scaling"]
+        L, s_ = sc["original_max_position_embeddings"], sc["factor"]
+        num = lambda v: o.num(float(v)) if self.numeric else o.expr(v)  # noqa: E731
+        if sc["type"] == "llama3":
+            lo, hi = sc["low_freq_factor"], sc["high_freq_factor"]
+            if o.plain:
+                rule = [f"lambda_i = 2 pi / theta_i,  c_i = 1 if lambda_i < {L}/{hi};  c_i = 1/{s_} if lambda_i > {L}/{lo};",
+                        f"otherwise c_i = (1 - k_i)/{s_} + k_i,  k_i = ({L}/lambda_i - {lo})/({hi} - {lo})"]
+            else:
+                rule = [f"c_i = \\begin{{cases}} 1 & \\lambda_i < {L}/{hi} \\\\ 1/{s_} & \\lambda_i > {L}/{lo} \\\\ "
+                        f"(1 - \\kappa_i)/{s_} + \\kappa_i & \\text{{otherwise}} \\end{{cases}}",
+                        f"\\lambda_i = \\frac{{2\\pi}}{{\\theta_i}}, \\quad \\kappa_i = \\frac{{{L}/\\lambda_i - {lo}}}{{{hi} - {lo}}}"]
+        else:
+            from attntrace.kinds.ropescaling import yarn_range
+
+            lo, hi = yarn_range(sc, self.s.details["base"], self.d, not self.numeric)
+            if o.plain:
+                rule = [f"c_i = g_i/{s_} + (1 - g_i),  g_i = clamp((i - 1 - {num(lo)})/({num(hi)} - {num(lo)}), 0, 1)"]
+            else:
+                rule = [f"c_i = \\frac{{\\gamma_i}}{{{s_}}} + (1 - \\gamma_i), \\quad "
+                        f"\\gamma_i = \\min\\left(1, \\max\\left(0, \\frac{{i - 1 - {num(lo)}}}{{{num(hi)} - {num(lo)}}}\\right)\\right)"]
+        half = self.d // 2
+        shown = pick(half, o.max_size)
+        dots = "..." if o.plain else "\\ldots"
+        names = ([f"c_{i}" for i in (1, half)] if o.plain else [f"c_{{{i}}}" for i in (1, half)]) if half > 3 else \
+            [f"c_{i + 1}" if o.plain else f"c_{{{i + 1}}}" for i in range(half)]
+        if half > 3:
+            names = [names[0], dots, names[1]]
+        vals = [dots if i is None else num(self.factors[i]) for i in shown]
+        blocks = [block([r]) for r in rule] + [block(sv.fit(o.row(names), [sv.vector_tex(vals)]))]
+        if self.scaled:
+            mu = f"mu = 0.1 ln {s_} + 1" if o.plain else f"\\mu = 0.1 \\ln {s_} + 1"
+            if sc.get("attention_factor") is not None or (sc.get("mscale") and sc.get("mscale_all_dim")):
+                mu = "mu" if o.plain else "\\mu"
+            blocks.append(block(sv.fit(mu, [num(self.mu)])))
+        return blocks
 
     def index_tex(self) -> tuple[str, str]:
         if self.s.details["layout"] == "interleaved":
@@ -108,6 +158,8 @@ class _Rotation:
             cell = lambda i: o.expr(self.angles_theta(i))  # noqa: E731
         dots = o.math(F.Dots())
         theta = lambda i: o.math(F.sym("theta").at(i))  # noqa: E731
+        if self.factors is not None:  # scaled: the frequencies the angles use are c_i theta_i
+            theta = lambda i: o.math(F.sym("c").at(i) * F.sym("theta").at(i))  # noqa: E731
         names = [theta(1), dots, theta(half)] if half > 3 else [theta(i + 1) for i in range(half)]
         vals = [dots if i is None else cell(i) for i in shown]
         # a Seq: breaks after a comma when long; one pair's theta_1 = 1 is in the rule already
@@ -115,6 +167,8 @@ class _Rotation:
         pos = [dots if r is None else str(self.positions[r]) for r in pick(len(self.positions), o.max_size)]
         chains.append(sv.fit("p", [sv.vector_tex(pos)]))
         lhs = o.math(F.Hcat((F.sym("p", "r") * F.sym("theta", "i"),)))
+        if self.factors is not None:
+            lhs = o.math(F.Hcat((F.sym("p", "r") * F.sym("c", "i") * F.sym("theta", "i"),)))
         if self.angles is not None:
             chains.append(sv.fit(lhs, [o.matrix(self.angles, self.angles.shape, sv.budget(lhs))]))
         return [block(c) for c in pack(chains, o)]
@@ -124,7 +178,8 @@ class _Rotation:
         rows = [r for r, m in enumerate(self.positions) if m != 0]
         if self.numeric:
             base = float(self.s.details["base"])
-            return 1.0 / base ** (2 * i / self.d)
+            c = 1.0 if self.factors is None else float(self.factors[i])
+            return c / base ** (2 * i / self.d)
         import sympy as sp
 
         if rows:
@@ -132,7 +187,7 @@ class _Rotation:
             return sp.simplify(self.angles[r, i] / self.positions[r])
         b = self.s.details["base"]
         b = sp.Rational(str(b)) if isinstance(b, float) else sp.sympify(b)
-        return b ** sp.Rational(-2 * i, self.d)
+        return (1 if self.factors is None else self.factors[i]) * b ** sp.Rational(-2 * i, self.d)
 
     # -- pair by pair -------------------------------------------------------------------------
     def pair_chain(self, r: int, p: int) -> list[str]:
@@ -143,6 +198,8 @@ class _Rotation:
         col = lambda a, b: o.layout([[a], [b]])  # noqa: E731
         lhs = col(sv.entry_label(r, j), sv.entry_label(r, k))
         rot = o.layout([[self.trig("cos", r, p), self.trig("sin", r, p, "-")], [self.trig("sin", r, p), self.trig("cos", r, p)]])
+        if self.scaled:  # YaRN: mu times the rotation
+            rot = f"{self.mu_text()}\\, {rot}"
         sides: list = [f"{rot} {col(sv.ename(self.src, r, j), sv.ename(self.src, r, k))}"]
         if sv.mode == "symbolic":
             e = sv.expressions()
@@ -155,9 +212,12 @@ class _Rotation:
             res = (float(s.value[r, j]), float(s.value[r, k]))
             dec = decimals_needed([c, sn, x, y, *res], o.precision)
             f = lambda v: o.fixed(v, dec, pad=False)  # noqa: E731
-            p = _operand_decimals(dec, c, sn, x, y, f(res[0]), f(res[1]))
+            mu = float(self.mu) if self.scaled else 1.0
+            p = _operand_decimals(dec, c, sn, x, y, f(res[0] / mu), f(res[1] / mu))
             g = lambda v: o.fixed(v, p, pad=False)  # noqa: E731
             nums = o.layout_numeric([[g(c), g(-sn)], [g(sn), g(c)]], p)
+            if self.scaled:
+                nums = f"{self.mu_text()}\\, {nums}"
             sides.append(f"{nums} {o.layout_numeric([[g(x)], [g(y)]], p)}")
             sides.append(o.layout_numeric([[f(res[0])], [f(res[1])]], dec))
             return sv.fit(lhs, sides, align=True)
@@ -170,6 +230,11 @@ class _Rotation:
         if o.measure(exact) > o.limit - o.measure(lhs) - 3.0:
             sides.remove(exact)
         return sv.fit(lhs, sides, align=True)
+
+    def mu_text(self) -> str:
+        """YaRN's mu as a pair's line multiplies by it: its value in numeric mode, else its exact form."""
+        o = self.o
+        return o.num(float(self.mu)) if self.numeric else o.expr(self.mu)
 
     def plain_pair(self, r: int, p: int) -> list[list[str]]:
         """Text output: the pair's two entries, each as one line (x cos - y sin = numbers = value)."""
@@ -188,7 +253,12 @@ class _Rotation:
             par = lambda t: o.paren(t) if t.startswith("-") else t  # noqa: E731
             nums = {j: f"{par(fx)}*{fc} - {par(fy)}*{fs}", k: f"{par(fx)}*{fs} + {par(fy)}*{fc}"}
         lines = []
-        for col, names in ((j, f"{xj} {c} - {xk} {sn}"), (k, f"{xj} {sn} + {xk} {c}")):
+        pairs = ((j, f"{xj} {c} - {xk} {sn}"), (k, f"{xj} {sn} + {xk} {c}"))
+        if self.scaled:  # YaRN: mu times the rotated pair
+            mu = self.mu_text()
+            pairs = tuple((col, f"{mu} ({t})") for col, t in pairs)
+            nums = {col: f"{mu}*({t})" for col, t in nums.items()}
+        for col, names in pairs:
             if sv.mode == "symbolic":
                 lines.append(o.eq(sv.entry_label(r, col), o.expr(sv.expressions()[r, col])))
             elif self.numeric:
@@ -213,6 +283,11 @@ def build_rotation(sv, vm) -> None:
     d = s.details
     vm["extra"].update({"layout": d["layout"], "which": s.id[0], "pairs": _pairs_text(d["pairs"], o),
                         "half": str(rot.d // 2), "d": str(rot.d), "source": sv.mname(rot.src)})
+    sc = d.get("scaling")
+    vm["extra"]["scaling"] = None
+    if sc is not None:
+        vm["extra"]["scaling"] = {"type": sc["type"], "factor": str(sc["factor"]), "context": str(sc["original_max_position_embeddings"]),
+                                  "mu": rot.scaled}
     vm["extra"]["rule"] = rot.rule()
     vm["extra"]["angle_blocks"] = rot.values()
     lhs = sv.named(sv.ref)

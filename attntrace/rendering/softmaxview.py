@@ -27,6 +27,7 @@ class SoftmaxView:
     def build_softmax(self, vm) -> None:
         s, o = self.s, self.out
         src = resolve(self.t, s.inputs[0], s.head)
+        vm["extra"]["extra_column"] = src.shape[1] > s.shape[1]  # a logit with no value (kinds.softmax)
         vm["formula_block"] = self.fit_formula(vm["formula"]) if not o.plain else [vm["formula"]]
         lhs = self.named(self.ref)
         if self.mode == "numeric":
@@ -57,12 +58,13 @@ class SoftmaxView:
         import sympy
 
         cols = pick(s.shape[1], o.max_size)
-        kept = [j is None or src.value[i, j] != -sympy.oo for j in cols]
+        ecols = pick(src.shape[1], o.max_size)  # the sum's terms: with a logit column of no value, one more
+        kept = [j is None or src.value[i, j] != -sympy.oo for j in ecols]
         first = next(j for j in range(s.shape[1]) if src.value[i, j] != -sympy.oo)
         named = src.value[i, first]  # the entries' own names when they have them (a masked step keeps the t's)
         base = entry_base(named.name) if named.is_Symbol else src.symbol
         sigma = o.math(F.Sum(F.sym("k"), F.Power(F.sym("e"), base.at(i + 1, "k")), small=True))
-        terms = [o.ellipsis_term() if j is None else o.exp(o.expr(src.value[i, j])) for j, k in zip(cols, kept) if k]
+        terms = [o.ellipsis_term() if j is None else o.exp(o.expr(src.value[i, j])) for j, k in zip(ecols, kept) if k]
         rows = [(sigma, [join_sum(terms)])]
         for j in cols:
             if j is None:
@@ -77,6 +79,7 @@ class SoftmaxView:
         """m_i, the shifted scores, their exponentials, their sum and the weights of row i."""
         s, o, d = self.s, self.out, self.s.details
         cols = pick(s.shape[1], o.max_size)
+        ecols = pick(src.shape[1], o.max_size)  # shift and exponentials: with a logit column of no value, one more
         plain = o.plain
         m = F.sym("m").at(i + 1)
         t_ij, t_ik = src.symbol.at(i + 1, "j"), src.symbol.at(i + 1, "k")
@@ -86,8 +89,8 @@ class SoftmaxView:
             shifted = d.get("shifted")
             shifted_row = np.asarray(shifted[i], dtype=float) if shifted is not None else t_row - float(d["row_max"][i])
             exp_row = np.asarray(d["exp"][i], dtype=float)
-            vec = lambda xs, lg=None: self.vector([None if j is None else float(xs[j]) for j in cols],  # noqa: E731
-                                                  None if lg is None else [None if j is None else lg(i, j) for j in cols])
+            vec = lambda xs, lg=None, cs=cols: self.vector([None if j is None else float(xs[j]) for j in cs],  # noqa: E731
+                                                            None if lg is None else [None if j is None else lg(i, j) for j in cs])
             # the row maximum as the matrix it comes from prints it (1.6330 there, not 1.633 here)
             src_all = np.asarray(src.value, dtype=float)
             dsrc = decimals_needed(src_all.ravel()[:4096], o.precision)  # non-finite entries need none
@@ -95,17 +98,17 @@ class SoftmaxView:
             m_val = f"{mx:.{dsrc}f}" if dsrc and math.isfinite(mx) and mx != 0 and mx == int(mx) else o.fixed(mx, dsrc, pad=False)
             several = np.isfinite(self.shifted(i)).sum() > 1  # then the sum is 1 + something, never exactly 1
             total = o.vector([float(d["row_sum"][i])], [0.0] if several else None)[0]
-            shifted_v = vec(shifted_row)
-            exp_v = vec(exp_row, self.exp_log10)
+            shifted_v = vec(shifted_row, cs=ecols)
+            exp_v = vec(exp_row, self.exp_log10, cs=ecols)
             weights_v = vec(np.asarray(s.value[i], dtype=float), self.weight_log10)
             weights_side: list = [weights_v]
         else:  # exact
             shifted = d.get("shifted")
             row_max = d.get("row_max")
             m_val = o.expr(row_max[i]) if row_max is not None and row_max[i] is not None else None  # None: symbols, no order
-            ent = lambda mat: self.vector_tex([o.dots(0, None) if j is None else o.entry(mat, i, j) for j in cols])  # noqa: E731
-            shifted_v = ent(shifted) if shifted is not None else None
-            exp_v = ent(d["exp"])
+            ent = lambda mat, cs=cols: self.vector_tex([o.dots(0, None) if j is None else o.entry(mat, i, j) for j in cs])  # noqa: E731
+            shifted_v = ent(shifted, ecols) if shifted is not None else None
+            exp_v = ent(d["exp"], ecols)
             rs = d["row_sum"][i]  # a sum of exponentials: breakable after its + like any sum
             total = join_sum([o.expr(t) for t in rs.args]) if getattr(rs, "is_Add", False) and not plain else o.expr(rs)
             weights_v = ent(s.value)
@@ -123,7 +126,7 @@ class SoftmaxView:
         if self.mode == "exact" and not plain:  # an exponent wider than the page (RoPE's cos/sin sums): its value
             room = o.limit - 9.0
             approx_of = lambda mat: self.vector_tex([o.dots(0, None) if j is None else (o.approx_entry(mat, i, j) or o.entry(mat, i, j))  # noqa: E731
-                                                     for j in cols])
+                                                     for j in ecols])
             if shifted_v is not None and any(o.measure(x) > room for x in shifted_v.items):
                 shifted_v = ("\\approx", approx_of(shifted))
             if any(o.measure(x) > room for x in exp_v.items):

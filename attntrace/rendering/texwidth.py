@@ -48,7 +48,7 @@ _COMMANDS = {
 }
 _IGNORED = {"displaystyle", "textstyle", "limits", "nolimits", "left", "right", "middle", "bigl", "bigr", "Bigl", "Bigr",
             "biggl", "biggr", "big", "Big", "allowbreak", "nobreak", "relax"}
-_ONE_ARG_SAME = {"mathbf", "boldsymbol", "mathit", "mathsf", "tilde", "hat", "bar", "vec", "dot", "ddot", "overline",
+_ONE_ARG_SAME = {"mathbf", "boldsymbol", "mathit", "mathsf", "tilde", "hat", "bar", "check", "vec", "dot", "ddot", "overline",
                  "underline", "widetilde", "widehat", "mathbb", "mathcal", "phantom", "bm", "mathnormal"}
 _ONE_ARG_UPRIGHT = {"operatorname", "mathrm", "text", "textrm", "mathtt", "texttt", "textbf", "textit", "mbox"}
 _SCRIPT = 0.8       # scripts are set at 7pt of 10, but cmr7/cmmi7 glyphs are wider: 0.8 matches xelatex

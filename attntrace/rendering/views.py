@@ -22,6 +22,7 @@ MODULES = {
     "grad": "gradview",             # the backward pass
     "online": "onlineview", "online_z": "onlineview",  # the online softmax, and Z with or without it
     "cache": "cacheview",           # the KV-cache steps
+    "sink": "sinkview",             # attention sinks: the sink logit appended to the scores
     "elementwise": "elementview",   # a map of each entry on its own (soft-capping, ...)
 }
 
