@@ -50,7 +50,7 @@ class Sink(Kind):
     reads, writes = ("S",), "S"
     starts = ("X", "QKV", "scores")
     letter, entry, symbol = sym("T", accent="check"), sym("t", accent="check"), None  # symbolic: keeps the t~ names and s
-    symbols = (("s", "s", "sink_logit", "scalar"),)
+    symbols = ((sym("s"), "sink_logit", "scalar"),)
     view, prose = "sink", "sink"
     infinite_ok = True  # the masked scores it carries are -inf
     mistakes = (Mistake("sink_ignored", also=("weights",)),)
