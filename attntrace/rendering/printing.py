@@ -377,7 +377,15 @@ class _Out:
     def _numeric_cells(self, value, ri, ci, cells, true_log10, pad: bool, memo: dict | None = None):
         shown = [float(value[i, j]) for i, j in cells]
         inexact = {(i, j): true_log10(i, j) for i, j in cells} if true_log10 else {}
-        d = decimals_needed(shown, self.precision)
+        if memo is None:
+            d = decimals_needed(shown, self.precision)
+        else:  # each entry's decimals counted once across the column counts `widest` tries
+            d = 0
+            for (i, j), x in zip(cells, shown):
+                key = ("d", i, j)
+                if key not in memo:
+                    memo[key] = _decimals_printed([x], self.precision)
+                d = max(d, memo[key])
         if any(v is not None and float(value[i, j]) != 0 for (i, j), v in inexact.items()):
             d = self.precision  # a rounded 1.0000 must not read as an exact 1
         # a column of exact zeros (a masked key, an unused feature) needs no phantom decimals

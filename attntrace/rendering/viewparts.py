@@ -14,7 +14,7 @@ from attntrace.kinds import kind_of
 from attntrace.rendering import views
 from attntrace.kinds.notation import OPERAND_BASE, OPERAND_SYMBOL  # noqa: F401 - the reports' names of operands
 from attntrace.model.formula import Juxt, Node, Num, Op, Rel, Seq, Shape, Stack, Word, node, sym, to
-from attntrace.rendering.formulatext import tex
+from attntrace.rendering.formulatext import ACCENTS, tex
 from attntrace.rendering.printing import entry_name, pick
 
 #: A softmax row whose largest weight is at least this is called saturated in the report.
@@ -74,7 +74,7 @@ class Ref:
         return entry_name(self.base, i + 1, j + 1, self.head, wide=wide)
 
 
-_ENTRY_NAME = re.compile(r"(?:\\(tilde|hat|bar)\{(\w)\}|(\w))(?:\^\{\((\d+)\)\})?_\{[\d,]+\}")
+_ENTRY_NAME = re.compile(r"(?:\\(" + "|".join(ACCENTS) + r")\{(\w)\}|(\w))(?:\^\{\((\d+)\)\})?_\{[\d,]+\}")
 
 
 def entry_base(name: str) -> Node:
@@ -93,7 +93,8 @@ def resolve(trace, name: str, head: int | None) -> Ref:
         head = int(h)
     for h in dict.fromkeys((head, None)):
         if trace.has(name, h):
-            return step_ref(trace.step(name, h, block=1))  # an online step's input: its first block, as always
+            # an online step's input: the block its address names, else (a plain id) its first block
+            return step_ref(trace.step(name, h) if "#" in name else trace.step(name, h, block=1))
         try:
             o = trace.operand(name, h)
         except KeyError:
