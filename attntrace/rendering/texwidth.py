@@ -266,7 +266,7 @@ def _command(r: _Reader, cmd: str, text_style: bool) -> tuple[float, bool]:
         return 0.0, False
     if cmd == "frac" or cmd == "dfrac" or cmd == "tfrac":
         a, b = r.group_text(), r.group_text()
-        small = text_style or cmd == "tfrac"
+        small = cmd == "tfrac" or (cmd == "frac" and text_style)  # \dfrac is display size everywhere
         w = max(width(a, text_style=True), width(b, text_style=True)) * (_SCRIPT if small else 1.0)
         return w + 0.24, True
     if cmd == "sqrt":

@@ -311,6 +311,9 @@ def mark_repeats(view: dict[str, Any]) -> None:
                 "product" if vm["kind"] not in OWN_LINES_INTRO and vm.get("view") != "elementwise" else None)
             vm["lines_again"] = family in intros_seen
             intros_seen.add(family)
+        if vm.get("view") == "sum":
+            # an addition entry by entry (E = X + P, a residual): one entry shows it
+            _one_entry(vm)
         if vm.get("view") == "product" and vm["prose"] in LATER_PRODUCTS and "projection" in first:
             # the feed-forward and output products after the projections were written out
             _one_entry(vm)
