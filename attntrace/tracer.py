@@ -42,8 +42,9 @@ def _run_head(ctx: Context, head, ops) -> dict:
     """A head's forward pipeline; returns its state (Z, and what the backward pass reads)."""
     p = ctx.p
     state = _head_state(ctx, ops)
+    replaced = {r for kind in HEAD_PIPELINE if kind.enabled(p) for r in kind.replaces}
     for kind in HEAD_PIPELINE:
-        if not kind.enabled(p):
+        if kind.id in replaced or not kind.enabled(p):
             continue
         flow = kind.compute(ctx, head, state)
         if flow is not None:

@@ -5,7 +5,7 @@ Part of the four modes behind one interface (attntrace.algebra.modes.algebra_for
 
 from __future__ import annotations
 
-from attntrace.inputs.expr import entry_name
+from attntrace.inputs.expr import accented_with_head, entry_name
 
 
 def _entry_symbol(base: str, i: int, j: int, head, wide: bool) -> str:
@@ -13,8 +13,7 @@ def _entry_symbol(base: str, i: int, j: int, head, wide: bool) -> str:
     so it is written out here, as the reports write it (attntrace.rendering.viewparts.Ref)."""
     if not base.startswith("\\"):
         return entry_name(base, i, j, head=head, wide=wide)
-    sup = "" if head is None else f"^{{({head})}}"
-    return f"{base}{sup}_{{{f'{i},{j}' if wide else f'{i}{j}'}}}"
+    return f"{accented_with_head(base, head)}_{{{f'{i},{j}' if wide else f'{i}{j}'}}}"
 
 
 

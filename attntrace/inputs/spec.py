@@ -23,6 +23,7 @@ from attntrace.inputs.safetext import clean_text
 from attntrace.inputs.matrices import to_matrix
 from attntrace.inputs.numbers import shown, whole_number
 from attntrace.inputs.blockspec import BLOCK_KEYS, block_options, check_block
+from attntrace.inputs.mlaspec import check_mla_rope, mla_options
 from attntrace.inputs.positional import check_positional, positional_options, positive_number
 from attntrace.inputs.stepoptions import MASK_NAMES, parse_attn_bias, parse_backward, parse_mask_options, parse_online
 from attntrace.model.trace import MODES, Operand
@@ -37,7 +38,7 @@ HEAD_KEYS = {
 #: Matrices shared by all heads.
 SHARED_KEYS = {"X": "x", "X_kv": "y", "W_O": "w^{O}", "b_O": "b^{O}"}
 OPTION_KEYS = {"title", "description", "title_zh", "description_zh", "mode", "scale", "d_k", "mask", "num_heads", "heads", "Z", "expand", "tokens", "kv_tokens",
-               "num_kv_heads", "window", "key_padding", "backward", "online", "rope", "alibi", "attn_bias"}
+               "num_kv_heads", "window", "key_padding", "backward", "online", "rope", "alibi", "attn_bias", "mla"}
 ALLOWED_KEYS = set(HEAD_KEYS) | set(SHARED_KEYS) | OPTION_KEYS | BLOCK_KEYS
 #: Keys that `num_heads` splits into column blocks, one per head.
 SPLITTABLE = ("W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "Q", "K", "V", "K_past", "V_past")
@@ -279,8 +280,13 @@ def load_spec(spec: Any, *, mode: str | None = None, **overrides: Any) -> Proble
         num_heads = _positive_int(num_heads, "num_heads")
     num_kv_heads = _kv_heads(data, num_heads)
     full_width: Mapping[str, Operand] = {}
+    mla_extra: dict[str, Any] = {}
 
-    if "Z" in data:
+    if "mla" in data:  # multi-head latent attention: its own projections make Q, K, V (attntrace.inputs.mlaspec)
+        mla_shared, heads, mla_extra = mla_options(data, mode, _operand, _split, num_heads or 1)
+        shared.update(mla_shared)
+        start = "X"
+    elif "Z" in data:
         if heads_raw or top or "X" in data:
             raise BadInput("Z (head outputs) starts a trace at the concatenation; give it without X, Q/K/V, scores, weights or heads")
         zs = data["Z"]
@@ -345,7 +351,8 @@ def load_spec(spec: Any, *, mode: str | None = None, **overrides: Any) -> Proble
     _check_token_counts(tokens, kv_tokens, heads[0], shared)
     mask_opts = parse_mask_options(data)  # window, key_padding (attntrace.inputs.stepoptions)
     positional = positional_options(data)  # rope, alibi (attntrace.inputs.positional)
-    check_positional(positional, start, heads, shared)
+    if not mla_extra:
+        check_positional(positional, start, heads, shared)
     attn_bias = parse_attn_bias(data.get("attn_bias"), len(heads), mode, _operand)  # attntrace.inputs.stepoptions
     if attn_bias and "alibi" in positional:
         raise BadInput("give alibi or attn_bias, not both: each adds its own B to the scores")
@@ -370,10 +377,12 @@ def load_spec(spec: Any, *, mode: str | None = None, **overrides: Any) -> Proble
         kv_tokens=kv_tokens,
         source=source,
         extra={**mask_opts, **positional, **attn_bias, "full_width": full_width, **({"num_kv_heads": num_kv_heads} if num_kv_heads != (num_heads or 1) else {}),
-               **block_extra,
+               **block_extra, **({"mla": mla_extra} if mla_extra else {}),
                **_passes(data, mode)},
     )
     check_block(problem)
+    if mla_extra:
+        check_mla_rope(problem)
     return problem
 
 

@@ -22,8 +22,9 @@ from attntrace.kinds.scale import SCALED
 from attntrace.kinds.scores import SCORES
 from attntrace.kinds.softmax import WEIGHTS
 from attntrace.kinds.online import ONLINE_KINDS, ONLINE_Z
+from attntrace.kinds.mla import MLA_ABSORB_KINDS, MLA_KINDS
 
-HEAD_PIPELINE: tuple[Kind, ...] = (Q, K, V, Q_ROPE, K_ROPE, K_CACHE, V_CACHE, SCORES, SCALED, BIASED, SCORE_BIAS, MASKED, WEIGHTS, ONLINE_Z)
+HEAD_PIPELINE: tuple[Kind, ...] = (Q, K, V, *MLA_KINDS, Q_ROPE, K_ROPE, K_CACHE, V_CACHE, SCORES, *MLA_ABSORB_KINDS, SCALED, BIASED, SCORE_BIAS, MASKED, WEIGHTS, ONLINE_Z)
 COMBINE_PIPELINE: tuple[Kind, ...] = (CONCAT, OUTPUT)
 
 #: The backward pass (spec key `backward`, `run --backward`), after the forward steps: the kinds

@@ -12,7 +12,9 @@ from typing import Any
 from attntrace.kinds import kind_of
 from attntrace.rendering import views
 from attntrace.inputs.blockspec import BLOCK_OPERANDS
+from attntrace.inputs.mlaspec import MLA_OPERANDS
 from attntrace.rendering.printing import entry_name, pick
+from attntrace.inputs.expr import accented_with_head
 
 OPERAND_BASE = {"X": "x", "X_kv": "y", "W_Q": "w^{Q}", "W_K": "w^{K}", "W_V": "w^{V}", "W_O": "w^{O}", "b_Q": "b^{Q}", "b_K": "b^{K}",
                 "b_V": "b^{V}", "b_O": "b^{O}", "Q": "q", "K": "k", "V": "v", "scores": "s", "weights": "a", "Z": "z"}
@@ -27,6 +29,10 @@ OPERAND_BASE.update({"K_past": "k^{p}", "V_past": "v^{p}"})
 OPERAND_LETTER.update({k: v[0] for k, v in BLOCK_OPERANDS.items()})
 OPERAND_PLAIN.update({k: v[1] for k, v in BLOCK_OPERANDS.items()})
 OPERAND_BASE.update({k: v[2] for k, v in BLOCK_OPERANDS.items()})
+# multi-head latent attention's matrices (attntrace.inputs.mlaspec): W^{DKV}, W^{UK}, ...
+OPERAND_LETTER.update({k: v[0] for k, v in MLA_OPERANDS.items()})
+OPERAND_PLAIN.update({k: v[1] for k, v in MLA_OPERANDS.items()})
+OPERAND_BASE.update({k: v[2] for k, v in MLA_OPERANDS.items()})
 #: A softmax row whose largest weight is at least this is called saturated in the report.
 SATURATED = 0.999
 #: Entries of one row written out at most (the first ones, a gap, the last), unless rows are
@@ -60,9 +66,8 @@ class Ref:
     def name(self, i: int, j: int) -> str:
         wide = max(self.shape) >= 10
         if self.base.startswith("\\"):  # \tilde{t}: not a parser name, written out here
-            sup = "" if self.head is None else f"^{{({self.head})}}"
             sub = f"{i + 1},{j + 1}" if wide else f"{i + 1}{j + 1}"
-            return f"{self.base}{sup}_{{{sub}}}"
+            return f"{accented_with_head(self.base, self.head)}_{{{sub}}}"
         return entry_name(self.base, i + 1, j + 1, self.head, wide=wide)
 
 
@@ -139,13 +144,13 @@ def shape_dims(trace, step, out, short: bool = False) -> str:
         return ("; " if out.plain else ",\\ ").join(paren(r.shape) for r in refs) + arrow + paren(step.shape)
     ins = [resolve(trace, n, step.head) for n in step.inputs]
     shapes = [r.shape for r in ins]
-    if step.id == "scores":
+    if step.id == "scores" or step.details.get("transposed"):  # A B^T
         shapes[1] = shapes[1][::-1]
-    op = ELEMENTWISE.get(step.id)
+    op = ELEMENTWISE.get(step.id) or {"norm": ("\\odot", "*"), "absorbed": ("+", "+")}.get(view)
     if op is not None and len(shapes) == 2:  # an addition or an entrywise product, not a matrix product
         sign = op[1] if out.plain else op[0]
         return f"{paren(shapes[0])} {sign} {paren(shapes[1])}{arrow}{paren(step.shape)}"
-    if step.id in ("K_cache", "V_cache") and len(shapes) == 2:  # the new rows stacked under the cached ones
+    if view == "cache" and len(shapes) == 2:  # the new rows stacked under the cached ones
         stacked = f"[{paren(shapes[0])}; {paren(shapes[1])}]" if out.plain else f"\\bigl[{paren(shapes[0])};\\ {paren(shapes[1])}\\bigr]"
         return stacked + arrow + paren(step.shape)
     if len(shapes) == 3 and shapes[2][0] == 1 and shapes[0][0] != 1:  # X W + b: the bias row is broadcast, added

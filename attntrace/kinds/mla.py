@@ -1,0 +1,384 @@
+"""Multi-head latent attention (DeepSeek-V2, arXiv 2405.04434, section 2.1; DeepSeek-V3).
+
+With X (n, d_model) the rows of the tokens (row vectors, as everywhere in attntrace):
+
+    C^Q  = X W^DQ,   Ĉ^Q  = RMSNorm(C^Q)          the query LoRA (eq. 12; V2/V3 norm c^Q)
+    C^KV = X W^DKV,  Ĉ^KV = RMSNorm(C^KV)         the compressed latent (eq. 9), what is cached
+    K^R  = X W^KR,   K̃^R  = RoPE(K^R)             the decoupled RoPE key, one for all heads (eq. 15)
+    per head i:
+    Q^C(i) = Ĉ^Q W^UQ(i),   Q^R(i) = Ĉ^Q W^QR(i),   Q̃^R(i) = RoPE(Q^R(i))     (eqs. 13, 14)
+    K^C(i) = Ĉ^KV W^UK(i),  V^(i) = Ĉ^KV W^UV(i)                               (eqs. 10, 11)
+    Q^(i) = [Q^C(i)  Q̃^R(i)],  K^(i) = [K^C(i)  K̃^R]                           (eqs. 16, 17)
+
+and then the usual S = Q K^T scaled by sqrt(d_nope + d_rope) (the width of [q^C; q^R]),
+mask, softmax, Z = A V, concat, W^O: the existing kinds. RoPE is applied only to the
+decoupled parts: rotating K^C would put a position-dependent matrix between W^UQ and W^UK,
+and W^UK could no longer be absorbed (the paper's reason for the decoupled key).
+
+Absorption (section 2.1.2): Q^C K^C^T = Ĉ^Q W^UQ (Ĉ^KV W^UK)^T = Ĉ^Q (W^UQ W^UK^T) Ĉ^KV^T,
+so a decoder keeps only Ĉ^KV and K̃^R per token (d_c + d_rope numbers instead of 2 h d_k)
+and never builds K. The kinds W_absorbed, Q_absorbed, scores_C, scores_R, scores_absorbed
+compute the scores that way and record how far they are from S (0 in exact mode).
+
+A latent cache (`mla.c_KV_past`, `mla.k_R_past`) holds Ĉ^KV and K̃^R of earlier tokens; the
+steps C_KV_cache and K_R_cache append the new tokens' rows, as Hugging Face's DeepseekV3
+caches `kv_nope` (after its norm) and `k_rot` (after RoPE).
+
+The layer-wide steps (head None) run once, in the first head's pipeline, and are kept in
+`ctx.cache["mla"]` under their role for the heads to read.
+"""
+
+from __future__ import annotations
+
+from attntrace.kinds.base import Flow, Kind, plain_braces
+from attntrace.kinds.exactsize import check_exact_size
+from attntrace.kinds.rope import rope_pairs, rope_positions
+from attntrace.model.trace import Operand
+
+
+def _on(problem) -> bool:
+    return "mla" in problem.extra
+
+
+def _memo(ctx) -> dict:
+    return ctx.cache.setdefault("mla", {})
+
+
+def _hs(head) -> str:
+    return "" if head is None else f"({head})"
+
+
+def _name(letter: str, head) -> str:
+    """Q^{C} with head 2 -> Q^{C(2)}; a letter without a superscript gets one: Q^{(2)}."""
+    if head is None:
+        return letter
+    return f"{letter[:-1]}({head})}}" if letter.endswith("}") and "^{" in letter else f"{letter}^{{({head})}}"
+
+
+def _plain(letter: str, head) -> str:
+    return plain_braces(letter).replace("\\hat", "").replace("\\tilde", "") + ("" if head is None else f"({head})")
+
+
+class MlaKind(Kind):
+    """What every MLA kind shares: it runs when the spec has `mla`, from X."""
+
+    starts = ("X",)
+    prose = "mla"
+    layer = False  # True: computed once for all heads (head None)
+
+    def enabled(self, problem) -> bool:
+        return _on(problem) and super().enabled(problem)
+
+    def flow_in(self, ctx, state, role: str) -> Flow:
+        """A value the step reads: a layer role from the memo, else the head's state."""
+        memo = _memo(ctx)
+        if role == "input" or (role == "cq" and "cq" not in memo):  # no query LoRA: the queries project X
+            return ctx.source("X")
+        return memo[role] if role in memo else state[role]
+
+    def put(self, ctx, state, flow: Flow):
+        """A layer value goes to the memo (the tracer's head state would lose it); a head's to its state."""
+        if self.layer:
+            _memo(ctx)[self.writes] = flow
+            return None
+        return flow
+
+    def done(self, ctx) -> bool:
+        return self.layer and self.id in _memo(ctx).setdefault("made", set())
+
+    def made(self, ctx) -> None:
+        if self.layer:
+            _memo(ctx)["made"].add(self.id)
+
+
+class MlaProduct(MlaKind):
+    """A product A W (W an operand, shared or the head's block): C^KV = X W^DKV, Q^C(i) = Ĉ^Q W^UQ(i), ..."""
+
+    view = "product"
+
+    def __init__(self, id, reads, weight, writes, letter, entry, layer=False, enabled=None):
+        self.id, self.reads, self.writes, self.weight = id, (reads,), writes, weight
+        self.letter, self.entry, self.symbol, self.layer = letter, entry, entry, layer
+        self.plain_letter = _plain(letter, None)
+        self.per_head = not layer
+        self._enabled = enabled
+
+    def enabled(self, problem) -> bool:
+        return super().enabled(problem) and (self._enabled is None or self._enabled(problem))
+
+    def compute(self, ctx, head, state):
+        if self.done(ctx):
+            return None
+        a = self.flow_in(ctx, state, self.reads[0])
+        w_op = ctx.p.shared[self.weight] if self.layer else state[self.weight]
+        w = ctx.operand(w_op)
+        result, shape = ctx.product(self.id, head, a, w)
+        check_exact_size(ctx, self.id, result)
+        h = None if self.layer else head
+        from attntrace.inputs.mlaspec import MLA_OPERANDS
+
+        wl, wp = MLA_OPERANDS[self.weight][:2]
+        formula = f"{_name(self.letter, h)} = {a.letter} {_name(wl, h)}"  # what it reads is the layer's
+        plain = f"{_plain(self.letter, h)} = {_plain(a.letter, None)} {wp}{_hs(h)}"
+        flow = ctx.emit(self, h, [a.ref, self.weight], formula, plain, result, shape)
+        self.made(ctx)
+        return self.put(ctx, state, flow)
+
+
+class MlaNorm(MlaKind):
+    """Ĉ = RMSNorm(C): DeepSeek-V2/V3 normalise the compressed query and latent (q_a_layernorm, kv_a_layernorm)."""
+
+    view = "norm"
+    per_head = False
+    layer = True
+    mistakes = ("norm_wrong_axis",)
+
+    def __init__(self, id, reads, writes, letter, entry, which, enabled=None):
+        self.id, self.reads, self.writes, self.which = id, (reads,), writes, which
+        self.letter, self.entry, self.symbol = letter, entry, entry
+        self.plain_letter = _plain(letter, None)
+        self._enabled = enabled
+
+    def enabled(self, problem) -> bool:
+        return super().enabled(problem) and (self._enabled is None or self._enabled(problem))
+
+    def compute(self, ctx, head, state):
+        if self.done(ctx):
+            return None
+        from attntrace.kinds.norm import _eps  # the eps in the algebra's numbers
+
+        r = self.flow_in(ctx, state, self.reads[0])
+        key = "q_norm" if self.which == "Q" else "kv_norm"
+        eps = ctx.p.extra["mla"][f"{key}_eps"]
+        gain = ctx.p.shared.get(f"gamma_{self.which}")
+        result, details = ctx.alg.norm(r.value, None if gain is None else gain.value, None, _eps(ctx, eps), True)
+        check_exact_size(ctx, self.id, result)
+        g = "\\gamma_j " if gain is not None else ""
+        e = r.entry
+        args = f"{r.letter};\\ \\gamma^{{{self.which}}}" if gain is not None else r.letter
+        pargs = _plain(r.letter, None) + (f"; gamma^{self.which}" if gain is not None else "")
+        pentry = _plain(self.entry, None)
+        formula = (f"{self.letter} = \\operatorname{{RMSNorm}}({args}), \\quad "
+                   f"{self.entry}_{{ij}} = {g}\\frac{{{e}_{{ij}}}}{{\\sqrt{{\\nu_i + \\varepsilon}}}}")
+        plain = (f"{_plain(self.letter, None)} = RMSNorm({pargs}),  "
+                 f"{pentry}_ij = {'gamma_j ' if gain is not None else ''}{_plain(e, None)}_ij / sqrt(nu_i + eps)")
+        inputs = [r.ref] + ([gain.name] if gain is not None else [])
+        details = {**details, "norm": "rms", "eps": eps, "which": self.which}
+        flow = ctx.emit(self, None, inputs, formula, plain, result, r.shape, details)
+        self.made(ctx)
+        return self.put(ctx, state, flow)
+
+    def json_details(self, details):
+        return {"norm": "rms", "eps": details["eps"], "mean_square": [float(x) if not hasattr(x, "free_symbols") else str(x)
+                                                                        for x in details.get("mean_square", ())]}
+
+
+class MlaRope(MlaKind):
+    """K̃^R = RoPE(K^R) once for all heads; Q̃^R(i) = RoPE(Q^R(i)) per head: only the decoupled parts turn."""
+
+    view = "rotation"
+    mistakes = ("mla_rope_on_compressed",)
+
+    def __init__(self, id, reads, writes, letter, entry, layer):
+        self.id, self.reads, self.writes, self.layer = id, (reads,), writes, layer
+        self.letter, self.entry, self.symbol = letter, entry, entry
+        self.plain_letter = _plain(letter, None)
+        self.per_head = not layer
+
+    def compute(self, ctx, head, state):
+        if self.done(ctx):
+            return None
+        x = self.flow_in(ctx, state, self.reads[0])
+        rope = ctx.p.extra["rope"]
+        rows, d = x.shape
+        positions = rope_positions(ctx.p, "Q", rows)
+        pairs = rope_pairs(rope["layout"], d)
+        angles = ctx.alg.rope_angles(positions, rope["base"], d)
+        result = ctx.alg.rotate_pairs(x.value, pairs, angles)
+        h = None if self.layer else head
+        base = rope["base"]
+        base_tex = str(int(base)) if isinstance(base, float) and base == int(base) else str(base)
+        formula = f"{_name(self.letter, h)} = \\operatorname{{RoPE}}({_name(x.letter, h)}), \\quad \\theta_i = {base_tex}^{{-2(i-1)/d_k}}"
+        plain = f"{_plain(self.letter, h)} = RoPE({_plain(x.letter, h)}),  theta_i = {base}^(-2(i-1)/d_k)"
+        details = {"layout": rope["layout"], "base": base, "positions": positions, "pairs": pairs, "angles": angles, "d": d}
+        flow = ctx.emit(self, h, [x.ref], formula, plain, result, x.shape, details)
+        self.made(ctx)
+        return self.put(ctx, state, flow)
+
+    def json_details(self, details):
+        base = details["base"]
+        return {"rope": {"layout": details["layout"], "base": base if isinstance(base, (int, float)) else str(base),
+                         "positions": list(details["positions"]), "pairs": [[j + 1, k + 1] for j, k in details["pairs"]]}}
+
+
+class MlaCache(MlaKind):
+    """C^KV_cache = [C^KV_past; Ĉ^KV], K^R_cache = [K^R_past; K̃^R]: the latent cache, d_c + d_rope numbers a token."""
+
+    view = "cache"
+    per_head = False
+    layer = True
+    symbol = None  # keeps the past entries' and the new rows' own names
+    mistakes = ("cache_not_appended",)
+
+    def __init__(self, id, reads, past, writes, letter, entry):
+        self.id, self.reads, self.past, self.writes = id, (reads,), past, writes
+        self.letter, self.entry = letter, entry
+        self.plain_letter = _plain(letter, None)
+
+    def enabled(self, problem) -> bool:
+        return super().enabled(problem) and problem.extra["mla"]["past"] > 0
+
+    def compute(self, ctx, head, state):
+        if self.done(ctx):
+            return None
+        from attntrace.inputs.mlaspec import MLA_OPERANDS
+
+        new = self.flow_in(ctx, state, self.reads[0])
+        old = ctx.operand(ctx.p.shared[self.past])
+        result = ctx.alg.vstack([old.value, new.value])
+        shape = (old.shape[0] + new.shape[0], old.shape[1])
+        formula = f"{self.letter} = \\begin{{bmatrix}} {MLA_OPERANDS[self.past][0]} \\\\ {new.letter} \\end{{bmatrix}}"
+        plain = f"{_plain(self.letter, None)} = [{MLA_OPERANDS[self.past][1]}; {_plain(new.letter, None)}]"
+        details = {"past_rows": old.shape[0], "new_rows": new.shape[0]}
+        flow = ctx.emit(self, None, [self.past, new.ref], formula, plain, result, shape, details)
+        self.made(ctx)
+        return self.put(ctx, state, flow)
+
+    def json_details(self, details):
+        return {"past_rows": details["past_rows"], "new_rows": details["new_rows"]}
+
+
+class MlaConcat(MlaKind):
+    """Q^(i) = [Q^C(i)  Q̃^R(i)], K^(i) = [K^C(i)  K̃^R]: a head's query and key, d_nope + d_rope wide."""
+
+    view = "stack"
+    symbol = None  # the entries are the parts' own names, side by side
+
+    def __init__(self, id, parts, writes, letter, entry):
+        self.id, self.reads, self.writes = id, parts, writes
+        self.letter, self.entry = letter, entry
+
+    def compute(self, ctx, head, state):
+        a, b = (self.flow_in(ctx, state, r) for r in self.reads)
+        result = ctx.alg.hstack([a.value, b.value])
+        shape = (a.shape[0], a.shape[1] + b.shape[1])
+        hb = None if self.reads[1] in ("kr",) else head
+        formula = f"{_name(self.letter, head)} = \\begin{{bmatrix}} {_name(a.letter, head)} & {_name(b.letter, hb)} \\end{{bmatrix}}"
+        plain = f"{_plain(self.letter, head)} = [{_plain(a.letter, head)}  {_plain(b.letter, hb)}]"
+        details = {"parts": (a.shape[1], b.shape[1])}
+        flow = ctx.emit(self, head, [a.ref, b.ref], formula, plain, result, shape, details)
+        return flow
+
+    def json_details(self, details):
+        return {"parts": list(details["parts"])}
+
+
+class MlaAbsorbProduct(MlaKind):
+    """One product of the absorbed scores: W^QK(i) = W^UQ(i) W^UK(i)^T, Q^L(i) = Ĉ^Q W^QK(i),
+    S^C(i) = Q^L(i) Ĉ^KV^T, S^R(i) = Q̃^R(i) K̃^R^T. `transposed`: the second factor is."""
+
+    view = "product"
+
+    def __init__(self, id, a, b, transposed, letter, entry, formula_rhs, plain_rhs):
+        self.id, self.reads, self.writes, self.transposed = id, (a, b), id, transposed
+        self.letter, self.entry, self.symbol = letter, entry, entry
+        self.plain_letter = _plain(letter, None)
+        self.formula_rhs, self.plain_rhs = formula_rhs, plain_rhs
+
+    def enabled(self, problem) -> bool:
+        return super().enabled(problem) and problem.extra["mla"].get("absorb", True)
+
+    def _operand(self, ctx, state, role):
+        given = state.get(role)
+        return ctx.operand(given) if isinstance(given, Operand) else self.flow_in(ctx, state, role)
+
+    def compute(self, ctx, head, state):
+        a, b = (self._operand(ctx, state, r) for r in self.reads)
+        result, shape = ctx.product(self.id, head, a, b, b_transposed=self.transposed)
+        check_exact_size(ctx, self.id, result)
+        h = _hs(head)
+        formula = f"{_name(self.letter, head)} = " + self.formula_rhs.replace("(i)", h)
+        plain = f"{_plain(self.letter, head)} = " + self.plain_rhs.replace("(i)", h)
+        return ctx.emit(self, head, [a.ref, b.ref], formula, plain, result, shape, {"transposed": self.transposed})
+
+
+class MlaAbsorbed(MlaKind):
+    """S^A(i) = S^C(i) + S^R(i): the scores without K, and how far they are from S = Q K^T."""
+
+    view = "absorbed"
+    reads, writes = ("scores_C", "scores_R"), "scores_absorbed"
+    letter, entry, symbol = "S^{A}", "s^{A}", "s^{A}"
+    plain_letter = "S^A"
+    id = "scores_absorbed"
+
+    def enabled(self, problem) -> bool:
+        return super().enabled(problem) and problem.extra["mla"].get("absorb", True)
+
+    def compute(self, ctx, head, state):
+        c, r, s = state["scores_C"], state["scores_R"], state["S"]
+        result = ctx.alg.plus(c.value, r.value)
+        h = _hs(head)
+        formula = f"{_name(self.letter, head)} = {_name(c.letter, head)} + {_name(r.letter, head)}"
+        plain = f"S^A{h} = S^C{h} + S^R{h}"
+        gap = _gap(ctx, result, s.value)
+        return ctx.emit(self, head, [c.ref, r.ref], formula, plain, result, s.shape, {"gap": gap, "scores": s.ref})
+
+    def json_details(self, details):
+        return {"gap_to_scores": details["gap"]}
+
+
+def _gap(ctx, absorbed, scores):
+    """max |S^A - S|: a float (numeric), 0 when exact arithmetic gives S itself, None in
+    symbolic and shape mode (the steps hold entry names there, not what they stand for)."""
+    if ctx.numeric:
+        import numpy as np
+
+        return float(np.max(np.abs(absorbed - scores))) if absorbed.size else 0.0
+    if ctx.p.mode == "exact":
+        import sympy
+
+        diff = (sympy.Matrix(absorbed) - sympy.Matrix(scores)).applyfunc(sympy.nsimplify)
+        return 0 if all(sympy.simplify(x) == 0 for x in diff) else float(max(abs(sympy.N(x)) for x in diff))
+    return None
+
+
+def _q_lora(problem) -> bool:
+    return problem.extra["mla"]["q_lora"]
+
+
+def _past(problem) -> bool:
+    return problem.extra["mla"]["past"] > 0
+
+
+# -- the layer: the query LoRA, the latent, the shared RoPE key --------------------------------------
+C_Q = MlaProduct("C_Q", "input", "W_DQ", "cq_raw", "C^{Q}", "c^{Q}", layer=True, enabled=_q_lora)
+C_Q_NORM = MlaNorm("C_Q_norm", "cq_raw", "cq", "\\hat{C}^{Q}", "\\hat{c}^{Q}", "Q", enabled=_q_lora)
+C_KV = MlaProduct("C_KV", "input", "W_DKV", "ckv_raw", "C^{KV}", "c^{KV}", layer=True)
+C_KV_NORM = MlaNorm("C_KV_norm", "ckv_raw", "ckv", "\\hat{C}^{KV}", "\\hat{c}^{KV}", "KV")
+K_R = MlaProduct("K_R", "input", "W_KR", "kr_raw", "K^{R}", "k^{R}", layer=True)
+K_R_ROPE = MlaRope("K_R_rope", "kr_raw", "kr", "\\tilde{K}^{R}", "\\tilde{k}^{R}", layer=True)
+C_KV_CACHE = MlaCache("C_KV_cache", "ckv", "c_KV_past", "ckv", "C^{KV}_{\\text{cache}}", "c^{KV}")
+K_R_CACHE = MlaCache("K_R_cache", "kr", "k_R_past", "kr", "K^{R}_{\\text{cache}}", "k^{R}")
+# -- per head: the up-projections, the head's RoPE query, the stacked query and key --------------------
+Q_C = MlaProduct("Q_C", "cq", "W_UQ", "QC", "Q^{C}", "q^{C}")
+Q_R = MlaProduct("Q_R", "cq", "W_QR", "QR_raw", "Q^{R}", "q^{R}")
+Q_R_ROPE = MlaRope("Q_R_rope", "QR_raw", "QR", "\\tilde{Q}^{R}", "\\tilde{q}^{R}", layer=False)
+K_C = MlaProduct("K_C", "ckv", "W_UK", "KC", "K^{C}", "k^{C}")
+V_C = MlaProduct("V_C", "ckv", "W_UV", "V", "V", "v")
+Q_MLA = MlaConcat("Q_mla", ("QC", "QR"), "Q", "Q", "q")
+K_MLA = MlaConcat("K_mla", ("KC", "kr"), "K", "K", "k")
+# they make the head's Q, K, V: the projections and the RoPE of Q and K do not run
+Q_MLA.replaces, K_MLA.replaces, V_C.replaces = ("Q", "Q_rope"), ("K", "K_rope"), ("V",)
+
+# -- absorption, after the scores: the same scores from the latents, K never built ---------------
+W_ABSORBED = MlaAbsorbProduct("W_absorbed", "W_UQ", "W_UK", True, "W^{QK}", "w^{QK}", "W^{UQ(i)} W^{UK(i)\\top}", "W^UQ(i) W^UK(i)^T")
+Q_ABSORBED = MlaAbsorbProduct("Q_absorbed", "cq", "W_absorbed", False, "Q^{L}", "q^{L}", "\\hat{C}^{Q} W^{QK(i)}", "C^Q W^QK(i)")
+SCORES_C = MlaAbsorbProduct("scores_C", "Q_absorbed", "ckv", True, "S^{C}", "s^{C}", "Q^{L(i)} \\hat{C}^{KV\\top}", "Q^L(i) C^KV^T")
+SCORES_R = MlaAbsorbProduct("scores_R", "QR", "kr", True, "S^{R}", "s^{R}", "\\tilde{Q}^{R(i)} \\tilde{K}^{R\\top}", "Q~^R(i) K~^R^T")
+SCORES_ABSORBED = MlaAbsorbed()
+#: After the scores (they read S to compare).
+MLA_ABSORB_KINDS: tuple[Kind, ...] = (W_ABSORBED, Q_ABSORBED, SCORES_C, SCORES_R, SCORES_ABSORBED)
+
+#: In the head pipeline after the (disabled) Q, K, V projections and before the scores.
+MLA_KINDS: tuple[Kind, ...] = (C_Q, C_Q_NORM, C_KV, C_KV_NORM, K_R, K_R_ROPE, C_KV_CACHE, K_R_CACHE,
+                               Q_C, Q_R, Q_R_ROPE, K_C, V_C, Q_MLA, K_MLA)
