@@ -93,3 +93,87 @@ def spec_of(x, w, h, **extra):
         spec["num_heads"] = h
     spec.update(extra)
     return spec
+
+
+# -- Hugging Face DeepseekV3 (tiny random float64 models) -------------------------------------------
+def _float64_rms(norm):
+    """DeepseekV3RMSNorm.forward with its float32 cast made a float64 one (HF's own code, exec'd)."""
+    import inspect
+    import textwrap
+    import types
+
+    import torch
+
+    ns = {"torch": types.SimpleNamespace(float32=torch.float64, rsqrt=torch.rsqrt, Tensor=torch.Tensor)}
+    exec(textwrap.dedent(inspect.getsource(type(norm).forward)), ns)
+    return types.MethodType(ns["forward"], norm)
+
+
+def _float64_rotary(rot, dim: int, base: float):
+    import types
+
+    import torch
+
+    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+
+    def forward(self, x, position_ids):
+        freqs = position_ids[..., None].to(torch.float64) * inv_freq
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return (emb.cos() * self.attention_scaling).to(x.dtype), (emb.sin() * self.attention_scaling).to(x.dtype)
+
+    rot.forward = types.MethodType(forward, rot)
+
+
+def tiny_deepseek(seed=0, *, hidden=8, heads=2, q_lora=6, kv_lora=4, nope=2, rope_dim=2, v=3, interleave=True,
+                  float64_internals=True, moe_layers=0, layers=1):
+    """A tiny random DeepseekV3Model in float64 (SDPA attention: HF's eager path takes its softmax in float32). With float64_internals its
+    RMSNorms and rotary angles (float32 in HF) run in float64."""
+    import torch
+    from transformers import DeepseekV3Config, DeepseekV3Model
+
+    torch.manual_seed(seed)
+    cfg = DeepseekV3Config(vocab_size=32, hidden_size=hidden, intermediate_size=12, moe_intermediate_size=4,
+                           num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=heads,
+                           q_lora_rank=q_lora, kv_lora_rank=kv_lora, qk_nope_head_dim=nope, qk_rope_head_dim=rope_dim,
+                           v_head_dim=v, rope_interleave=interleave, first_k_dense_replace=layers - moe_layers,
+                           n_routed_experts=4, num_experts_per_tok=2, n_group=2, topk_group=1, n_shared_experts=1,
+                           routed_scaling_factor=2.5, max_position_embeddings=64, attn_implementation="sdpa")
+    model = DeepseekV3Model(cfg).double().eval()
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, torch.nn.Linear):
+                m.weight.normal_(0.0, 0.5)
+            if type(m).__name__ == "DeepseekV3RMSNorm":
+                m.weight.normal_(1.0, 0.3)
+                if float64_internals:
+                    m.forward = _float64_rms(m)
+            if type(m).__name__ == "DeepseekV3TopkRouter" or hasattr(m, "e_score_correction_bias"):
+                if hasattr(m, "e_score_correction_bias"):
+                    m.e_score_correction_bias.normal_(0.0, 0.1)
+    if float64_internals:
+        _float64_rotary(model.rotary_emb, rope_dim, cfg.rope_parameters["rope_theta"])
+    return model
+
+
+def layer_io(model, layer: int, n=4, seed=0, part="layer"):
+    """(x, y) of decoder layer `layer` (part="layer") or of its attention (part="attn") on a
+    random input of n tokens, captured with forward hooks."""
+    import torch
+
+    mod = model.layers[layer] if part == "layer" else model.layers[layer].self_attn
+    seen = {}
+
+    def pre(m, args, kwargs):
+        seen["x"] = (args[0] if args else kwargs["hidden_states"]).clone()
+
+    def post(m, args, out):
+        seen["y"] = (out[0] if isinstance(out, tuple) else out).clone()
+
+    h1, h2 = mod.register_forward_pre_hook(pre, with_kwargs=True), mod.register_forward_hook(post)
+    g = torch.Generator().manual_seed(seed)
+    x0 = torch.randn(1, n, model.config.hidden_size, dtype=torch.float64, generator=g)
+    with torch.no_grad():
+        model(inputs_embeds=x0, position_ids=torch.arange(n)[None])
+    h1.remove()
+    h2.remove()
+    return seen["x"][0].numpy(), seen["y"][0].numpy()

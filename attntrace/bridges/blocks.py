@@ -277,6 +277,7 @@ def from_hf_layer(model_or_layer, hidden_states, *, layer: int = 0, attention_ma
     when its RMSNorms and rotary angles run in float64 (tests/oracles_block.py), else at 1e-6
     (HF's float32 RMSNorm and angles; see from_hf_llama_layer). rope_float64=False is refused
     here (the layer's RoPE is traced in float64). Extra keyword arguments go to `attntrace.run`."""
+    from attntrace.bridges.deepseek import deepseek_layer_spec, is_mla
     from attntrace.tracer import trace_spec
 
     obj = model_or_layer
@@ -289,6 +290,9 @@ def from_hf_layer(model_or_layer, hidden_states, *, layer: int = 0, attention_ma
     elif hasattr(probe, "ln_1"):
         _no_positions(position_ids, "GPT-2 block", rope_float64)
         spec = gpt2_block_spec(base, hidden_states, layer=layer, attention_mask=attention_mask)
+    elif is_mla(getattr(probe, "self_attn", probe)):  # DeepSeek-V2/V3: latent attention (attntrace.bridges.deepseek)
+        _rope_float64_only(rope_float64)
+        spec = deepseek_layer_spec(obj, hidden_states, layer=layer, position_ids=position_ids, attention_mask=attention_mask)
     else:
         _rope_float64_only(rope_float64)
         spec = llama_layer_spec(obj, hidden_states, layer=layer, position_ids=position_ids, attention_mask=attention_mask)

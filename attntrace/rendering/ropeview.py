@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from attntrace.inputs.expr import accented_with_head
 from attntrace.rendering.printing import decimals_needed, pick, reproducing_precision
 from attntrace.rendering.stepview import register_view
 from attntrace.rendering.viewparts import block, pack, resolve, rows_to_expand
@@ -78,9 +79,8 @@ class _Rotation:
         theta = (f"\\theta_i = {base}^{{-2(i-1)/{self.d}}}, \\quad i = {ids}" if half > 1
                  else f"\\theta_1 = {base}^{{0}} = 1")  # one pair: no formula over i
         a, b = self.index_tex()
-        hs = "" if head is None else f"^{{({head})}}"
         out_e, in_e = self.sv.ref.base, self.src.base
-        vec = lambda e: o.layout([[f"{e}{hs}_{{r,{a}}}"], [f"{e}{hs}_{{r,{b}}}"]])  # noqa: E731
+        vec = lambda e: o.layout([[f"{accented_with_head(e, head)}_{{r,{a}}}"], [f"{accented_with_head(e, head)}_{{r,{b}}}"]])  # noqa: E731
         rot = o.layout([["\\cos m_r\\theta_i", "-\\sin m_r\\theta_i"], ["\\sin m_r\\theta_i", "\\cos m_r\\theta_i"]])
         lines = sv.fit(vec(out_e), [f"{rot} {vec(in_e)}"])
         return [block([theta]), block(lines)]
