@@ -155,3 +155,56 @@ def test_hf_deepseek_dense_layer_through_from_hf_layer():
     gap = np.abs(from_hf_layer(raw, x, layer=0).output - y).max()
     assert 1e-12 < gap < 1e-6
     assert np.abs(attntrace.from_torch(raw.layers[0], x).output - y).max() < 1e-6
+
+
+# -- the checker: carried forward through the latents, and the named mistake ----------------------------
+def _student(values: dict, keys) -> dict:
+    return {k: [["-inf" if np.isneginf(x) else round(float(x), 4) for x in row] for row in values[k]] for k in keys}
+
+
+def test_a_wrong_latent_is_carried_through_every_later_step():
+    """The student's W^DKV entry is off, so their C^KV is wrong; everything after it, computed right
+    from it (by the reference on the student's weights), is carried."""
+    from attntrace.grading.diagnose import to_float
+
+    x, w = om.random_mla(8, d_r=2)
+    trace = attntrace.run(om.spec_of(x, w, 2))
+    wrong = dict(w, W_DKV=w["W_DKV"] + np.eye(8, 4) * 0.5)
+    mine = {s.key: to_float(s.value) for s in attntrace.run(om.spec_of(x, wrong, 2)).steps}
+    report = attntrace.check(trace, _student(mine, [s.key for s in trace.steps]))
+    statuses = {s.key: s.status for s in report.steps}
+    assert report.first_wrong == "C_KV", statuses
+    assert [k for k, v in statuses.items() if v == "wrong"] == ["C_KV"], statuses
+    assert statuses["K_mla@1"] == "carried" and statuses["scores_absorbed@2"] == "carried" and statuses["output"] == "carried"
+
+
+def test_rope_on_the_compressed_parts_is_named():
+    """A student who rotates q^C and k^C as well (computed here in NumPy from the paper's
+    equations, not by attntrace): the checker names mla_rope_on_compressed at Q_mla@1."""
+    x, w = om.random_mla(9, n=4, d_nope=2, d_r=2)
+    trace = attntrace.run(om.spec_of(x, w, 2))
+    mine = {s.key: np.asarray(s.value, dtype=float) for s in trace.steps if s.id in ("C_Q", "C_Q_norm", "C_KV", "C_KV_norm", "K_R",
+                                                                                    "K_R_rope", "Q_C", "Q_R", "Q_R_rope", "K_C", "V_C")}
+    for i in (1, 2):
+        rot = lambda a: om.rope(a, range(4), layout="interleaved")  # noqa: E731
+        mine[f"Q_mla@{i}"] = np.hstack([rot(mine[f"Q_C@{i}"]), mine[f"Q_R_rope@{i}"]])
+        mine[f"K_mla@{i}"] = np.hstack([rot(mine[f"K_C@{i}"]), mine["K_R_rope"]])
+    for lang in ("en", "zh"):
+        report = attntrace.check(trace, _student(mine, list(mine)), lang=lang)
+        first = next(s for s in report.steps if s.key == report.first_wrong)
+        assert report.first_wrong == "Q_mla@1"
+        assert first.diagnosis.code == "mla_rope_on_compressed" or "mla_rope_on_compressed" in {a.code for a in first.diagnosis.alternatives}
+        from attntrace.grading.reports import render_report
+
+        for fmt in ("text", "md", "tex"):
+            text = render_report(report, format=fmt, lang=lang)
+            assert ("only the decoupled parts" if lang == "en" else "只旋转解耦的部分") in text
+
+
+def test_own_rounded_numbers_are_accepted():
+    x, w = om.random_mla(10, d_r=2)
+    trace = attntrace.run(om.spec_of(x, w, 2))
+    from attntrace.grading.diagnose import to_float
+
+    report = attntrace.check(trace, _student({s.key: to_float(s.value) for s in trace.steps}, [s.key for s in trace.steps]))
+    assert report.ok, report.first_wrong

@@ -60,6 +60,7 @@ CATALOGUE = {
     "norm_wrong_axis": "norm1",       # each column normalised over the tokens (also norm2)
     "gelu_relu_confused": "ffn_act",  # ReLU where GELU is asked, or the reverse
     "posenc_sin_cos_swapped": "pos_enc",  # cos in the even columns, sin in the odd
+    "mla_rope_on_compressed": "Q_mla",  # latent attention: RoPE applied to the content parts q^C, k^C too
     "transposed": ANY,                # the transpose of the right matrix (scores: transposed_scores)
     "rounding": ANY,                  # entries off by about one unit of the last decimal written
     "arithmetic_slip": ANY,           # one or a few entries wrong, the rest right

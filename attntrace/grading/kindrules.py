@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attntrace.grading import blockrules, intervals
+from attntrace.grading import blockrules, intervals, mlarules
 from attntrace.grading.catalogue import Impossible, Mutation, to_float
 from attntrace.grading.intervals import Box
 from attntrace.model.errors import BadInput
@@ -80,6 +80,8 @@ def mutations(code: str, world) -> list:
     if not present:
         return []
     mutation = Mutation(code, steps[0], steps=frozenset(steps))
+    if code in mlarules.STEPS:
+        return mlarules.mutations(code, world)
     if code == "rope_positions_from_1":
         return [mutation] if any(list(s.details["positions"])[:1] == [0] for s in present) else []
     if code == "rope_rotated_values":  # only where the keys were rotated, so V has their positions
@@ -429,7 +431,10 @@ def masked_keep(step, m) -> np.ndarray | None:
         raise Impossible() from None
 
 
-RULES = {"Q_rope": _rope, "K_rope": _rope, "biased": _biased, "bias": _biased, "K_cache": _cache, "V_cache": _cache,
+# multi-head latent attention (attntrace.grading.mlarules): its steps and its mistake
+STEPS.update(mlarules.STEPS)
+
+RULES = {**mlarules.rules(_norm, _rope, _cache), "Q_rope": _rope, "K_rope": _rope, "biased": _biased, "bias": _biased, "K_cache": _cache, "V_cache": _cache,
          "embed": _sum, "residual1": _sum, "residual2": _sum,
          "online_out": _online_out, "lse": _lse, "norm1": _norm, "norm2": _norm, "ffn_act": _activation,
          "pos_enc": _pos_enc, "ffn_hidden": _ffn_linear, "ffn_up": _ffn_linear, "ffn_out": _ffn_linear,

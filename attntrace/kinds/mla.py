@@ -131,7 +131,6 @@ class MlaNorm(MlaKind):
     view = "norm"
     per_head = False
     layer = True
-    mistakes = ("norm_wrong_axis",)
 
     def __init__(self, id, reads, writes, letter, entry, which, enabled=None):
         self.id, self.reads, self.writes, self.which = id, (reads,), writes, which
@@ -177,7 +176,6 @@ class MlaRope(MlaKind):
     """K̃^R = RoPE(K^R) once for all heads; Q̃^R(i) = RoPE(Q^R(i)) per head: only the decoupled parts turn."""
 
     view = "rotation"
-    mistakes = ("mla_rope_on_compressed",)
 
     def __init__(self, id, reads, writes, letter, entry, layer):
         self.id, self.reads, self.writes, self.layer = id, (reads,), writes, layer
@@ -218,7 +216,6 @@ class MlaCache(MlaKind):
     per_head = False
     layer = True
     symbol = None  # keeps the past entries' and the new rows' own names
-    mistakes = ("cache_not_appended",)
 
     def __init__(self, id, reads, past, writes, letter, entry):
         self.id, self.reads, self.past, self.writes = id, (reads,), past, writes
@@ -252,6 +249,7 @@ class MlaConcat(MlaKind):
     """Q^(i) = [Q^C(i)  Q̃^R(i)], K^(i) = [K^C(i)  K̃^R]: a head's query and key, d_nope + d_rope wide."""
 
     view = "stack"
+    mistakes = ("mla_rope_on_compressed",)
     symbol = None  # the entries are the parts' own names, side by side
 
     def __init__(self, id, parts, writes, letter, entry):
