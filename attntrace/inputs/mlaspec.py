@@ -14,6 +14,7 @@
     W_UK = [...]    # (d_c, h d_nope)     key up-projection
     W_UV = [...]    # (d_c, h d_v)        value up-projection
     W_KR = [...]    # (d_model, d_rope)   the RoPE key, one for all heads
+    absorb = true       # also the scores through W^UQ W^UK^T, without K (default true)
     c_KV_past = [...]   # (P, d_c)  decoding: the cached (normed) latents of P earlier tokens
     k_R_past = [...]    # (P, d_rope)          and their rotated RoPE keys
 
@@ -39,7 +40,7 @@ MLA_OPERANDS = {
 }
 _SHARED = ("W_DQ", "W_DKV", "W_KR", "c_KV_past", "k_R_past")
 _PER_HEAD = ("W_UQ", "W_QR", "W_UK", "W_UV")
-_KEYS = set(_SHARED) | set(_PER_HEAD) | {"q_norm", "kv_norm"}
+_KEYS = set(_SHARED) | set(_PER_HEAD) | {"q_norm", "kv_norm", "absorb"}
 #: top-level keys that MLA replaces: its own projections make Q, K and V
 _REPLACED = ("W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "Q", "K", "V", "heads", "num_kv_heads", "scores", "weights", "Z", "X_kv",
              "K_past", "V_past", "alibi", "attn_bias", "backward", "online")
@@ -106,9 +107,12 @@ def mla_options(data: Mapping[str, Any], mode: str, operand: Callable, split: Ca
         raise BadInput(f"RoPE rotates pairs of columns, but the RoPE width d_rope = {d_r} is odd")
     if "c_KV_past" in full and full["c_KV_past"].shape[0] != full["k_R_past"].shape[0]:
         raise BadInput(f"mla.c_KV_past has {full['c_KV_past'].shape[0]} rows but k_R_past {full['k_R_past'].shape[0]}: one of each per past token")
+    absorb = table.get("absorb", True)
+    if not isinstance(absorb, bool):
+        raise BadInput(f"mla.absorb must be true or false, not {absorb!r}"[:200])
     shared = {k: full[k] for k in _SHARED if k in full}
     extra: dict[str, Any] = {"d_nope": d_nope, "d_rope": d_r, "d_c": d_c, "d_v": full["W_UV"].shape[1] // h,
-                             "q_lora": "W_DQ" in full, "past": full["c_KV_past"].shape[0] if "c_KV_past" in full else 0}
+                             "q_lora": "W_DQ" in full, "absorb": absorb, "past": full["c_KV_past"].shape[0] if "c_KV_past" in full else 0}
     for key, name, width in (("q_norm", "gamma_Q", d_cq), ("kv_norm", "gamma_KV", d_c)):
         if key == "q_norm" and "W_DQ" not in full:
             continue

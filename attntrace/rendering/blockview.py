@@ -180,6 +180,11 @@ def build_activation(sv, vm) -> None:
     _lay_out(sv, vm, [_rhs(sv, vm)], entry)
 
 
+def _braced(name: str) -> str:
+    """An entry name that has a superscript of its own (c^{Q}_{11}) in braces before it is squared."""
+    return f"{{{name}}}" if "^" in name else name
+
+
 # -- norms: LayerNorm, RMSNorm --------------------------------------------------------------
 @register_view("norm")
 def build_norm(sv, vm) -> None:
@@ -231,7 +236,7 @@ def build_norm(sv, vm) -> None:
             return []
         if rms:
             ms = d["mean_square"][i]
-            names = mean_of(lambda k: f"{sv.ename(r, i, k)}^{{2}}" if not o.plain else f"{sv.ename(r, i, k)}^2")
+            names = mean_of(lambda k: f"{_braced(sv.ename(r, i, k))}^{{2}}" if not o.plain else f"{sv.ename(r, i, k)}^2")
             nums = mean_of(lambda k: f"{o.factor(r.value, i, k)}^{{2}}" if not o.plain else f"{o.factor(r.value, i, k)}^2")
             return [sv.fit(nu(i), [names, nums] + _number(o, ms, exact), align=True, lhs_width=sv.lw)]
         m, v = d["mean"][i], d["var"][i]
