@@ -71,8 +71,9 @@ def _run_backward(ctx: Context, heads, states: list[dict], top: dict) -> None:
 
 def _run_layer(ctx: Context, kinds, state: dict) -> dict:
     """Run per-layer kinds (the block's PRE or POST pipeline) over the layer state."""
+    replaced = {r for kind in kinds if kind.enabled(ctx.p) for r in kind.replaces}
     for kind in kinds:
-        if kind.enabled(ctx.p):
+        if kind.id not in replaced and kind.enabled(ctx.p):
             flow = kind.compute(ctx, None, state)
             if flow is not None:
                 state[kind.writes] = flow

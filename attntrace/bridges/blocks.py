@@ -124,6 +124,15 @@ def llama_layer_spec(model_or_layer, hidden_states, *, layer: int = 0, position_
     gains and eps and the SwiGLU MLP (gate, up, down; transposed from nn.Linear)."""
     from attntrace.bridges.huggingface import llama_attention_spec
 
+    from attntrace.bridges.moe import is_moe, moe_table
+
+    obj = getattr(model_or_layer, "model", model_or_layer)
+    obj = obj.layers[layer] if hasattr(obj, "layers") and 0 <= layer < len(obj.layers) else model_or_layer
+    if is_moe(getattr(obj, "mlp", None)):  # Mixtral: a mixture of experts in place of the MLP
+        spec = llama_attention_spec(obj.self_attn, hidden_states, position_ids=position_ids, attention_mask=attention_mask)
+        spec.update(block="llama", norm1=_rms(obj.input_layernorm, "input_layernorm"),
+                    norm2=_rms(obj.post_attention_layernorm, "post_attention_layernorm"), moe=moe_table(obj.mlp))
+        return spec
     dec = decoder_layer(model_or_layer, layer)
     act = getattr(dec.mlp.config, "hidden_act", "silu") if hasattr(dec.mlp, "config") else "silu"
     if act != "silu":

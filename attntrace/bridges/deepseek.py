@@ -15,7 +15,8 @@
 - scaling qk_head_dim^-1/2 = 1/sqrt(d_nope + d_rope); a YaRN mscale is refused (Unsupported).
 
 `deepseek_layer_spec` adds the decoder layer around it (block = "llama": input_layernorm,
-post_attention_layernorm, a dense SwiGLU MLP). A mixture-of-experts MLP is refused here.
+post_attention_layernorm, a dense SwiGLU MLP or, from first_k_dense_replace on, the mixture of
+experts: attntrace.bridges.moe).
 
 What agrees at what tolerance (float64 model, transformers 5.24, tests/test_mla.py): at 1e-10
 the attention output (and the dense layer's output) when HF's RMSNorm forwards and rotary
@@ -137,17 +138,22 @@ def deepseek_layer_spec(model_or_layer, hidden_states, *, layer: int = 0, positi
     dec = base.layers[layer] if hasattr(base, "layers") else model_or_layer
     if hasattr(base, "layers") and not 0 <= layer < len(base.layers):
         raise BadInput(f"layer = {layer}, but the model has {len(base.layers)} layers (0 to {len(base.layers) - 1})")
+    from attntrace.bridges.moe import is_moe, moe_table
+
     mlp = dec.mlp
-    if not all(hasattr(mlp, p) for p in ("gate_proj", "up_proj", "down_proj")):
-        raise Unsupported(f"layer {layer}'s MLP is a {type(mlp).__name__} (mixture of experts); attntrace traces a dense SwiGLU MLP here")
+    if not is_moe(mlp) and not all(hasattr(mlp, p) for p in ("gate_proj", "up_proj", "down_proj")):
+        raise Unsupported(f"layer {layer}'s MLP is a {type(mlp).__name__}, neither a SwiGLU MLP nor a mixture of experts")
     norm1 = _rms(dec.input_layernorm, "input_layernorm")
     torch = require_torch()
     x = to_numpy(hidden_states, "hidden_states") if isinstance(hidden_states, torch.Tensor) else np.asarray(hidden_states, dtype=np.float64)
     x = x[0] if x.ndim == 3 and x.shape[0] == 1 else x
     # the attention's own reading needs its input only for the shapes: the block starts from X
     spec = mla_attention_spec(dec.self_attn, x, position_ids=position_ids, attention_mask=attention_mask)
-    spec.update(block="llama", norm1=norm1, norm2=_rms(dec.post_attention_layernorm, "post_attention_layernorm"),
-                ffn={"W_gate": _w(mlp.gate_proj, "gate_proj"), "W_up": _w(mlp.up_proj, "up_proj"), "W_down": _w(mlp.down_proj, "down_proj")})
+    spec.update(block="llama", norm1=norm1, norm2=_rms(dec.post_attention_layernorm, "post_attention_layernorm"))
+    if is_moe(mlp):  # layers from first_k_dense_replace on: a mixture of experts (attntrace.bridges.moe)
+        spec["moe"] = moe_table(mlp)
+    else:
+        spec["ffn"] = {"W_gate": _w(mlp.gate_proj, "gate_proj"), "W_up": _w(mlp.up_proj, "up_proj"), "W_down": _w(mlp.down_proj, "down_proj")}
     return spec
 
 

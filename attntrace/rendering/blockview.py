@@ -149,6 +149,8 @@ def _act_entry(o, act: str, h: str, u: str | None) -> str:
     """The activation of one entry h (and u for SwiGLU), in names or in numbers."""
     if act == "relu":
         return _fn(o, "\\max", "max", f"0, {h}")
+    if act == "sigmoid":
+        return f"1 / (1 + e^(-{h}))" if o.plain else f"\\frac{{1}}{{1 + e^{{-{h}}}}}"
     if o.plain:
         if act == "gelu":
             return f"{h}/2 (1 + erf({h} / sqrt(2)))"

@@ -13,6 +13,7 @@ from attntrace.kinds import kind_of
 from attntrace.rendering import views
 from attntrace.inputs.blockspec import BLOCK_OPERANDS
 from attntrace.inputs.mlaspec import MLA_OPERANDS
+from attntrace.inputs.moespec import MOE_OPERANDS
 from attntrace.rendering.printing import entry_name, pick
 from attntrace.inputs.expr import accented_with_head
 
@@ -33,6 +34,10 @@ OPERAND_BASE.update({k: v[2] for k, v in BLOCK_OPERANDS.items()})
 OPERAND_LETTER.update({k: v[0] for k, v in MLA_OPERANDS.items()})
 OPERAND_PLAIN.update({k: v[1] for k, v in MLA_OPERANDS.items()})
 OPERAND_BASE.update({k: v[2] for k, v in MLA_OPERANDS.items()})
+# a mixture of experts' matrices (attntrace.inputs.moespec): W_r, each expert's W_gate^(e), ...
+OPERAND_LETTER.update({k: v[0] for k, v in MOE_OPERANDS.items()})
+OPERAND_PLAIN.update({k: v[1] for k, v in MOE_OPERANDS.items()})
+OPERAND_BASE.update({k: v[2] for k, v in MOE_OPERANDS.items()})
 #: A softmax row whose largest weight is at least this is called saturated in the report.
 SATURATED = 0.999
 #: Entries of one row written out at most (the first ones, a gap, the last), unless rows are

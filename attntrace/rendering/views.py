@@ -20,7 +20,8 @@ MODULES = {
     "grad": "gradview",             # the backward pass
     "online": "onlineview", "online_z": "onlineview",  # the online softmax, and Z with or without it
     "cache": "cacheview",           # the KV-cache steps
-    "stack": "mlaview", "absorbed": "mlaview",  # multi-head latent attention's query, key and absorbed scores
+    "stack": "mlaview", "absorbed": "mlaview",
+    "routing": "moeview", "experts": "moeview", "moe_sum": "moeview",  # a mixture of experts  # multi-head latent attention's query, key and absorbed scores
 }
 
 
