@@ -13,14 +13,17 @@ from attntrace.model.trace import PRESENTERS, STEP_IDS, Operand, Step, Trace
 from attntrace.version import __version__
 
 
-def run(spec, **overrides) -> Trace:
+def run(spec, *, copy: bool = True, **overrides) -> Trace:
     """Trace attention for `spec` (a dict, or a path to a TOML/JSON file, or an example name).
 
     Overrides replace spec keys: mode, scale, d_k, mask, title, expand, ...
+    copy=False: NumPy float64 arrays that are writable are kept without a copy (as read-only
+    views); the caller promises not to change them while the trace is used. Read-only float64
+    arrays are never copied.
     """
     from attntrace.tracer import trace_spec
 
-    return trace_spec(spec, **overrides)
+    return trace_spec(spec, copy=copy, **overrides)
 
 
 def render(trace: Trace, format: str = "md", **options) -> str:

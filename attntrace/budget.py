@@ -10,14 +10,16 @@ import math
 
 from attntrace.inputs import limits
 from attntrace.inputs.spec import Problem
+from attntrace.kinds import HEAD_PIPELINE
 from attntrace.model.trace import Operand
 
 
-def check_budget(p: Problem) -> None:
+def check_budget(p: Problem, keep=None) -> None:
     """Refuse, before any work, a trace that would not finish in seconds or fit in memory.
 
     Numeric mode: the entries of every step (scores, scaled, masked, weights and the
-    softmax's details are n x m each) against limit numeric_entries. Exact and symbolic
+    softmax's details are n x m each) against limit numeric_entries; with `keep` (the step
+    ids and keys a trace records), only the kept steps stay in memory and count. Exact and symbolic
     mode: `work_estimate`, which follows the size of the entries from step to step,
     against exact_cost, symbolic_cost or expanded_cost, and in exact mode the digits
     the values grow to against limit digits.
@@ -29,14 +31,17 @@ def check_budget(p: Problem) -> None:
     if p.mode == "numeric":
         total, biggest = 0, (0, "")
         backward = 2 if p.extra.get("backward") is not None else 1  # a gradient per forward matrix
+        ids = None if keep is None else {k.partition("@")[0] for k in keep}
+        kept = lambda *names: ids is None or not ids.isdisjoint(names)  # noqa: E731
         for h, dm in enumerate(dims, start=1):
             n, m, dk, dv = dm["n"], dm["m"], dm["dk"], dm["dv"]
             sizes = {"Q": n * dk, "K": m * dk, "V": m * dv, "scores": 6 * n * m, "Z": n * dv}
-            total += sum(sizes.values()) * backward + _online_entries(p, n, m, dv)
+            total += sum(v for k, v in sizes.items() if kept(k, *(("scaled", "masked", "weights") if k == "scores" else ()))) * backward
+            total += _online_entries(p, n, m, dv)
             biggest = max(biggest, (n * m, f"scores ({n}x{m})"), (n * dk, f"Q ({n}x{dk})"))
         n0 = dims[0]["n"]
         dz = sum(dm["dv"] for dm in dims)
-        total += n0 * dz * (len(dims) > 1) + n0 * dims[0]["out"]
+        total += n0 * dz * (len(dims) > 1 and kept("concat")) + n0 * dims[0]["out"] * kept("output")
         limit = limits.get("numeric_entries")
         if biggest[0] > limit:
             raise limits.refuse(f"{biggest[1]} would have {biggest[0]:,} entries", "numeric_entries")
@@ -50,9 +55,21 @@ def check_budget(p: Problem) -> None:
         how = "use --mode numeric or shape" if p.mode == "exact" else \
             "use expand = \"named\", --mode numeric or shape" if not named else "use --mode shape or numeric"
         raise limits.refuse(f"this {p.mode} trace is too large to finish in seconds (about {cost:,} units of work "
-                            f"from the sizes and number of its entries); {how}", name)
+                            f"from the sizes and number of its entries, {_seconds(cost)}); {how}", name)
     if digits > limits.get("digits"):
         raise limits.refuse(f"exact values in this trace would grow to about {digits:,} digits; use --mode numeric", "digits")
+
+
+#: Seconds a unit of work takes, trace and report together (measured here: 0.2-0.5 ms).
+SECONDS_PER_UNIT = (0.0002, 0.0005)
+
+
+def _seconds(cost: int) -> str:
+    """The time a cost predicts, as a range: 'an estimated 40 s to 1.6 min'."""
+    def span(sec: float) -> str:
+        return f"{sec:.0f} s" if sec < 120 else f"{sec / 60:.0f} min" if sec < 7200 else f"{sec / 3600:.0f} h"
+    lo, hi = (cost * k for k in SECONDS_PER_UNIT)
+    return f"an estimated {span(lo)} to {span(hi)}"
 
 
 def online_blocks(p: Problem, dims: list[dict]) -> int:
@@ -195,6 +212,7 @@ def work_estimate(p: Problem, dims: list[dict]) -> tuple[int, int]:
             q, kk, v = st.get("Q", one), st.get("K", one), st.get("V", one)
         if not named:
             total += _position_work(p, n, m, d, dk)
+        total += sum(kind.exact_work(p, dm, named) for kind in HEAD_PIPELINE if kind.enabled(p))
         if "scores" in st or "Q" in st or "X" in p.shared:
             s = st["scores"] if "scores" in st else prod(one if named else q, one if named else kk, dk)
             total += n * m * s[0] * (2 if p.scale is not False else 1)

@@ -33,7 +33,8 @@ def _add_render_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-size", type=int, default=None, help="rows/columns shown before eliding with dots (default 8)")
     p.add_argument("--figures", type=Path, default=None, help="write attention heatmaps into this folder and reference them")
     p.add_argument("--width", default=None,
-                   help="page width the equations must fit: 345pt (LaTeX default), 760px (Markdown default), 12cm, 100ch (text)")
+                   help="page width the equations must fit: 345pt (LaTeX default), 760px (Markdown default), 12cm, 100ch (text), "
+                        "or a target: article, beamer, mkdocs, sphinx, jupyter, github")
     p.add_argument("--rows", default=None, help="rows expanded entry by entry: 1,3 or all (default: row 1; softmax: rows 1-4)")
     p.add_argument("--fragment", action="store_true", help="HTML: a <div> to paste into a page instead of a whole page")
     p.add_argument("-o", "--output", type=Path, default=None, help="write to FILE instead of standard output")
@@ -53,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--expand", choices=("named", "full"), default=None, help="symbolic: name each step's entries (default) or expand fully")
     run.add_argument("--backward", action="store_true",
                      help="add the backward pass: the spec's backward table, else the loss sum of squares of the output")
+    run.add_argument("--keep", default=None, help="record only these steps (ids or keys, comma-separated), e.g. weights,output")
     _add_render_options(run)
 
     check = sub.add_parser("check", help="check a hand calculation against the trace")
@@ -199,7 +201,7 @@ class _Stream:
 def cmd_run(args) -> int:
     from attntrace.tracer import trace_spec
 
-    trace = trace_spec(args.spec, mode=args.mode, expand=args.expand, backward=True if args.backward else None)
+    trace = trace_spec(args.spec, mode=args.mode, expand=args.expand, backward=True if args.backward else None, keep=args.keep)
     if args.format == "json":
         text = _json(trace.to_dict())
     else:

@@ -11,11 +11,10 @@ fail (or succeed) identically, with a one-line message naming the step and both 
 
 from __future__ import annotations
 
-import numpy as np
 
 from attntrace.budget import check_budget
 from attntrace.inputs.spec import Problem, load_spec
-from attntrace.kinds import BACKWARD_PIPELINE, COMBINE_PIPELINE, HEAD_PIPELINE
+from attntrace.kinds import BACKWARD_PIPELINE, COMBINE_PIPELINE, HEAD_PIPELINE, SPEC_OPTIONS
 from attntrace.kinds.block import block_pipelines
 from attntrace.kinds.context import Context
 from attntrace.kinds.projection import kv_groups
@@ -89,7 +88,10 @@ def _run(ctx: Context) -> Trace:
     if attn_in is not None and attn_in.ref != "X":
         ctx.sources["X"] = attn_in
     heads = list(range(1, len(p.heads) + 1)) if multi else [None]
-    states = [_run_head(ctx, h, ops) for h, ops in zip(heads, p.heads)]
+    backward = p.extra.get("backward") is not None
+    # without a backward pass a finished head leaves only its Z: its other values are freed
+    # unless recorded (what keep= bounds)
+    states = [st if backward else {"Z": st.get("Z")} for st in (_run_head(ctx, h, ops) for h, ops in zip(heads, p.heads))]
     zs = [s.get("Z") for s in states]
     state = {"heads": zs, "Z": zs[0]}
     for kind in COMBINE_PIPELINE:
@@ -101,8 +103,9 @@ def _run(ctx: Context) -> Trace:
         _run_layer(ctx, block_post, {**layer, "O": state.get("O") or state.get("Z")})
     if p.start == "Z" and not multi and "W_O" not in p.shared:
         raise BadInput("a single Z needs W_O or more heads to trace anything")
-    forward_steps = len(ctx.steps)  # Trace.output: the last of these, never a gradient
-    if p.extra.get("backward") is not None:
+    # Trace.output: the last of these, never a gradient (0: the forward result was not kept)
+    forward_steps = len(ctx.steps) if ctx.last_kept else 0
+    if backward:
         _run_backward(ctx, heads, states, state)
     # the report's "Given" order: the inputs, then each head's matrices, then W_O and b_O
     first = tuple(p.shared[k] for k in ("X", "X_kv") if k in p.shared)
@@ -114,21 +117,60 @@ def _run(ctx: Context) -> Trace:
         "cross": "X_kv" in p.shared, "full_expansion": p.full_expansion, "description": p.description,
         "tokens": p.tokens, "kv_tokens": p.kv_tokens, "source": p.source, "forward_steps": forward_steps, **p.localized,
         **({"kv_groups": kv_groups(p)} if "num_kv_heads" in p.extra else {}),
+        **({"not_kept": tuple(ctx.not_kept), "not_kept_shapes": tuple(ctx.not_kept_shapes)} if ctx.keep is not None else {}),
     }
     return Trace(mode=p.mode, steps=tuple(ctx.steps), operands=operands, title=p.title, num_heads=len(p.heads), settings=settings)
 
 
-def trace(problem: Problem) -> Trace:
-    """Run the problem and record every step."""
-    check_budget(problem)
-    ctx = Context(problem)
+def trace(problem: Problem, keep=None) -> Trace:
+    """Run the problem and record every step, or with `keep` (step ids such as "weights", or
+    keys such as "weights@2") only those: the others are computed, their values freed as soon
+    as no later step reads them, and their keys listed in settings["not_kept"]."""
+    keep = _keep_names(keep)
+    check_budget(problem, keep)
+    ctx = Context(problem, keep)
     if not ctx.numeric:
         return _run(ctx)
-    with np.errstate(all="ignore"):  # overflow is reported per step by check_finite, not as warnings
-        return _run(ctx)
+    with ctx.watch.errstate():  # overflow is noted as it happens and refused per step by emit, not warned
+        out = _run(ctx)
+    _check_kept(ctx, out)
+    return out
 
 
-def trace_spec(spec, mode: str | None = None, **overrides) -> Trace:
+def _keep_names(keep) -> frozenset[str] | None:
+    """keep= as given (a list of names, or one string "a,b") -> a set of step ids and keys."""
+    if keep is None:
+        return None
+    names = keep.split(",") if isinstance(keep, str) else keep
+    if not isinstance(names, (list, tuple, set, frozenset)) or not all(isinstance(k, str) for k in names):
+        raise BadInput("keep is a list of step ids or keys, e.g. [\"weights\", \"output\"]")
+    names = frozenset(k.strip() for k in names if k.strip())
+    if not names:
+        raise BadInput("keep names no step; give step ids such as weights,output")
+    return names
+
+
+def _check_kept(ctx: Context, out: Trace) -> None:
+    """Every name in keep must be a step of this trace: a misspelt id would silently keep nothing."""
+    if ctx.keep is None:
+        return
+    seen = {s.id for s in out.steps} | {s.key for s in out.steps}
+    for key in ctx.not_kept:
+        seen.update((key, key.partition("@")[0]))
+    unknown = sorted(ctx.keep - seen)
+    if unknown:
+        ids = ", ".join(dict.fromkeys([s.id for s in out.steps] + list(ctx.ids_not_kept)))
+        raise BadInput(f"keep names {unknown[0]!r}, which is not a step of this trace (its steps: {ids})"[:400])
+
+
+def trace_spec(spec, mode: str | None = None, *, copy: bool = True, keep=None, **overrides) -> Trace:
     """Trace `spec` (a dict, a path to a TOML/JSON file, or the name of a built-in example);
-    overrides replace spec keys (scale, d_k, mask, title, expand, ...). `attntrace.run`."""
-    return trace(load_spec(resolve_spec(spec), mode=mode, **overrides))
+    overrides replace spec keys (scale, d_k, mask, title, expand, ...). `attntrace.run`.
+    copy=False: writable float64 arrays are not copied (the caller will not change them);
+    keep: record only these steps (`trace`)."""
+    return trace(load_problem(resolve_spec(spec), mode=mode, copy=copy, **overrides), keep=keep)
+
+
+def load_problem(spec, mode: str | None = None, *, copy: bool = True, **overrides) -> Problem:
+    """A spec -> its Problem, with the spec keys every step kind declares (`SPEC_OPTIONS`)."""
+    return load_spec(spec, mode=mode, options=SPEC_OPTIONS, copy=copy, **overrides)

@@ -101,3 +101,18 @@ def test_html_bench_runs(bench):
     r = bench.bench_html(repeats=1)
     assert 10_000 < r["bytes"] < r["goal_bytes"]
     assert r["render_s"] is None or r["render_s"] > 0
+
+
+def test_llama_bench_runs_and_its_numpy_reference_is_the_trace(bench):
+    """The Llama-shaped layer at a tiny size: bench_llama asserts attntrace and its NumPy code
+    agree (1e-8), and reports ratios and memory; no time is asserted."""
+    import numpy as np
+
+    import attntrace
+
+    p = bench.llama_layer(d=64, heads=4, kv_heads=2, d_ff=96, n=5)
+    np.testing.assert_allclose(attntrace.run(p).output, bench.numpy_llama(p), atol=1e-10)
+    r = bench.bench_llama({"d": 64, "heads": 4, "kv_heads": 2, "d_ff": 96, "n": 5}, repeats=1)
+    assert r["ratio"] > 0 and r["memory_all_ratio"] > 0 and r["memory_out_ratio"] > 0 and r["kept_id"] == "residual2"
+    assert r["held_out_bytes"] < r["held_all_bytes"]
+    assert "Llama-3-8B-shaped" in bench.markdown({"machine": bench.machine(), "llama": r})

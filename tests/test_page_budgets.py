@@ -25,7 +25,9 @@ REACHED = {("sentence-4x6", "en"): 5, ("sentence-4x6", "zh"): 5,
            ("alibi-causal", "en"): 8, ("alibi-causal", "zh"): 9,
            ("backward-2x2", "en"): 6, ("backward-2x2", "zh"): 7,
            ("encoder-block-post-ln", "en"): 13, ("encoder-block-post-ln", "zh"): 14,
-           ("llama-block-tiny", "en"): 13, ("llama-block-tiny", "zh"): 15}
+           ("llama-block-tiny", "en"): 13, ("llama-block-tiny", "zh"): 15,
+           # not in issue 22's list; held at its pages before FlashAttention-2's m(0), l(0), O(0) were written out
+           ("online-softmax-4-keys", "en"): 5, ("online-softmax-4-keys", "zh"): 5}
 #: examples whose zh report is at most one page longer than the en one (all but llama-block-tiny)
 ZH_WITHIN_ONE = [n for n in BUDGET if REACHED[(n, "zh")] <= REACHED[(n, "en")] + 1]
 
@@ -52,7 +54,7 @@ def pages(tmp_path_factory):
 
 @pytest.mark.parametrize("name,lang", sorted(REACHED))
 def test_report_stays_within_its_pages(name, lang, pages):
-    assert pages(name, lang) <= REACHED[(name, lang)], f"{name} {lang}: {pages(name, lang)} pages (budget {BUDGET[name]})"
+    assert pages(name, lang) <= REACHED[(name, lang)], f"{name} {lang}: {pages(name, lang)} pages (budget {BUDGET.get(name)})"
 
 
 @pytest.mark.parametrize("name", ZH_WITHIN_ONE)

@@ -60,8 +60,9 @@ def test_scaling_by_sqrt_6():
     3/sqrt(6) = 1.2247, 1/sqrt(6) = 0.4082, -2/sqrt(6) = -0.8165."""
     md = _golden("scaling_dk6", "md", "en")
     assert "\\sqrt{6} \\approx 2.4495" in md
-    assert "t_{11} &= \\frac{s_{11}}{\\sqrt{6}} = \\frac{6}{\\sqrt{6}} = 2.4495" in md
-    assert "t_{12} &= \\frac{s_{12}}{\\sqrt{6}} = \\frac{3}{\\sqrt{6}} = 1.2247" in md
+    # row 1 at once: (6, 3) / sqrt(6) = (2.4495, 1.2247)
+    assert ("t_{1j} &= \\frac{s_{1j}}{\\sqrt{6}} = \\frac{1}{\\sqrt{6}}\\left(6,\\ 3\\right) = "
+            "\\left(2.4495,\\ 1.2247\\right)") in md
     assert "-0.8165" in md
 
 

@@ -111,7 +111,8 @@ def test_substituted_lines_reproduce_their_results(name, lang, traces):
 
 def test_the_line_check_sees_lines(traces):
     lines = [x for t in traces.values() for x in substituted_lines(render(t, format="text"))]
-    assert len(lines) > 250
+    # about 220 since later products show one entry and a block's second norm and residual none (page budgets)
+    assert len(lines) > 200
     # the RoPE case of issue 22: cos 0.01 needs five decimals for 2 cos - sin to give 1.9899
     rope = substituted_lines(render(traces["rope-4-tokens-half"], format="text"))
     assert any("0.99995" in line for line, _, _ in rope)

@@ -158,7 +158,7 @@ def test_the_backward_estimate_follows_sympy_node_counts():
     import sympy
 
     from attntrace.budget import _dims, work_estimate
-    from attntrace.inputs.spec import load_spec
+    from attntrace.tracer import load_problem as load_spec  # the spec keys the kinds declare (backward) included
 
     for n, d, heads in [(2, 2, 1), (3, 2, 1), (2, 4, 1), (3, 2, 2)]:
         spec = _backward(n, d, heads)

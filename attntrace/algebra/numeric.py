@@ -24,10 +24,17 @@ class NumericAlgebra:
 
     mode = "numeric"
 
+    def __init__(self) -> None:
+        #: how many BLAS products ran: `kinds.context.Context` sums a step's value for overflow
+        #: only after one (a BLAS worker thread's overflow sets no flag NumPy could report)
+        self.products = 0
+
     def matmul(self, a, b):
+        self.products += 1
         return a @ b
 
     def matmul_t(self, a, b):
+        self.products += 1
         return a @ b.T
 
     def add_row(self, a, row):
@@ -60,11 +67,10 @@ class NumericAlgebra:
         """
         row_max = t.max(axis=1, keepdims=True)
         buf = np.subtract(t, row_max)
-        shift_finite = bool(np.isfinite(np.add.reduce(buf, axis=None)))  # under trace's errstate
         np.exp(buf, out=buf)
         row_sum = buf.sum(axis=1, keepdims=True)
         weights = np.divide(buf, row_sum, out=buf)
-        return weights, SoftmaxDetails(t, _readonly(row_max[:, 0]), _readonly(row_sum[:, 0]), shift_finite)
+        return weights, SoftmaxDetails(t, _readonly(row_max[:, 0]), _readonly(row_sum[:, 0]))
 
     def hstack(self, parts):
         return np.hstack(parts)
@@ -107,8 +113,13 @@ class NumericAlgebra:
     def hadamard(self, a, b):
         return a * b
 
+    def tanh(self, a):
+        """tanh of each entry (tanh(+-inf) = +-1)."""
+        return np.tanh(a)
+
     def linear(self, a, w, bias):
         """a w (+ bias row): the feed-forward network's products."""
+        self.products += 1
         return a @ w if bias is None else a @ w + bias
 
     def activation(self, a, name: str):
@@ -166,6 +177,7 @@ class NumericAlgebra:
         return a.T
 
     def grad_matmul(self, a, b):
+        self.products += 1
         return a @ b
 
     def grad_divide(self, a, factor):
@@ -182,6 +194,7 @@ class NumericAlgebra:
         (pass None). A masked score (-inf) gives P = 0, also while a row has seen only masked keys
         (m = -inf), where alpha is taken as 0: there is nothing yet to rescale."""
         m = t.max(axis=1, keepdims=True) if m_prev is None else np.maximum(m_prev, t.max(axis=1, keepdims=True))
+        self.products += 1  # P V below
         safe_m = np.where(np.isneginf(m), 0.0, m)
         p = np.where(np.isneginf(t), 0.0, np.exp(t - safe_m))
         if m_prev is None:
@@ -223,14 +236,15 @@ class NumericAlgebra:
 class SoftmaxDetails(Mapping):
     """The numeric softmax's details: row_max and row_sum kept, shifted and exp computed on
     first read (the same NumPy operations as the softmax, so the same bits) and then kept.
-    Immutable, so a Step keeps it as it is (`immutable`). `shift_finite` says whether every
-    t_ij - m_i was finite (else a masked -inf, or a row wider than the float range)."""
+    Immutable, so a Step keeps it as it is (`immutable`). Whether a t_ij - m_i overflowed
+    (a row wider than the float range) NumPy's floating-point flags tell the tracer
+    (`kinds.context.FloatWatch`): a masked -inf minus its row's maximum raises none."""
 
     immutable = True
     _KEYS = ("row_max", "shifted", "exp", "row_sum")
 
-    def __init__(self, t, row_max, row_sum, shift_finite: bool):
-        self._t, self.shift_finite = t, shift_finite
+    def __init__(self, t, row_max, row_sum):
+        self._t = t
         self._have = {"row_max": row_max, "row_sum": row_sum}
 
     def __getitem__(self, key):

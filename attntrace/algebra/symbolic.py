@@ -162,6 +162,10 @@ class SympyAlgebra:
         sp = self.sp
         return self._each(a, b, (lambda x, y: sp.Mul(x, y, evaluate=False)) if self.name_steps else (lambda x, y: x * y))
 
+    def tanh(self, a):
+        """tanh of each entry, a SymPy function (exact numbers stay tanh(1/2))."""
+        return a.applyfunc(self.sp.tanh)
+
     def activation(self, a, name: str):
         """The activations as SymPy functions: max(0, x), x/2 (1 + erf(x/sqrt 2)), the tanh form, x/(1 + e^-x)."""
         sp = self.sp

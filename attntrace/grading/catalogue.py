@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from attntrace.kinds import MISTAKES
+
 #: code -> the step kind the mistake changes, in the order they are tried. ANY: the mistake
 #: can be made in any step (`transposed` is planted in each step kind in turn; `rounding` and
 #: `arithmetic_slip` are read off the student's own numbers). `same_weights` is planted in Q,
@@ -60,7 +62,8 @@ CATALOGUE = {
     "norm_wrong_axis": "norm1",       # each column normalised over the tokens (also norm2)
     "gelu_relu_confused": "ffn_act",  # ReLU where GELU is asked, or the reverse
     "posenc_sin_cos_swapped": "pos_enc",  # cos in the even columns, sin in the odd
-    "mla_rope_on_compressed": "Q_mla",  # latent attention: RoPE applied to the content parts q^C, k^C too
+    # the mistakes step kinds declare in their own modules (`attntrace.kinds.base.Mistake`)
+    **{code: kind.id for code, (kind, _) in MISTAKES.items()},
     "transposed": ANY,                # the transpose of the right matrix (scores: transposed_scores)
     "rounding": ANY,                  # entries off by about one unit of the last decimal written
     "arithmetic_slip": ANY,           # one or a few entries wrong, the rest right

@@ -206,46 +206,42 @@ def check(spec_or_trace: Any, answer: Any, *, mode: str | None = None, atol: flo
     policy = Policy(decimals=decimals, atol=atol, rtol=rtol)
 
     world = World.of(trace)
+    mine_of = _by_world_key(trace, world, answers)  # world key -> the answer's key (online_max, online_max#2)
     lazy: dict = {}  # the student's world, computed at the first step that is not simply right
 
     def student_world() -> tuple[dict, dict]:
         if not lazy:
-            lazy["given"] = _written(world, answers)
+            lazy["given"] = _written(world, {k: answers[a] for k, a in mine_of.items()})
             lazy["carried"] = world.recompute(lazy["given"])
         return lazy["given"], lazy["carried"]
 
     mutated: dict = {}  # the mutated worlds, each computed when a wrong step it can reach needs it
 
-    # online-softmax blocks the answer names by address (online_max#2): the step each one is
-    named_blocks = {id(trace.step(*k)): k for k in answers if "#" in k[0]}
     results: dict[tuple, StepResult] = {}
-    for step in trace.steps:
-        key = (step.id, step.head)
-        block_key = named_blocks.get(id(step))
-        if block_key is not None:  # one block, compared with its own value
-            results[block_key] = _check_block(world, step, block_key, answers[block_key], policy)
-        if key not in answers:
+    for step, key in zip(trace.steps, world.keys):
+        if key not in mine_of:
             continue
-        a = answers[key]
+        named = mine_of[key]  # as the answer names it: a block's address, or the plain id (the last block)
+        a = answers[named]
         expected = world.truth[key]
         shape = tuple(expected.shape)
-        common = {"id": step.id, "head": step.head, "expected_shape": shape, "given_shape": a.shape}
+        common = {"id": named[0], "head": step.head, "expected_shape": shape, "given_shape": a.shape}
         if a.fits(expected, expected, policy):
-            results[key] = StepResult(status="correct", **common)
+            results[named] = StepResult(status="correct", **common)
             continue
         if mistakes.large_negative_mask(step, a, expected, policy):
-            results[key] = StepResult(status="correct", diagnosis=_diagnosis(world, step, MASK_LARGE_NEGATIVE), **common)
+            results[named] = StepResult(status="correct", diagnosis=_diagnosis(world, step, MASK_LARGE_NEGATIVE), **common)
             continue
         wrong_entries = WrongEntries() if a.shape != shape else WrongEntries(a, expected, a.misfit_cells(expected, expected, policy))
         given, carried_world = student_world()
         mine = carried_world[key]
         if mine is not None and a.fits(mine.lo, mine.hi, policy):
-            upstream = [results[k].status for k in world.ancestors(key) if k in results]
+            upstream = [results[mine_of[k]].status for k in world.ancestors(key) if k in mine_of and mine_of[k] in results]
             remark = None if "wrong" in upstream else _diagnosis(world, step, EARLY_ROUNDING)
-            results[key] = StepResult(status="carried", wrong_entries=wrong_entries, diagnosis=remark, **common)
+            results[named] = StepResult(status="carried", wrong_entries=wrong_entries, diagnosis=remark, **common)
             continue
         diagnosis = _diagnose(world, step, a, world.candidates_at(key, given, carried_world, mutated), mine, policy)
-        results[key] = StepResult(status="wrong", wrong_entries=wrong_entries, diagnosis=diagnosis, **common)
+        results[named] = StepResult(status="wrong", wrong_entries=wrong_entries, diagnosis=diagnosis, **common)
 
     steps = tuple(results.values())
     first = next((s.key for s in steps if s.status == "wrong"), None)
@@ -254,31 +250,31 @@ def check(spec_or_trace: Any, answer: Any, *, mode: str | None = None, atol: flo
                   ignored=tuple(getattr(answers, "ignored", ())))
 
 
-def _check_block(world: World, step, key: tuple, a: AnswerMatrix, policy: Policy) -> StepResult:
-    """One online-softmax block an answer names (online_max#2): right or wrong entry by entry
-    against that block's value. Carried-forward and the diagnoses work on the step ids, whose
-    value is the last block's (the plain key online_max)."""
-    from attntrace.grading.diagnose import to_float
-
-    expected = to_float(step.value)
-    common = {"id": key[0], "head": step.head, "expected_shape": tuple(expected.shape), "given_shape": a.shape}
-    if a.fits(expected, expected, policy):
-        return StepResult(status="correct", **common)
-    wrong = () if a.shape != tuple(expected.shape) else tuple(
-        WrongEntry(i + 1, j + 1, float(expected[i, j]), e.value, e.text) for i, j, e in a.misfits(expected, expected, policy))
-    code = WRONG_SHAPE if a.shape != tuple(expected.shape) else UNKNOWN
-    return StepResult(status="wrong", wrong_entries=wrong, diagnosis=_diagnosis(world, step, code, shape=a.shape), **common)
+def _by_world_key(trace: Trace, world: World, answers: Answers) -> dict:
+    """{world key: the answer's key}: a block of the online softmax named by its address
+    (online_max#2, online_max#1.2) or by its plain id (the last block, as `Trace.step` reads
+    it) is that block's step; naming one block twice is refused."""
+    out: dict = {}
+    for k in answers:
+        wk = world.key(trace.step(*k))
+        if wk in out:
+            raise BadInput(f"answer gives {_spelled(out[wk])} and {_spelled(k)}, the same block ({_spelled(wk)}): give it once")
+        out[wk] = k
+    return out
 
 
-def _written(world: World, answers: Answers) -> dict:
+def _spelled(key: tuple) -> str:
+    return key[0] if key[1] is None else f"{key[0]}@{key[1]}"
+
+
+def _written(world: World, answers: Mapping[tuple, AnswerMatrix]) -> dict:
     """The student's values as intervals: half a unit of the last decimal either side, since
     they may have gone on with the unrounded number. A step whose every entry is exactly the
     true value, with every written step before it exact too, is taken as exact (its width 0):
     the student had that number, so a later truncation is not hidden by a rounding they never made."""
     exact: set = set()
     out = {}
-    for step in world.steps:
-        key = (step.id, step.head)
+    for key in world.keys:
         if key not in answers:
             continue
         a, truth = answers[key], world.truth[key]
@@ -299,7 +295,7 @@ def _diagnosis(world: World, step, code: str, mutation=None, shape=None, **extra
 def _diagnose(world: World, step, a: AnswerMatrix, mutated: Iterable, mine, policy: Policy) -> Diagnosis:
     """Every planted mistake that reproduces the student's values (the first named, the others
     its alternatives), else a mistake read off their numbers, else wrong_shape / unknown."""
-    key = (step.id, step.head)
+    key = world.key(step)
     found: dict[str, Diagnosis] = {}
     for mutation, values in mutated:
         box = values[key]

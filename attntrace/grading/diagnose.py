@@ -24,11 +24,12 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from attntrace.grading import intervals, kindrules, mistakes
+from attntrace.grading import intervals, kindrules, mistakes, onlinerules
 from attntrace.grading.catalogue import (  # noqa: F401 - the catalogue's names are public here too
     ANY, CATALOGUE, CODES, EARLY_ROUNDING, MASK_LARGE_NEGATIVE, REMARKS, UNKNOWN, WRONG_SHAPE, Impossible, Key, Mutation,
     to_float)
 from attntrace.grading.intervals import Box
+from attntrace.kinds import KINDS
 from attntrace.model.trace import STEP_IDS, Step, Trace
 
 #: `World.of`'s cache: the world of the last trace checked.
@@ -41,7 +42,11 @@ class World:
     def __init__(self, trace: Trace):
         self.trace = trace
         self.steps: tuple[Step, ...] = trace.steps
-        self.truth: dict[Key, np.ndarray] = {(s.id, s.head): to_float(s.value) for s in trace.steps}
+        # One key per step: (id, head), or (address, head) for a block of the online softmax
+        # (online_max#2), so that every block is a step of the world and of an answer.
+        self.keys: tuple[Key, ...] = tuple(onlinerules.key(s) for s in trace.steps)
+        self._index = {k: i for i, k in enumerate(self.keys)}
+        self.truth: dict[Key, np.ndarray] = {k: to_float(s.value) for k, s in zip(self.keys, trace.steps)}
         self.operands: dict[Key, np.ndarray] = {(o.name, o.head): to_float(o.value) for o in trace.operands}
         x = self.operands.get(("X", None))
         self.d_model = None if x is None else x.shape[1]
@@ -49,12 +54,17 @@ class World:
         # Where each step's inputs point, with no mistake planted (the same for every answer).
         present: dict[Key, None] = dict.fromkeys(self.operands)
         self._keys: list[tuple[Key, ...]] = []
-        for step in self.steps:
-            self._keys.append(tuple(self.key_of(ref, step.head, present) for ref in step.inputs))
-            present[(step.id, step.head)] = None
+        for key, step in zip(self.keys, self.steps):
+            keys = onlinerules.input_keys(step, lambda ref: self.key_of(ref, step.head, present))
+            self._keys.append(keys if keys is not None else tuple(self.key_of(ref, step.head, present) for ref in step.inputs))
+            present[key] = None
         self._points = {k: intervals.point(v) for k, v in self.operands.items()}
         self._ancestors: dict[Key, set[Key]] = {}
         self._reach = [self._reached_by(m) for m in self.mutations]
+
+    def key(self, step: Step) -> Key:
+        """The world's key of a step of the trace: (id, head), or (address, head) for a block."""
+        return onlinerules.key(step)
 
     def _reached_by(self, mutation: Mutation) -> frozenset:
         """The steps whose value `mutation` may change, whatever the student gave: the steps it
@@ -63,7 +73,7 @@ class World:
         reached: set[Key] = set()
         for index, step in enumerate(self.steps):
             if mutation.changes(step.id) or any(k in reached for k in self._keys[index]):
-                reached.add((step.id, step.head))
+                reached.add(self.keys[index])
         return frozenset(reached)
 
     def reaches(self, index: int, key: Key) -> bool:
@@ -94,11 +104,9 @@ class World:
         """Every step key this step depends on, transitively."""
         if key in self._ancestors:
             return self._ancestors[key]
-        step = self.trace.step(*key)
         out: set[Key] = set()
-        for ref in step.inputs:
-            k = self.key_of(ref, step.head, self.truth)
-            if k in self.truth and k not in out and k != key:  # an online block reads the one before it, same id
+        for k in self._keys[self._index[key]]:
+            if k in self.truth and k not in out and k != key:
                 out.add(k)
                 out |= self.ancestors(k)
         self._ancestors[key] = out
@@ -122,7 +130,7 @@ class World:
         computed: dict[Key, Box | None] = {}
         dirty: set[Key] = set()
         for index, step in enumerate(self.steps):
-            key = (step.id, step.head)
+            key = self.keys[index]
             changes = mutation is not None and mutation.changes(step.id)
             if base is not None and not changes and not any(
                     k in dirty and (k not in given or given[k].shape != self.truth[k].shape) for k in self._keys[index]):
@@ -192,6 +200,7 @@ def diagnosis_params(world: World, step: Step, mutation: Mutation | None, *, giv
         params["by_sqrt_dk"] = bool(scaled.details.get("by_sqrt_dk"))
     rope = next((s for s in world.steps if s.id in ("Q_rope", "K_rope")), None)
     params["rope_layout"] = None if rope is None else rope.details.get("layout")
+    params.update(KINDS[step.id].message_params(step) if step.id in KINDS else {})
     if mutation is not None and mutation.order:
         params["order"] = mutation.order
     if mutation is not None and mutation.swap:

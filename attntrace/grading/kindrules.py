@@ -6,10 +6,10 @@ Each rule computes a step from the student's world (`intervals.Box`), right or w
 its mistakes; `mistakes.apply` looks them up in `RULES` next to its own rules for the ten `STEP_IDS`. A step kind
 with a rule here carries a mistake made before it forward (a wrong Q gives a Q-tilde, scores,
 ... that are `carried`); the backward steps of a head (dV, dA, dT, dS, dQ, dK and a head's
-dW_Q, dW_K, dW_V) have a rule here too, and so has the log-sum-exp L of the online softmax;
-the block's norms, FFN products and activations compute through `blockrules` (valid
-enclosures). Kinds with no rule (the other online and backward steps: the whole-input
-gradients) are taken at their true value (`mistakes._at_truth`), so nothing is carried
+dW_Q, dW_K, dW_V) have a rule here too; the block's norms, FFN products and activations
+compute through `blockrules` and every block of the online softmax (m, P, l, O, then L and Z)
+through `onlinerules` (valid enclosures). Kinds with no rule (the whole-input gradients) are
+taken at their true value (`mistakes._at_truth`), so nothing is carried
 through them.
 
 Mistakes (catalogue.CATALOGUE; their sentences in templates/check/messages.*.j2):
@@ -28,7 +28,7 @@ Mistakes (catalogue.CATALOGUE; their sentences in templates/check/messages.*.j2)
 - `dV_missing_transpose`: dV = A dZ instead of A^T dZ;
 - `dK_missing_transpose`: dK = dS Q instead of dS^T Q;
 - `online_no_rescale`: the online softmax's O^(j) = O^(j-1) + P^(j) V_j, the factor
-  e^(m^(j-1) - m^(j)) dropped (checked on the last block, the one an answer's online_out gives);
+  e^(m^(j-1) - m^(j)) dropped (in every block j >= 2, from the student's own O^(j-1));
 - `lse_without_max`: the log-sum-exp L = log l, the running maximum m not added back;
 - `norm_unbiased_variance`: LayerNorm's variance divided by d - 1 instead of d;
 - `norm_wrong_axis`: each column normalised over the tokens instead of each row over its features;
@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attntrace.grading import blockrules, intervals, mlarules
+from attntrace.grading import blockrules, intervals, onlinerules
 from attntrace.grading.catalogue import Impossible, Mutation, to_float
 from attntrace.grading.intervals import Box
 from attntrace.model.errors import BadInput
@@ -80,8 +80,6 @@ def mutations(code: str, world) -> list:
     if not present:
         return []
     mutation = Mutation(code, steps[0], steps=frozenset(steps))
-    if code in mlarules.STEPS:
-        return mlarules.mutations(code, world)
     if code == "rope_positions_from_1":
         return [mutation] if any(list(s.details["positions"])[:1] == [0] for s in present) else []
     if code == "rope_rotated_values":  # only where the keys were rotated, so V has their positions
@@ -270,56 +268,7 @@ def _grad_plumbing(world, step, args, rule):
                 raise Impossible()
             total = term if total is None else intervals.add(total, term)
         return total
-    return intervals.point(world.truth[(step.id, step.head)])
-
-
-def _online_finals(world, step_id: str, head) -> list:
-    """The last key block's step `step_id` of each query block of a head (online_sum, ...)."""
-    steps = [s for s in world.steps if s.id == step_id and s.head == head]
-    return [s for s in steps if s.details.get("block") == s.details.get("blocks")]
-
-
-def _online_out(world, step, args, m, mutation):
-    """O^(j) of the online softmax at its true value (an answer's online_out is the last block:
-    the steps of one id share a key); with online_no_rescale the last block of the head is
-    O = sum over the blocks k of P^(k) V_k, P^(j) and V the student's, the earlier P^(k) true."""
-    if m != "online_no_rescale":
-        return intervals.point(to_float(step.value))
-    outs = [s for s in world.steps if s.id == "online_out" and s.head == step.head]
-    if step is not outs[-1]:
-        return intervals.point(to_float(step.value))
-    p, v = args[0], args[1]
-    det = step.details
-    c0, c1 = det["cols"]
-    if p.shape != (det["rows"][1] - det["rows"][0] + 1, c1 - c0 + 1) or v.shape[0] < c1:
-        raise Impossible()
-    block = lambda a, b: Box(v.lo[a - 1:b], v.hi[a - 1:b])  # noqa: E731 - V's rows a..b (1-based)
-    total = intervals.matmul(p, block(c0, c1))
-    for s in world.steps:
-        d = s.details
-        if s.id == "online_exp" and s.head == step.head and d.get("query_block") == det["query_block"] and d.get("block") < det["block"]:
-            total = intervals.add(total, intervals.matmul(intervals.point(to_float(s.value)), block(*d["cols"])))
-    return total
-
-
-def _lse(world, step, args, m, mutation):
-    """L = m + log l from the last block's m and l of each query block (the student's for the
-    last query block, whose m and l an answer gives); lse_without_max: L = log l."""
-    ms, ls = _online_finals(world, "online_max", step.head), _online_finals(world, "online_sum", step.head)
-    if not ms or len(ms) != len(ls):
-        return intervals.point(to_float(step.value))
-    m_parts = [intervals.point(to_float(s.value)) for s in ms[:-1]] + [args[0]]
-    l_parts = [intervals.point(to_float(s.value)) for s in ls[:-1]] + [args[1]]
-    mm, ll = intervals.stack(m_parts, axis=0), intervals.stack(l_parts, axis=0)
-    if mm.shape != ll.shape or mm.shape != tuple(step.shape) or (ll.lo <= 0).any():
-        raise Impossible()
-    with np.errstate(invalid="ignore", divide="ignore"):
-        log_l = intervals._widen((np.log(ll.lo) + np.log(ll.hi)) / 2, (np.log(ll.hi) - np.log(ll.lo)) / 2, np.abs(np.log(ll.hi)))
-    if m == "lse_without_max":
-        return log_l
-    if not (np.isfinite(mm.lo).all() and np.isfinite(mm.hi).all()):
-        return intervals.point(to_float(step.value))  # a row that saw only masked keys
-    return intervals.add(mm, log_l)
+    return intervals.point(world.truth[world.key(step)])
 
 
 def _first_order(f, x: Box) -> Box:
@@ -431,12 +380,9 @@ def masked_keep(step, m) -> np.ndarray | None:
         raise Impossible() from None
 
 
-# multi-head latent attention (attntrace.grading.mlarules): its steps and its mistake
-STEPS.update(mlarules.STEPS)
-
-RULES = {**mlarules.rules(_norm, _rope, _cache), "Q_rope": _rope, "K_rope": _rope, "biased": _biased, "bias": _biased, "K_cache": _cache, "V_cache": _cache,
+RULES = {"Q_rope": _rope, "K_rope": _rope, "biased": _biased, "bias": _biased, "K_cache": _cache, "V_cache": _cache,
          "embed": _sum, "residual1": _sum, "residual2": _sum,
-         "online_out": _online_out, "lse": _lse, "norm1": _norm, "norm2": _norm, "ffn_act": _activation,
+         **onlinerules.RULES, "norm1": _norm, "norm2": _norm, "ffn_act": _activation,
          "pos_enc": _pos_enc, "ffn_hidden": _ffn_linear, "ffn_up": _ffn_linear, "ffn_out": _ffn_linear,
          **{g: _grad for g in ("dV", "dweights", "dscaled", "dscores", "dQ", "dK", "dW_Q", "dW_K", "dW_V",
                                "doutput", "dW_O", "db_O", "dconcat", "dZ", "dX")}}

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from attntrace.grading.diagnose import UNKNOWN
+from attntrace.grading.kindcarry import message_kind
 from attntrace.inputs.textescape import escape_md, escape_tex as tex_escape
 from attntrace.inputs.usertext import format_user_text, inline_math_for
 from attntrace.model.errors import BadInput
@@ -29,19 +30,28 @@ class _Messages:
     A diagnosis macro gets `d`: the diagnosis numbers as plain data plus the helper macros of
     templates/check/helpers.j2 (d.math, d.code, d.num, d.shape), never a Python object."""
 
-    def __init__(self, module: Any, format: str, helpers: Any):
+    def __init__(self, module: Any, format: str, helpers: Any, prose=None):
         self.module = module
+        self.prose = prose  # prose name -> that prose template's module
         self.format = format
         self.helpers = {name: getattr(helpers, name) for name in ("math", "code", "num", "shape")}
 
     def diagnosis(self, code: str, params: Mapping[str, Any]) -> str:
-        macro = getattr(self.module, code, None) or getattr(self.module, UNKNOWN, None)
+        macro = getattr(self.module, code, None) or self.declared(code) or getattr(self.module, UNKNOWN, None)
         if macro is None:  # a user's messages template without the catch-all macro
             raise BadInput(f"template {getattr(self.module, '__name__', 'check/messages')}: no macro {code!r} "
                            f"and no {UNKNOWN!r} macro for the mistakes it does not name")
         d = plain_context({"d": {**to_plain(dict(params)), **self.helpers}})["d"]
         with fresh_budget():
             return str(macro(d))
+
+    def declared(self, code: str):
+        """The sentence of a mistake a kind declares: the macro named by its code in the
+        kind's prose template (templates/prose/{lang}/{prose}.j2), or None."""
+        kind = message_kind(code)
+        if kind is None or self.prose is None:
+            return None
+        return getattr(self.prose(kind.prose), code, None)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.module, name)
@@ -82,4 +92,5 @@ def messages(lang: str, template_dir, format: str) -> _Messages:
         raise BadInput(f"unknown language {lang!r}; choose one of {', '.join(LANGS)}")
     env = report_environment(template_dir)
     return _Messages(env.get_template(f"check/messages.{lang}.j2").make_module({"format": format}), format,
-                     env.get_template("check/helpers.j2").make_module({"format": format}))
+                     env.get_template("check/helpers.j2").make_module({"format": format}),
+                     lambda prose: env.get_template(f"prose/{lang}/{prose}.j2").make_module({"format": format}))

@@ -23,7 +23,7 @@ import math
 
 import numpy as np
 
-from attntrace.grading import intervals, kindrules
+from attntrace.grading import intervals, kindcarry, kindrules, onlinerules
 from attntrace.grading.answer import KIND_CODES, AnswerMatrix, Policy
 from attntrace.grading.catalogue import ANY, CATALOGUE, Impossible, Mutation
 from attntrace.grading.intervals import Box
@@ -62,6 +62,8 @@ def mutations(world) -> list[Mutation]:
             found += [Mutation(code, k) for k in dict.fromkeys(kinds) if k != "scores"]
         elif code in kindrules.STEPS:
             found += kindrules.mutations(code, world)
+        elif code in kindcarry.MISTAKES:
+            found += kindcarry.mutations(code, world)
         elif kind == ANY or kind not in kinds or code == "rows_not_normalised":
             continue  # read off the student's numbers, or a step this trace does not have
         elif code in ("scaled_by_dk", "wrong_dk", "scaled_by_dmodel") and not by_sqrt:
@@ -148,6 +150,8 @@ def _weights(world, step, args, m, mutation):
 
 
 def _z(world, step, args, m, mutation):
+    if step.details.get("online"):  # Z = diag(l)^-1 O from the last blocks of the online softmax
+        return onlinerules.normalised(world, step, args, m, mutation)
     a, v = args
     if m == "rope_rotated_values":
         v = kindrules.rotated_values(world, step, v)
@@ -168,15 +172,16 @@ def _concat(world, step, args, m, mutation):
 
 
 def _at_truth(world, step, args, m, mutation):
-    """A step kind with no interval rule (most online-softmax and block steps): its true
+    """A step kind with no interval rule (the whole-input gradients, the position table): its true
     value, a point interval, whatever the student wrote before it. The checker still judges
     it (correct, or wrong with a read-off diagnosis), but a mistake made before it is not
     carried through it: a later step computed from a wrong earlier one shows as wrong."""
-    return intervals.point(world.truth[(step.id, step.head)])
+    return intervals.point(world.truth[world.key(step)])
 
 
 _STEP = {"Q": _projection, "K": _projection, "V": _projection, "output": _projection, "scores": _scores,
-         "scaled": _scaled, "masked": _masked, "weights": _weights, "Z": _z, "concat": _concat, **kindrules.RULES}
+         "scaled": _scaled, "masked": _masked, "weights": _weights, "Z": _z, "concat": _concat, **kindrules.RULES,
+         **kindcarry.RULES}
 
 
 # -- mistakes read off the student's numbers -------------------------------------------------------

@@ -97,15 +97,19 @@ def to_matrix(
     name: str,
     default_symbol: str | None = None,
     head: int | None = None,
+    copy: bool = True,
 ) -> tuple[Any, tuple[int, int], str | None]:
-    """Convert one raw matrix input to (value, shape, symbol) in `mode` (see module docstring)."""
+    """Convert one raw matrix input to (value, shape, symbol) in `mode` (see module docstring).
+
+    copy=False: a writable float64 array is kept as a read-only view of the caller's memory
+    (no copy), for a caller who promises not to change it while the trace lives."""
     if mode not in MODES:
         raise BadInput(f"unknown mode {mode!r} (choose one of {', '.join(MODES)})")
     label = _Label(name, head)
     if isinstance(raw, Mapping):
         return _from_table(raw, mode, label, default_symbol, head)
     if isinstance(raw, np.ndarray):
-        return _from_array(raw, mode, label)
+        return _from_array(raw, mode, label, copy)
     if _is_sympy(raw, "MatrixBase"):
         shape = tuple(int(k) for k in raw.shape)
         if 0 in shape:
@@ -222,7 +226,7 @@ def _from_table(raw: Mapping, mode: str, label: _Label, default_symbol: str | No
 # arrays and rows
 
 
-def _from_array(raw: np.ndarray, mode: str, label: _Label):
+def _from_array(raw: np.ndarray, mode: str, label: _Label, copy: bool = True):
     if raw.ndim == 1:
         raw = raw.reshape(1, -1)
     if raw.ndim != 2:
@@ -238,20 +242,61 @@ def _from_array(raw: np.ndarray, mode: str, label: _Label):
     if kind == "c":
         raise BadInput(f"{label} is a complex array; entries must be real numbers")
     if mode == "numeric" and kind in "iuf":
-        # A writable array is copied so that the trace cannot change behind its back; an array
-        # that is already read-only float64 (frozen model weights, another trace's values) is
-        # kept as it is: copying 19 MB of BERT weights costs more than the whole attention.
-        # Being trusted not to change, it is also checked for non-finite entries only once.
-        trusted = raw.dtype == np.float64 and not raw.flags.writeable
-        if trusted and _FINITE.get(id(raw), _dead)() is raw:
-            return raw, shape, None
-        value = _finish_numeric(raw if trusted else _as_float64(raw, label), label)
-        if trusted:
-            _FINITE[id(raw)] = weakref.ref(raw, lambda _, key=id(raw): _FINITE.pop(key, None))
-        return value, shape, None
+        # A writable array is copied (once, straight into float64) so that the trace cannot
+        # change behind its back; an array that is already read-only float64 (frozen model
+        # weights, another trace's values) is kept as it is: copying 19 MB of BERT weights
+        # costs more than the whole attention. Being trusted not to change, it is also
+        # checked for non-finite entries only once. copy=False: the caller's promise makes a
+        # writable float64 array trusted too, kept as a read-only view (its own flag unchanged).
+        if raw.dtype == np.float64 and (not raw.flags.writeable or not copy):
+            if not raw.flags.writeable and _FINITE.get(id(raw), _dead)() is raw:
+                return raw, shape, None
+            value = raw if not raw.flags.writeable else raw.view()
+            _check_finite_input(value, label)
+            value.setflags(write=False)
+            if not raw.flags.writeable:
+                _FINITE[id(raw)] = weakref.ref(raw, lambda _, key=id(raw): _FINITE.pop(key, None))
+            return value, shape, None
+        return _copy_float64(raw, label), shape, None
     if kind not in "iufOUS":
         raise BadInput(f"{label} has unsupported array type {raw.dtype}")
     return _convert_rows(raw.tolist(), shape, mode, label)
+
+
+#: Rows per slice of a checked copy: about 256 KB, so each slice is summed while still in cache.
+_SLICE_BYTES = 1 << 18
+
+
+def _copy_float64(raw: np.ndarray, label: _Label) -> np.ndarray:
+    """The one copy of a numeric input, in float64, read-only, its entries checked finite.
+    Copied a slice of rows at a time and each slice summed while it is in cache, so the check
+    costs no second pass over memory. A wider float (longdouble) goes through `_as_float64`."""
+    if raw.dtype.kind == "f" and raw.dtype.itemsize > 8:
+        return _finish_numeric(_as_float64(raw, label), label)
+    out = np.empty(raw.shape, dtype=np.float64)
+    step = max(1, _SLICE_BYTES // (8 * raw.shape[1]))
+    total = 0.0
+    with np.errstate(over="ignore", invalid="ignore"):
+        for r in range(0, raw.shape[0], step):
+            part = out[r:r + step]
+            np.copyto(part, raw[r:r + step], casting="unsafe")
+            total += float(np.add.reduce(part, axis=None))
+    if not math.isfinite(total):
+        _check_finite_input(out, label)
+    out.setflags(write=False)
+    return out
+
+
+def _check_finite_input(a: np.ndarray, label: _Label) -> None:
+    """Refuse, naming the entry, an input with an infinite or NaN entry (one sum when all are finite)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        total = float(np.add.reduce(a, axis=None))
+    if math.isfinite(total):
+        return
+    finite = np.isfinite(a)
+    if not finite.all():
+        i, j = (int(k) for k in np.argwhere(~finite)[0])
+        raise BadInput(f"{label.at(i, j)} is {a[i, j]}; inputs must be finite")
 
 
 def _as_float64(raw: np.ndarray, label: _Label) -> np.ndarray:
@@ -298,18 +343,8 @@ def _convert_rows(rows: list, shape: tuple[int, int], mode: str, label: _Label):
 
 
 def _finish_numeric(a: np.ndarray, label: _Label) -> np.ndarray:
-    # A finite sum proves every entry finite in one pass with no temporary array; only an
-    # overflowing sum or a bad entry pays for the entry-wise search.
-    with np.errstate(over="ignore", invalid="ignore"):
-        total = float(np.add.reduce(a, axis=None))
-    if math.isfinite(total):
-        if a.flags.writeable:
-            a.setflags(write=False)
-        return a
-    finite = np.isfinite(a)
-    if not finite.all():
-        i, j = (int(k) for k in np.argwhere(~finite)[0])
-        raise BadInput(f"{label.at(i, j)} is {a[i, j]}; inputs must be finite")
+    """A fresh float64 array (this module's own): checked finite, then made read-only."""
+    _check_finite_input(a, label)
     a.setflags(write=False)
     return a
 

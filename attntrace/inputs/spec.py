@@ -8,6 +8,8 @@ Every key is checked against a whitelist, every matrix goes through `matrices.to
 
 from __future__ import annotations
 
+from functools import partial
+
 import json
 import re
 import tomllib
@@ -25,7 +27,8 @@ from attntrace.inputs.numbers import shown, whole_number
 from attntrace.inputs.blockspec import BLOCK_KEYS, block_options, check_block
 from attntrace.inputs.mlaspec import check_mla_rope, mla_options
 from attntrace.inputs.positional import check_positional, positional_options, positive_number
-from attntrace.inputs.stepoptions import MASK_NAMES, parse_attn_bias, parse_backward, parse_mask_options, parse_online
+from attntrace.inputs.options import OptionReader, SpecOption
+from attntrace.inputs.stepoptions import MASK_NAMES, parse_attn_bias, parse_mask_options
 from attntrace.model.trace import MODES, Operand
 
 #: Per-head matrices and their default entry names in symbolic mode.
@@ -37,8 +40,10 @@ HEAD_KEYS = {
 }
 #: Matrices shared by all heads.
 SHARED_KEYS = {"X": "x", "X_kv": "y", "W_O": "w^{O}", "b_O": "b^{O}"}
+#: Keys of the spec itself; a step kind's own keys (softcap, qk_norm, online, backward, ...) are
+#: the `SpecOption`s it declares, which `load_spec` receives (`attntrace.kinds.registry.SPEC_OPTIONS`).
 OPTION_KEYS = {"title", "description", "title_zh", "description_zh", "mode", "scale", "d_k", "mask", "num_heads", "heads", "Z", "expand", "tokens", "kv_tokens",
-               "num_kv_heads", "window", "key_padding", "backward", "online", "rope", "alibi", "attn_bias", "mla"}
+               "num_kv_heads", "window", "key_padding", "rope", "alibi", "attn_bias", "mla"}
 ALLOWED_KEYS = set(HEAD_KEYS) | set(SHARED_KEYS) | OPTION_KEYS | BLOCK_KEYS
 #: Keys that `num_heads` splits into column blocks, one per head.
 SPLITTABLE = ("W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "Q", "K", "V", "K_past", "V_past")
@@ -232,9 +237,9 @@ def _mask(value: Any) -> Any:
     return keep.astype(bool)
 
 
-def _operand(raw: Any, key: str, mode: str, head: int | None, default: str) -> Operand:
+def _operand(raw: Any, key: str, mode: str, head: int | None, default: str, *, copy: bool = True) -> Operand:
     label = key if head is None else f"{key} of head {head}"
-    value, shape, symbol = to_matrix(raw, mode=mode, name=label, default_symbol=default, head=head)
+    value, shape, symbol = to_matrix(raw, mode=mode, name=label, default_symbol=default, head=head, copy=copy)
     return Operand(name=key, head=head, value=value, shape=shape, symbol=symbol)
 
 
@@ -252,8 +257,13 @@ def _split(op: Operand, h: int, mode: str) -> list[Operand]:
     return parts
 
 
-def load_spec(spec: Any, *, mode: str | None = None, **overrides: Any) -> Problem:
-    """Validate a spec (path, dict) with optional overrides (mode, scale, mask, title, ...)."""
+def load_spec(spec: Any, *, mode: str | None = None, options: tuple[SpecOption, ...] = (), copy: bool = True, **overrides: Any) -> Problem:
+    """Validate a spec (path, dict) with optional overrides (mode, scale, mask, title, ...).
+
+    `options`: the spec keys the step kinds declare (`attntrace.kinds.registry.SPEC_OPTIONS`,
+    passed by the tracer); each parsed value goes to `Problem.extra` under its key.
+    copy=False: writable float64 arrays are kept as read-only views instead of copied (the
+    caller promises not to change them while the trace lives; `matrices.to_matrix`)."""
     source = None
     if isinstance(spec, (str, Path)):
         source = str(spec)
@@ -265,13 +275,15 @@ def load_spec(spec: Any, *, mode: str | None = None, **overrides: Any) -> Proble
     if overrides.get("backward") is True and data.get("backward"):
         overrides.pop("backward")  # `run --backward` on a spec that says how: the spec's dO or loss
     data.update({k: v for k, v in overrides.items() if v is not None})
-    unknown = sorted(set(data) - ALLOWED_KEYS)
+    allowed = ALLOWED_KEYS | {o.key for o in options}
+    unknown = sorted(set(data) - allowed)
     if unknown:
-        raise BadInput(f"unknown key {unknown[0]!r} in spec; allowed: {', '.join(sorted(ALLOWED_KEYS))}")
+        raise BadInput(f"unknown key {unknown[0]!r} in spec; allowed: {', '.join(sorted(allowed))}")
     mode = _mode(data, mode)
+    operand = partial(_operand, copy=copy)
 
-    shared = {k: _operand(data[k], k, mode, None, d) for k, d in SHARED_KEYS.items() if k in data}
-    block_ops, block_extra = block_options(data, mode, _operand)  # position encodings, the Transformer block
+    shared = {k: operand(data[k], k, mode, None, d) for k, d in SHARED_KEYS.items() if k in data}
+    block_ops, block_extra = block_options(data, mode, operand)  # position encodings, the Transformer block
     shared.update(block_ops)
     top = {k: data[k] for k in HEAD_KEYS if k in data}
     heads_raw = data.get("heads")
@@ -283,7 +295,7 @@ def load_spec(spec: Any, *, mode: str | None = None, **overrides: Any) -> Proble
     mla_extra: dict[str, Any] = {}
 
     if "mla" in data:  # multi-head latent attention: its own projections make Q, K, V (attntrace.inputs.mlaspec)
-        mla_shared, heads, mla_extra = mla_options(data, mode, _operand, _split, num_heads or 1)
+        mla_shared, heads, mla_extra = mla_options(data, mode, operand, _split, num_heads or 1)
         shared.update(mla_shared)
         start = "X"
     elif "Z" in data:
@@ -294,7 +306,7 @@ def load_spec(spec: Any, *, mode: str | None = None, **overrides: Any) -> Proble
             raise BadInput("Z must be a list of head outputs [Z_1, ..., Z_h]")
         if isinstance(zs[0], list) and zs[0] and not isinstance(zs[0][0], (list, dict)) and not hasattr(zs[0], "shape"):
             zs = [zs]  # a single matrix given as Z
-        heads = tuple({"Z": _operand(z, "Z", mode, i + 1 if len(zs) > 1 else None, "z")} for i, z in enumerate(zs))
+        heads = tuple({"Z": operand(z, "Z", mode, i + 1 if len(zs) > 1 else None, "z")} for i, z in enumerate(zs))
         start = "Z"
     else:
         if heads_raw is not None:
@@ -312,10 +324,10 @@ def load_spec(spec: Any, *, mode: str | None = None, **overrides: Any) -> Proble
                 bad = sorted(set(table) - set(HEAD_KEYS))
                 if bad:
                     raise BadInput(f"unknown key {bad[0]!r} in head {i}; allowed: {', '.join(HEAD_KEYS)}")
-                heads_list.append({k: _operand(v, k, mode, i if multi else None, HEAD_KEYS[k]) for k, v in table.items()})
+                heads_list.append({k: operand(v, k, mode, i if multi else None, HEAD_KEYS[k]) for k, v in table.items()})
             heads = tuple(heads_list)
         else:
-            single = {k: _operand(v, k, mode, None, HEAD_KEYS[k]) for k, v in top.items()}
+            single = {k: operand(v, k, mode, None, HEAD_KEYS[k]) for k, v in top.items()}
             if num_heads and num_heads > 1:
                 not_splittable = sorted(set(single) - set(SPLITTABLE))
                 if not_splittable:
@@ -353,11 +365,15 @@ def load_spec(spec: Any, *, mode: str | None = None, **overrides: Any) -> Proble
     positional = positional_options(data)  # rope, alibi (attntrace.inputs.positional)
     if not mla_extra:
         check_positional(positional, start, heads, shared)
-    attn_bias = parse_attn_bias(data.get("attn_bias"), len(heads), mode, _operand)  # attntrace.inputs.stepoptions
+    attn_bias = parse_attn_bias(data.get("attn_bias"), len(heads), mode, operand)  # attntrace.inputs.stepoptions
     if attn_bias and "alibi" in positional:
         raise BadInput("give alibi or attn_bias, not both: each adds its own B to the scores")
     if attn_bias and start not in ("X", "QKV", "scores"):
         raise BadInput("attn_bias is added to the scores: give X, Q/K/V or scores, not a later step")
+    reader = OptionReader(mode, data, len(heads))
+    declared = {o.key: value for o in options if data.get(o.key) is not None
+                for value in [o.parse(data[o.key], reader)] if value is not None}
+    shared.update(reader.shared)  # matrices an option gives (qk_norm's gains): operands of the trace
     expand = data.get("expand", "named")
     if expand not in ("named", "full"):
         raise BadInput(f"expand must be \"named\" or \"full\", not {expand!r}")
@@ -377,21 +393,12 @@ def load_spec(spec: Any, *, mode: str | None = None, **overrides: Any) -> Proble
         kv_tokens=kv_tokens,
         source=source,
         extra={**mask_opts, **positional, **attn_bias, "full_width": full_width, **({"num_kv_heads": num_kv_heads} if num_kv_heads != (num_heads or 1) else {}),
-               **block_extra, **({"mla": mla_extra} if mla_extra else {}),
-               **_passes(data, mode)},
+               **block_extra, **declared, **({"mla": mla_extra} if mla_extra else {})},
     )
     check_block(problem)
     if mla_extra:
         check_mla_rope(problem)
     return problem
-
-
-def _passes(data: Mapping[str, Any], mode: str) -> dict[str, Any]:
-    """The backward pass (`backward`, attntrace.kinds.backward) and the online softmax (`online`,
-    attntrace.kinds.online), when the spec asks for them."""
-    backward = parse_backward(data.get("backward"), mode)
-    online = parse_online(data.get("online"))
-    return {**({"backward": backward} if backward is not None else {}), **({"online": online} if online is not None else {})}
 
 
 def _check_key_width(single: Mapping[str, Operand], h: int, h_kv: int) -> None:

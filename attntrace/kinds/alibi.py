@@ -18,6 +18,7 @@ from attntrace.kinds.base import Kind, plain_math, plain_sup, sup
 
 
 class Biased(Kind):
+    pipeline, after = "head", ("scaled",)
     id = "biased"
     reads, writes = ("S",), "S"
     starts = ("X", "QKV", "scores")
@@ -56,6 +57,9 @@ class Biased(Kind):
             e: Fraction = details["exponent"]
             out["slope_exact"] = f"2^(-{e.numerator}/{e.denominator})" if e.denominator != 1 else f"2^(-{e.numerator})"
         return {"alibi": out}
+
+    def intro(self, tex, plain, steps):
+        return tex + " + B", plain + " + B"
 
     def overflow_how(self, inputs, details) -> str:
         return f"{inputs[0]} plus the ALiBi bias"

@@ -26,8 +26,13 @@ forward names and the previous gradient's names.
 from __future__ import annotations
 
 from attntrace.inputs.expr import to_plain
+from attntrace.inputs.options import SpecOption
+from attntrace.inputs.stepoptions import parse_backward
 from attntrace.kinds.base import Flow, Kind, plain_sup, sup
 from attntrace.model.errors import BadInput
+#: The spec's `backward`: true, {loss = "sum_squares" | "sum"} or {dO = [[...]]} (Problem.extra["backward"]).
+SPEC_OPTIONS = (SpecOption("backward", lambda value, reader: parse_backward(value, reader.mode), "true or {loss = ...} or {dO = [[...]]}"),)
+
 
 def _tr(letter: str, head) -> str:
     """A^{(2)\\top}: the head and the transpose in one superscript."""

@@ -5,13 +5,18 @@ for a problem, how it computes (through the algebra interface, so one body serve
 exact, symbolic and shape mode), its general formula in LaTeX and plain math, the names
 its matrix and entries go by, how reports lay it out (`view`), which prose templates
 explain it (`templates/prose/{lang}/{prose}.j2`, block `Kind.templates`: `steps/{id}.j2`, else `steps/view/{view}.j2`, else `steps/default.j2`), its
-extra JSON fields and the checker mistakes that change it. The tracer only composes kinds
-(`attntrace.kinds.PIPELINE`); adding a kind touches no other kind.
+extra JSON fields, the checker mistakes that change it (`Mistake`: code, when it can be
+made) and how the checker recomputes it from a student's values (`carry`, over intervals).
+It also says where it runs (`pipeline`, `after`, `before`) and which spec keys it reads
+(`SpecOption`s in its module's `SPEC_OPTIONS`). `attntrace.kinds.registry` collects every
+kind module and derives the pipelines, the spec options and the mistakes from these
+declarations; adding a kind touches no other kind and no registry.
 """
 
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Any, ClassVar
 
 
@@ -26,8 +31,34 @@ class Flow:
         self.letter, self.entry = letter, entry
 
 
+class Mistake(str):
+    """A checker mistake a kind declares: its code (the string itself: answer files, templates,
+    `code in kind.mistakes` all see the code) and what the checker needs to plant it.
+
+    also: the other step ids it changes (the kind's own id comes first); when(steps): whether
+    it can be made in a trace whose steps of this kind are `steps` (e.g. not when it would give
+    the right values). Its sentence is the macro named by the code in the kind's prose
+    templates (templates/prose/{lang}/{prose}.j2), and the kind's `carry` computes it."""
+
+    also: tuple[str, ...]
+    when: Any
+
+    def __new__(cls, code: str, *, also: tuple[str, ...] = (), when=None):
+        self = super().__new__(cls, code)
+        self.also, self.when = tuple(also), when
+        return self
+
+
 class Kind:
     """One step kind. Subclasses set the class attributes and implement `compute`."""
+
+    #: Which pipeline runs it: "head" (per head, `HEAD_PIPELINE`), "combine" (after the heads),
+    #: or None (a pipeline of its own module: the block's, the backward pass's).
+    pipeline: ClassVar[str | None] = None
+    #: Where it runs in its pipeline: after these step ids and before those (ids of kinds that
+    #: may be absent from a trace are fine: a kind is placed, then runs only when `enabled`).
+    after: ClassVar[tuple[str, ...]] = ()
+    before: ClassVar[tuple[str, ...]] = ()
 
     #: The step id in traces, JSON and answer files (stable contract).
     id: ClassVar[str]
@@ -56,6 +87,9 @@ class Kind:
     replaces: tuple[str, ...] = ()
     #: Its values may be infinite on purpose (masked scores are -inf): no overflow check.
     infinite_ok: ClassVar[bool] = False
+    #: How its two inputs meet in the shape line when they meet entry by entry (a broadcast, not
+    #: a product): ("+", "+") for a sum, ("\\odot", "*") for a product; None: the usual line.
+    elementwise: ClassVar[tuple[str, str] | None] = None
 
     def enabled(self, problem) -> bool:
         """Whether this kind runs for the problem (start, scale, mask settings, ...)."""
@@ -65,6 +99,29 @@ class Kind:
         """Compute the step from the head's state and record it with `ctx.emit` (`ctx`: an
         `attntrace.kinds.context.Context`, not imported here since that module imports this one)."""
         raise NotImplementedError
+
+    #: How the checker recomputes the step from the student's own earlier values, over intervals
+    #: (None: no rule, the step is taken at its true value and nothing is carried through it).
+    #: Called as carry(iv, step, args, mistake): `iv` is the checker's interval toolkit
+    #: (`attntrace.grading.kindcarry.TOOLKIT`: monotone maps, norms, sums, products,
+    #: `iv.Impossible`), `args` the Boxes of `step.inputs`, `mistake` a code of this kind's
+    #: `mistakes` to compute instead of the right value, or None.
+    carry = None
+
+    def exact_work(self, problem, dims: dict, named: bool) -> int:
+        """Exact and symbolic mode: the units of work this kind adds to a head's trace beyond
+        the cost model's own steps (`attntrace.budget.work_estimate`; a unit is about 0.2-0.5 ms,
+        rendering included). dims: the head's n, m, d, dk, dv; named: symbolic names."""
+        return 0
+
+    def message_params(self, step) -> dict[str, Any]:
+        """Numbers the sentences of this kind's mistakes quote (as `d.<name>`), from its step."""
+        return {}
+
+    def intro(self, tex: str, plain: str, steps) -> tuple[str, str]:
+        """The report's one-line formula softmax(...) V: this kind's change to the score term
+        (tex, plain) when the trace has its `steps` (e.g. ALiBi adds + B). Default: none."""
+        return tex, plain
 
     def json_details(self, details) -> dict[str, Any]:
         """Extra fields of the step in the JSON export (beyond id, head, shape, inputs, formula)."""
@@ -91,10 +148,21 @@ def label(name: str, head: int | None) -> str:
     return name if head is None else f"{name} (head {head})"
 
 
+#: How an accent over a letter is written in plain text, after the letter: T~, T', Tbar.
+PLAIN_ACCENTS = {"tilde": "~", "hat": "'", "bar": "bar"}
+_ACCENTED = re.compile(r"\\(" + "|".join(PLAIN_ACCENTS) + r")\{(\w)\}")
+
+
+def plain_accents(name: str) -> str:
+    """Each accented letter of a LaTeX name in plain text: \\tilde{q}_{11} -> q~_{11}."""
+    return _ACCENTED.sub(lambda m: m.group(2) + PLAIN_ACCENTS[m.group(1)], name)
+
+
+@lru_cache(maxsize=512)  # the same few letters, once per step of every trace
 def plain_math(name: str) -> str:
     """A matrix or entry name in plain text: an accent follows its letter (\\tilde{T} -> T~, \\hat{t} -> t')."""
     name = re.sub(r"_\{\\text\{(\w+)\}\}", r"_\1", name)  # K_{\text{cache}} -> K_cache (attntrace.kinds.cache)
-    return re.sub(r"\\(tilde|hat)\{(\w)\}", lambda m: m.group(2) + ("~" if m.group(1) == "tilde" else "'"), name)
+    return plain_accents(name)
 
 
 def plain_braces(letter: str) -> str:

@@ -16,6 +16,7 @@ from attntrace.model.errors import BadInput
 
 
 class ScoreBias(Kind):
+    pipeline, after = "head", ("biased",)
     id = "bias"
     reads, writes = ("S",), "S"
     starts = ("X", "QKV", "scores")
@@ -37,6 +38,9 @@ class ScoreBias(Kind):
         formula = f"\\hat{{T}}{h} = {t.letter}{h} + B{h}"
         plain = f"T'{ph} = {plain_math(t.letter)}{ph} + B{ph}"
         return ctx.emit(self, head, [t.ref], formula, plain, result, t.shape, {"bias": b.value})
+
+    def intro(self, tex, plain, steps):
+        return tex + " + B", plain + " + B"
 
     def overflow_how(self, inputs, details) -> str:
         return f"{inputs[0]} plus the given bias"

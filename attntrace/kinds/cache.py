@@ -35,6 +35,7 @@ class CacheAppend(Kind):
     """K_cache or V_cache: the past rows, then the new token's row(s)."""
 
     per_head = True
+    pipeline = "head"
     starts = ("X", "QKV")
     symbol = None  # keeps the stacked entries: the past ones and the new token's own names
     view, prose = "cache", "cache"
@@ -43,6 +44,7 @@ class CacheAppend(Kind):
     def __init__(self, which: str):
         self.which = which
         self.id = f"{which}_cache"
+        self.after = ("K_rope",) if which == "K" else ("K_cache",)
         self.reads, self.writes = (which,), which
         self.letter = f"{which}_{{\\text{{cache}}}}"
         self.plain_letter = f"{which}_cache"

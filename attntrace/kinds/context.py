@@ -3,6 +3,15 @@
 `Context` is handed to every kind's `compute` by the tracer (`attntrace.tracer`); `emit`
 records the Step and, in numeric mode, refuses in one line a value that overflowed float64
 (`check_finite`), naming the step and the entry.
+
+Overflow costs O(1) per step where NumPy has already looked: the tracer runs under
+`np.errstate(..., call=ctx.watch)`, so every ufunc (the scaling, the softmax's shift and
+exponentials, a bias row, a residual) reports overflow, division by zero and invalid results
+to `FloatWatch` as it happens, and `emit` scans a value only when something was reported.
+BLAS products are the exception: with several BLAS threads, an overflow in a worker thread
+never reaches this thread's floating-point flags, so a step that ran a product
+(`NumericAlgebra.products` moved) sums its result once, which is O(output), small next to
+the product's O(output x inner width).
 """
 
 from __future__ import annotations
@@ -37,14 +46,42 @@ def check_finite(a: np.ndarray, step: str, how: str) -> None:
         raise BadInput(f"step {step}: entry ({i}, {j}) overflows float64 ({how}); scale the inputs down")
 
 
+class FloatWatch:
+    """NumPy's error callback (`np.errstate(call=...)`): notes that some ufunc overflowed,
+    divided by zero or made a NaN since the last step was recorded."""
+
+    __slots__ = ("raised",)
+
+    def __init__(self) -> None:
+        self.raised = False
+
+    def __call__(self, kind: str, flag: int) -> None:
+        self.raised = True
+
+    def errstate(self):
+        """The error state a numeric trace runs under: underflow ignored, the rest reported here."""
+        return np.errstate(over="call", divide="call", invalid="call", under="ignore", call=self)
+
+
 class Context:
     """What a kind computes with: the problem, the algebra of its mode, and the steps so far."""
 
-    def __init__(self, problem: Problem):
+    def __init__(self, problem: Problem, keep: frozenset[str] | None = None):
         self.p = problem
+        #: `trace(..., keep=)`: the step ids and keys (weights, weights@2) to record; None keeps all
+        self.keep = keep
+        #: keys of the steps computed but not recorded (their values are freed once no kind reads them)
+        self.not_kept: list[str] = []
+        self.not_kept_shapes: list[tuple[int, int]] = []
+        self.ids_not_kept: dict[str, None] = {}
+        #: whether the last step computed was recorded (the forward result, at the end of the forward pass)
+        self.last_kept = True
         self.alg = algebra_for(problem.mode, full_expansion=problem.full_expansion)
         self.steps: list[Step] = []
         self.numeric = problem.mode == "numeric"
+        #: floating-point errors reported by NumPy since the last step (see the module docstring)
+        self.watch = FloatWatch()
+        self._products = getattr(self.alg, "products", 0)
         #: what a kind computes once and reuses across heads (full-width projections, shared K/V heads)
         self.cache: dict = {}
         #: inputs the block's PRE pipeline replaced (X -> E = X + P, or its pre-LN norm): see `source`
@@ -64,11 +101,25 @@ class Context:
         has already checked the value for overflow, e.g. once for a full-width product)."""
         value, expansion = self.alg.finish(result, symbol=kind.symbol, head=head, shape=shape)
         details = details or {}
-        if self.numeric and not kind.infinite_ok and not checked:
-            check_finite(value, label(kind.id, head), kind.overflow_how(inputs, details))
-        self.steps.append(Step(id=kind.id, head=head, inputs=tuple(inputs), formula=formula, value=value, shape=tuple(shape),
-                               symbol=kind.symbol, expansion=expansion, details=details, plain=plain))
+        if self.numeric:
+            if not kind.infinite_ok and not checked and self.float_trouble():
+                check_finite(value, label(kind.id, head), kind.overflow_how(inputs, details))
+            self.watch.raised, self._products = False, self.alg.products
+        key = kind.id if head is None else f"{kind.id}@{head}"
+        self.last_kept = self.keep is None or kind.id in self.keep or key in self.keep
+        if self.last_kept:
+            self.steps.append(Step(id=kind.id, head=head, inputs=tuple(inputs), formula=formula, value=value, shape=tuple(shape),
+                                   symbol=kind.symbol, expansion=expansion, details=details, plain=plain))
+        else:
+            self.not_kept.append(key)
+            self.not_kept_shapes.append(tuple(shape))
+            self.ids_not_kept.setdefault(kind.id, None)
         return Flow(value, shape, kind.id, kind.letter, kind.entry)
+
+    def float_trouble(self) -> bool:
+        """Whether the values computed since the last step may hold an overflow: NumPy reported a
+        floating-point error, or a BLAS product ran (whose worker threads report none)."""
+        return self.watch.raised or self.alg.products != self._products
 
     def product(self, id, head, a: Flow, b: Flow, *, b_transposed=False):
         """Shape-checked a @ b (or a @ b.T); returns (result, shape)."""

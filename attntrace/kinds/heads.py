@@ -7,6 +7,7 @@ from attntrace.model.errors import BadInput
 
 
 class Concat(Kind):
+    pipeline = "combine"
     id = "concat"
     per_head = False
     reads, writes = ("Z",), "Z"
@@ -47,6 +48,7 @@ class Concat(Kind):
 
 
 class Output(Kind):
+    pipeline, after = "combine", ("concat",)
     id = "output"
     per_head = False
     reads, writes = ("Z", "W_O"), "O"

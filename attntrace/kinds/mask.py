@@ -29,6 +29,7 @@ from attntrace.kinds.base import Kind, plain_math, plain_sup, sup
 from attntrace.model.errors import BadInput
 
 class Masked(Kind):
+    pipeline, after = "head", ("bias",)
     id = "masked"
     reads, writes = ("S",), "S"
     starts = ("X", "QKV", "scores")

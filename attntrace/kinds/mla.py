@@ -30,7 +30,9 @@ The layer-wide steps (head None) run once, in the first head's pipeline, and are
 
 from __future__ import annotations
 
-from attntrace.kinds.base import Flow, Kind, plain_braces
+import numpy as np
+
+from attntrace.kinds.base import Flow, Kind, Mistake, plain_braces
 from attntrace.kinds.exactsize import check_exact_size
 from attntrace.kinds.rope import rope_pairs, rope_positions
 from attntrace.model.trace import Operand
@@ -64,7 +66,17 @@ class MlaKind(Kind):
 
     starts = ("X",)
     prose = "mla"
+    pipeline = "head"
     layer = False  # True: computed once for all heads (head None)
+
+    def carry(self, iv, step, args, mistake):
+        """A product A W or A B^T (details `transposed`) from the student's values."""
+        if len(args) != 2:
+            raise iv.Impossible()
+        a, b = args[0], (args[1].T if step.details.get("transposed") else args[1])
+        if a.shape[1] != b.shape[0]:
+            raise iv.Impossible()
+        return iv.matmul(a, b)
 
     def enabled(self, problem) -> bool:
         return _on(problem) and super().enabled(problem)
@@ -129,6 +141,7 @@ class MlaNorm(MlaKind):
     """Ĉ = RMSNorm(C): DeepSeek-V2/V3 normalise the compressed query and latent (q_a_layernorm, kv_a_layernorm)."""
 
     view = "norm"
+    elementwise = ("\\odot", "*")
     per_head = False
     layer = True
 
@@ -167,6 +180,10 @@ class MlaNorm(MlaKind):
         self.made(ctx)
         return self.put(ctx, state, flow)
 
+    def carry(self, iv, step, args, mistake):
+        gain = args[1] if len(args) > 1 else None
+        return iv.norm(args[0], gain, None, float(step.details["eps"]), True)
+
     def json_details(self, details):
         return {"norm": "rms", "eps": details["eps"], "mean_square": [float(x) if not hasattr(x, "free_symbols") else str(x)
                                                                         for x in details.get("mean_square", ())]}
@@ -202,6 +219,10 @@ class MlaRope(MlaKind):
         flow = ctx.emit(self, h, [x.ref], formula, plain, result, x.shape, details)
         self.made(ctx)
         return self.put(ctx, state, flow)
+
+    def carry(self, iv, step, args, mistake):
+        det = step.details
+        return rotate_box(iv, args[0], det["layout"], [float(p) for p in det["positions"]], float(det["base"]))
 
     def json_details(self, details):
         base = details["base"]
@@ -241,6 +262,12 @@ class MlaCache(MlaKind):
         self.made(ctx)
         return self.put(ctx, state, flow)
 
+    def carry(self, iv, step, args, mistake):
+        past, new = args
+        if past.shape[1] != new.shape[1]:
+            raise iv.Impossible()
+        return iv.stack([past, new], axis=0)
+
     def json_details(self, details):
         return {"past_rows": details["past_rows"], "new_rows": details["new_rows"]}
 
@@ -249,7 +276,9 @@ class MlaConcat(MlaKind):
     """Q^(i) = [Q^C(i)  Q̃^R(i)], K^(i) = [K^C(i)  K̃^R]: a head's query and key, d_nope + d_rope wide."""
 
     view = "stack"
-    mistakes = ("mla_rope_on_compressed",)
+    #: RoPE on the content parts too: Q = [RoPE(Q^C)  Q̃^R], K = [RoPE(K^C)  K̃^R] (only told
+    #: apart when d_nope is even, so that the content part has pairs to turn)
+    mistakes = (Mistake("mla_rope_on_compressed", also=("K_mla",), when=lambda steps: all(s.details["parts"][0] % 2 == 0 for s in steps)),)
     symbol = None  # the entries are the parts' own names, side by side
 
     def __init__(self, id, parts, writes, letter, entry):
@@ -263,9 +292,22 @@ class MlaConcat(MlaKind):
         hb = None if self.reads[1] in ("kr",) else head
         formula = f"{_name(self.letter, head)} = \\begin{{bmatrix}} {_name(a.letter, head)} & {_name(b.letter, hb)} \\end{{bmatrix}}"
         plain = f"{_plain(self.letter, head)} = [{_plain(a.letter, head)}  {_plain(b.letter, hb)}]"
-        details = {"parts": (a.shape[1], b.shape[1])}
+        rope = ctx.p.extra["rope"]
+        details = {"parts": (a.shape[1], b.shape[1]), "layout": rope["layout"], "base": rope["base"],
+                   "positions": rope_positions(ctx.p, "Q", a.shape[0])}  # what the checker's planted mistake turns by
         flow = ctx.emit(self, head, [a.ref, b.ref], formula, plain, result, shape, details)
         return flow
+
+    def carry(self, iv, step, args, mistake):
+        a, b = args
+        if a.shape[0] != b.shape[0]:
+            raise iv.Impossible()
+        if mistake == "mla_rope_on_compressed":
+            det = step.details
+            if a.shape[1] % 2:
+                raise iv.Impossible()
+            a = rotate_box(iv, a, det["layout"], [float(p) for p in det["positions"]], float(det["base"]))
+        return iv.stack([a, b], axis=1)
 
     def json_details(self, details):
         return {"parts": list(details["parts"])}
@@ -304,6 +346,7 @@ class MlaAbsorbed(MlaKind):
     """S^A(i) = S^C(i) + S^R(i): the scores without K, and how far they are from S = Q K^T."""
 
     view = "absorbed"
+    elementwise = ("+", "+")
     reads, writes = ("scores_C", "scores_R"), "scores_absorbed"
     letter, entry, symbol = "S^{A}", "s^{A}", "s^{A}"
     plain_letter = "S^A"
@@ -320,6 +363,11 @@ class MlaAbsorbed(MlaKind):
         plain = f"S^A{h} = S^C{h} + S^R{h}"
         gap = _gap(ctx, result, s.value)
         return ctx.emit(self, head, [c.ref, r.ref], formula, plain, result, s.shape, {"gap": gap, "scores": s.ref})
+
+    def carry(self, iv, step, args, mistake):
+        if args[0].shape != args[1].shape:
+            raise iv.Impossible()
+        return iv.add(args[0], args[1])
 
     def json_details(self, details):
         return {"gap_to_scores": details["gap"]}
@@ -338,6 +386,23 @@ def _gap(ctx, absorbed, scores):
         diff = (sympy.Matrix(absorbed) - sympy.Matrix(scores)).applyfunc(sympy.nsimplify)
         return 0 if all(sympy.simplify(x) == 0 for x in diff) else float(max(abs(sympy.N(x)) for x in diff))
     return None
+
+
+def rotate_box(iv, x, layout: str, positions, base: float):
+    """Each row of the interval matrix x turned pair by pair by its position's angles (RoPE over
+    intervals: a row times a fixed rotation, an interval product)."""
+    rows, d = x.shape
+    if rows != len(positions) or d % 2:
+        raise iv.Impossible()
+    inv_freq = 1.0 / (base ** (np.arange(0, d, 2, dtype=np.float64) / d))
+    out = []
+    for r in range(rows):
+        rot = np.zeros((d, d))
+        for p, (j, k) in enumerate(rope_pairs(layout, d)):
+            c, s = np.cos(positions[r] * inv_freq[p]), np.sin(positions[r] * inv_freq[p])
+            rot[j, j], rot[k, j], rot[j, k], rot[k, k] = c, -s, s, c
+        out.append(iv.matmul(iv.Box(x.lo[r:r + 1], x.hi[r:r + 1]), iv.point(rot)))
+    return iv.stack(out, axis=0)
 
 
 def _q_lora(problem) -> bool:
@@ -380,3 +445,15 @@ MLA_ABSORB_KINDS: tuple[Kind, ...] = (W_ABSORBED, Q_ABSORBED, SCORES_C, SCORES_R
 #: In the head pipeline after the (disabled) Q, K, V projections and before the scores.
 MLA_KINDS: tuple[Kind, ...] = (C_Q, C_Q_NORM, C_KV, C_KV_NORM, K_R, K_R_ROPE, C_KV_CACHE, K_R_CACHE,
                                Q_C, Q_R, Q_R_ROPE, K_C, V_C, Q_MLA, K_MLA)
+
+# where they run: after the (then disabled) projections, before RoPE of Q and K; the absorbed
+# scores after the scores, before the scaling
+_chain = ("V",)
+for _k in MLA_KINDS:
+    _k.after, _chain = _chain, (_k.id,)
+K_MLA.before = ("Q_rope",)
+_chain = ("scores",)
+for _k in MLA_ABSORB_KINDS:
+    _k.after, _chain = _chain, (_k.id,)
+SCORES_ABSORBED.before = ("scaled",)
+del _k, _chain

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attntrace.kinds.base import Kind
+from attntrace.kinds.base import Kind, Mistake
 from attntrace.kinds.exactsize import check_exact_size
 from attntrace.model.errors import BadInput
 
@@ -43,13 +43,26 @@ class MoeKind(Kind):
     def enabled(self, problem) -> bool:
         return _moe(problem) is not None and super().enabled(problem)
 
+    def message_params(self, step):
+        return {"router": step.details.get("router", "")}
+
 
 def _op(ctx, key):
     return ctx.operand(ctx.p.shared[key])
 
 
+def _matmul(iv, a, b):
+    if a.shape[1] != b.shape[0]:
+        raise iv.Impossible()
+    return iv.matmul(a, b)
+
+
 class RouterLogits(MoeKind):
     id = "router_logits"
+
+    def carry(self, iv, step, args, mistake):
+        return _matmul(iv, args[0], args[1])
+
     reads, writes = ("ffn_in",), "router_L"
     letter, entry, symbol = "L", "l", "l"
     view = "product"
@@ -88,6 +101,9 @@ class RouterScores(MoeKind):
         formula = "S^{r} = \\sigma(L), \\quad s^{r}_{ij} = \\frac{1}{1 + e^{-l_{ij}}}"
         plain = "S^r = sigmoid(L),  s^r_ij = 1 / (1 + e^(-l_ij))"
         return ctx.emit(self, None, [lg.ref], formula, plain, result, lg.shape, {"activation": "sigmoid"})
+
+    def carry(self, iv, step, args, mistake):
+        return iv.monotone(args[0], lambda x: 1.0 / (1.0 + np.exp(-x)))  # increasing
 
     def json_details(self, details):
         return {"activation": "sigmoid"}
@@ -133,8 +149,42 @@ class RouterGates(MoeKind):
     reads, writes = ("router_L",), "router_G"
     letter, entry, symbol = "G", "g", "g"
     view = "routing"
-    infinite_ok = False
-    mistakes = ("moe_weights_not_renormalised",)
+    #: the chosen weights not divided by their sum: Mixtral's softmax over all E experts kept at
+    #: the top k, DeepSeek-V3's sigmoid scores as they are (times the scaling)
+    mistakes = (Mistake("moe_weights_not_renormalised",
+                        when=lambda steps: all(s.details["chosen"] is not None and s.details.get("normalize", True) for s in steps)),)
+
+    def carry(self, iv, step, args, mistake):
+        """The gates from the student's logits (softmax) or scores (sigmoid), the experts chosen
+        as in the true trace; the softmax of the chosen logits and the normalised scores are
+        monotone in each entry's own value and antitone in the others', so the enclosure takes
+        each weight's end points from the opposite ends of the others."""
+        d = step.details
+        src = args[0]
+        chosen = d["chosen"]
+        if chosen is None or src.shape[0] != len(chosen):
+            raise iv.Impossible()
+        lo, hi = np.zeros(src.shape), np.zeros(src.shape)
+        for i, es in enumerate(chosen):
+            es = list(es)
+            if d["router"] == "softmax":
+                f = np.exp
+                others = list(range(src.shape[1])) if mistake == "moe_weights_not_renormalised" else es
+            else:
+                f = lambda x: x  # noqa: E731 - the sigmoid scores themselves
+                others = es
+            c = float(d.get("scaling", 1)) if d["router"] == "sigmoid" else 1.0
+            for j in es:
+                rest = [k for k in others if k != j]
+                if d["router"] == "sigmoid" and mistake == "moe_weights_not_renormalised":
+                    lo[i, j], hi[i, j] = c * src.lo[i, j], c * src.hi[i, j]
+                    continue
+                top_lo, top_hi = f(src.lo[i, j]), f(src.hi[i, j])
+                rest_lo, rest_hi = sum(f(src.lo[i, k]) for k in rest), sum(f(src.hi[i, k]) for k in rest)
+                lo[i, j] = c * top_lo / (top_lo + rest_hi)
+                hi[i, j] = c * top_hi / (top_hi + rest_lo)
+        mid, rad = (lo + hi) / 2, (hi - lo) / 2
+        return iv.Box(mid - rad - 1e-15 * (np.abs(mid) + 1), mid + rad + 1e-15 * (np.abs(mid) + 1))
 
     def compute(self, ctx, head, state):
         moe = _moe(ctx.p)
@@ -231,8 +281,19 @@ class Experts(MoeKind):
         plain = f"Y = [Y(1) ... Y({n_exp})],  Y(e) = (SiLU(N^f W_gate(e)) * N^f W_up(e)) W_down(e)"
         return ctx.emit(self, None, inputs, formula, plain, result, (x.shape[0], n_exp * d), {"experts": n_exp, "width": d})
 
+    def carry(self, iv, step, args, mistake):
+        x, ws = args[0], args[1:]
+        if len(ws) % 3:
+            raise iv.Impossible()
+        return iv.stack([_swiglu_box(iv, x, *ws[k:k + 3]) for k in range(0, len(ws), 3)], axis=1)
+
     def json_details(self, details):
         return {"experts": details["experts"], "width": details["width"]}
+
+
+def _swiglu_box(iv, x, gate, up, down):
+    """An expert over intervals: (SiLU(x W_gate) ⊙ x W_up) W_down from the student's x."""
+    return _matmul(iv, iv.swiglu(_matmul(iv, x, gate), _matmul(iv, x, up)), down)
 
 
 class SharedExpert(MoeKind):
@@ -257,6 +318,9 @@ class SharedExpert(MoeKind):
         plain = "Y^s = (SiLU(N^f W^s_gate) * N^f W^s_up) W^s_down"
         return ctx.emit(self, None, [x.ref, "S_gate", "S_up", "S_down"], formula, plain, result, x.shape,
                         {"experts": 1, "width": x.shape[1]})
+
+    def carry(self, iv, step, args, mistake):
+        return _swiglu_box(iv, *args)
 
     def json_details(self, details):
         return {"experts": 1, "width": details["width"]}
@@ -292,8 +356,25 @@ class MoeOut(MoeKind):
         return ctx.emit(self, None, inputs, formula, plain, total, (g.shape[0], d),
                         {"chosen": gates.details["chosen"], "experts": n_exp, "width": d, "shared": ys is not None})
 
+    def carry(self, iv, step, args, mistake):
+        """sum_e G[:, e] ⊙ Y^(e) (+ Y^s) from the student's gates and expert outputs."""
+        g, y = args[0], args[1]
+        n_exp, d = details_of(step)
+        if y.shape != (g.shape[0], n_exp * d) or g.shape[1] != n_exp:
+            raise iv.Impossible()
+        total = None
+        for e in range(n_exp):
+            col = iv.Box(np.repeat(g.lo[:, e:e + 1], d, axis=1), np.repeat(g.hi[:, e:e + 1], d, axis=1))
+            term = iv.times(col, iv.Box(y.lo[:, e * d:(e + 1) * d], y.hi[:, e * d:(e + 1) * d]))
+            total = term if total is None else iv.add(total, term)
+        return iv.add(total, args[2]) if len(args) > 2 else total
+
     def json_details(self, details):
         return {"experts": details["experts"], "shared": details["shared"]}
+
+
+def details_of(step):
+    return step.details["experts"], step.details["width"]
 
 
 ROUTER_LOGITS, ROUTER_SCORES, ROUTER_GATES = RouterLogits(), RouterScores(), RouterGates()

@@ -6,12 +6,14 @@ blocks of Br rows, the keys and values into blocks of Bc, and for each query blo
 blocks j = 1, 2, ... update a running row maximum m, a running sum l and an unnormalised
 output O:
 
-    m^(j) = max(m^(j-1), rowmax T_j)          P^(j) = exp(T_j - m^(j))
-    l^(j) = e^(m^(j-1) - m^(j)) l^(j-1) + rowsum P^(j)
-    O^(j) = diag(e^(m^(j-1) - m^(j))) O^(j-1) + P^(j) V_j
+    m^(j) = max(m^(j-1), rowmax T_j)          P~^(j) = exp(T_j - m^(j))
+    l^(j) = e^(m^(j-1) - m^(j)) l^(j-1) + rowsum P~^(j)
+    O^(j) = diag(e^(m^(j-1) - m^(j))) O^(j-1) + P~^(j) V_j
 
-from m^(0) = -inf, l^(0) = 0, O^(0) = 0; at the end Z = diag(l)^-1 O and the log-sum-exp
-L = m + log l (what the backward pass keeps). The steps online_max, online_exp, online_sum,
+from m^(0) = -inf, l^(0) = 0, O^(0) = 0 (block 1's factor e^(m^(0) - m^(1)) is 0: its formulas
+are written in full and then as what they reduce to); at the end Z = diag(l^(Tc))^-1 O^(Tc)
+and the log-sum-exp L = m^(Tc) + log l^(Tc) (what the backward pass keeps). The letters are
+the paper's (m, l, P-tilde, O, L); its S^(j) is the block T_j of the scaled (masked) scores. The steps online_max, online_exp, online_sum,
 online_out carry `block` (j) and `query_block` (i) in their details and JSON; the final step
 keeps the id Z, so the concatenation and output projection after it are unchanged, and a
 step lse holds L. The ordinary softmax still runs before (scores, scaled, masked, weights):
@@ -22,9 +24,14 @@ Numeric, exact and shape mode. Not symbolic: a running maximum of symbols cannot
 
 from __future__ import annotations
 
+from attntrace.inputs.options import SpecOption
+from attntrace.inputs.stepoptions import parse_online
 from attntrace.kinds.base import Kind, plain_math
 from attntrace.kinds.weighted_sum import WeightedSum
 from attntrace.model.errors import BadInput
+
+#: The spec's `online = {block_keys = Bc, block_queries = Br}` (Problem.extra["online"]).
+SPEC_OPTIONS = (SpecOption("online", lambda value, reader: parse_online(value), "a table {block_keys = Bc, block_queries = Br}"),)
 
 
 class OnlineStep(Kind):
@@ -51,7 +58,7 @@ class OnlineStep(Kind):
 
 
 ONLINE_MAX = OnlineStep("online_max", "m", "m")
-ONLINE_EXP = OnlineStep("online_exp", "P", "P")
+ONLINE_EXP = OnlineStep("online_exp", "\\tilde{P}", "P~")
 ONLINE_SUM = OnlineStep("online_sum", "\\ell", "l")
 ONLINE_OUT = OnlineStep("online_out", "O", "O")
 LSE = OnlineStep("lse", "L", "L")
@@ -66,6 +73,7 @@ class OnlineWeightedSum(WeightedSum):
     """Z = A V, or with `online` the same Z by FlashAttention-2's loop over key blocks."""
 
     view, prose = "online_z", "online"
+    pipeline, after = "head", ("weights",)
 
     def compute(self, ctx, head, state):
         online = ctx.p.extra.get("online")
@@ -104,20 +112,26 @@ class OnlineWeightedSum(WeightedSum):
                 first = kb == 1
                 ordinary_m = None if row_max is None else _column(alg, row_max, r0, r1)
                 ordinary_l = None if row_sum is None else _column(alg, row_sum, r0, r1)
+                # FlashAttention-2's updates, block 1 too: from m^(0) = -inf, l^(0) = 0, O^(0) = 0 the
+                # factor e^(m^(0) - m^(1)) is 0, so each block-1 formula ends in what it reduces to
+                rowmax, prowmax = f"\\operatorname{{rowmax}}({tsub})", f"rowmax({ptsub})"
                 ctx.emit(ONLINE_MAX, head, [t.ref] + ([] if first else ["online_max"]),
-                              f"m{q}{j} = " + (f"\\operatorname{{rowmax}}({tsub})" if first else f"\\max\\left(m{q}{prev}, \\operatorname{{rowmax}}({tsub})\\right)"),
-                              f"m{pq}{pj} = " + (f"rowmax({ptsub})" if first else f"max(m{pq}{pprev}, rowmax({ptsub}))"),
-                              u["m"], (r1 - r0, 1), {**info, "ordinary": ordinary_m})
-                ctx.emit(ONLINE_EXP, head, [t.ref, "online_max"], f"P{q}{j} = \\exp\\left({tsub} - m{q}{j}\\right)",
-                         f"P{pq}{pj} = exp({ptsub} - m{pq}{pj})", u["P"], (r1 - r0, c1 - c0), info)
-                alpha = f"e^{{m{q}{prev} - m{q}{j}}}"
-                ctx.emit(ONLINE_SUM, head, ["online_exp"] + ([] if first else ["online_sum"]),
-                         f"\\ell{q}{j} = " + ("" if first else f"{alpha} \\circ \\ell{q}{prev} + ") + f"\\operatorname{{rowsum}}(P{q}{j})",
-                         f"l{pq}{pj} = " + ("" if first else f"e^(m{pq}{pprev} - m{pq}{pj}) l{pq}{pprev} + ") + f"rowsum(P{pq}{pj})",
+                         f"m{q}{j} = \\max\\left(m{q}{prev}, {rowmax}\\right)" + (f" = {rowmax}" if first else ""),
+                         f"m{pq}{pj} = max(m{pq}{pprev}, {prowmax})" + (f" = {prowmax}" if first else ""),
+                         u["m"], (r1 - r0, 1), {**info, "ordinary": ordinary_m})
+                p_tex, p_plain = f"\\tilde{{P}}{q}{j}", f"P~{pq}{pj}"
+                ctx.emit(ONLINE_EXP, head, [t.ref, "online_max"], f"{p_tex} = \\exp\\left({tsub} - m{q}{j}\\right)",
+                         f"{p_plain} = exp({ptsub} - m{pq}{pj})", u["P"], (r1 - r0, c1 - c0), info)
+                alpha, palpha = f"e^{{m{q}{prev} - m{q}{j}}}", f"e^(m{pq}{pprev} - m{pq}{pj})"
+                rowsum, prowsum = f"\\operatorname{{rowsum}}({p_tex})", f"rowsum({p_plain})"
+                ctx.emit(ONLINE_SUM, head, ["online_exp"] + ([] if first else ["online_sum", "online_max"]),
+                         f"\\ell{q}{j} = {alpha} \\ell{q}{prev} + {rowsum}" + (f" = {rowsum}" if first else ""),
+                         f"l{pq}{pj} = {palpha} l{pq}{pprev} + {prowsum}" + (f" = {prowsum}" if first else ""),
                          u["l"], (r1 - r0, 1), {**info, "alpha": None if first else u["alpha"], "ordinary": ordinary_l})
-                ctx.emit(ONLINE_OUT, head, ["online_exp", v.ref] + ([] if first else ["online_out"]),
-                         f"O{q}{j} = " + ("" if first else f"\\operatorname{{diag}}\\left({alpha}\\right) O{q}{prev} + ") + f"P{q}{j} {vsub}",
-                         f"O{pq}{pj} = " + ("" if first else f"diag(e^(m{pq}{pprev} - m{pq}{pj})) O{pq}{pprev} + ") + f"P{pq}{pj} {pvsub}",
+                pv, ppv = f"{p_tex} {vsub}", f"{p_plain} {pvsub}"
+                ctx.emit(ONLINE_OUT, head, ["online_exp", v.ref] + ([] if first else ["online_out", "online_max"]),
+                         f"O{q}{j} = \\operatorname{{diag}}\\left({alpha}\\right) O{q}{prev} + {pv}" + (f" = {pv}" if first else ""),
+                         f"O{pq}{pj} = diag({palpha}) O{pq}{pprev} + {ppv}" + (f" = {ppv}" if first else ""),
                          u["O"], (r1 - r0, dv), {**info, "alpha": None if first else u["alpha"]})
                 m, l_, o = u["m"], u["l"], u["O"]
             z_q, lse_q = alg.online_finish(m, l_, o)

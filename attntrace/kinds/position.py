@@ -28,9 +28,11 @@ class PosEnc(Kind):
         base = ctx.p.extra.get("position_base", 10000)
         result = ctx.alg.sinusoid(n, d, base)
         b = f"{base:g}" if isinstance(base, float) else str(base)
-        formula = (f"P = \\operatorname{{PE}}, \\quad p_{{i,2k}} = \\sin\\frac{{i - 1}}{{{b}^{{2k/d}}}},\\ "
-                   f"p_{{i,2k+1}} = \\cos\\frac{{i - 1}}{{{b}^{{2k/d}}}}")
-        plain = f"P = PE,  p_(i,2k) = sin((i-1) / {b}^(2k/d)),  p_(i,2k+1) = cos((i-1) / {b}^(2k/d))"
+        # rows and columns both count from 1, as the entries p_{21} do: row i is position i - 1,
+        # columns 2k - 1 and 2k (k = 1, ..., d/2) share the frequency 1 / base^{2(k-1)/d}
+        formula = (f"P = \\operatorname{{PE}}, \\quad p_{{i,2k-1}} = \\sin\\frac{{i - 1}}{{{b}^{{2(k-1)/d}}}},\\ "
+                   f"p_{{i,2k}} = \\cos\\frac{{i - 1}}{{{b}^{{2(k-1)/d}}}}")
+        plain = f"P = PE,  p_(i,2k-1) = sin((i-1) / {b}^(2(k-1)/d)),  p_(i,2k) = cos((i-1) / {b}^(2(k-1)/d))"
         return ctx.emit(self, None, [x.ref], formula, plain, result, (n, d), {"base": base, "d": d})
 
     def json_details(self, details):

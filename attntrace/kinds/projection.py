@@ -50,6 +50,7 @@ def kv_ref(problem, name: str, head: int | None) -> str:
 
 
 class Projection(Kind):
+    pipeline = "head"
     view = "product"
     prose = "projection"
     mistakes = ("same_weights", "kv_from_queries")
@@ -60,6 +61,7 @@ class Projection(Kind):
         self.id = self.letter = self.writes = which
         self.entry = self.symbol = which.lower()
         self.reads = ("X", f"W_{which}")
+        self.after = {"Q": (), "K": ("Q",), "V": ("K",)}[which]
 
     def source(self, ctx) -> str:
         return "X_kv" if self.which in ("K", "V") and "X_kv" in ctx.p.shared else "X"

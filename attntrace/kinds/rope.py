@@ -14,7 +14,7 @@ under the roles Q and K, so the scores read them: scores' inputs name Q_rope and
 
 from __future__ import annotations
 
-from attntrace.kinds.base import Kind, plain_sup, sup
+from attntrace.kinds.base import Kind, plain_math, plain_sup, sup
 from attntrace.kinds.projection import kv_head
 
 
@@ -42,6 +42,7 @@ def rope_positions(problem, which: str, rows: int) -> tuple[int, ...]:
 
 
 class Rope(Kind):
+    pipeline = "head"
     view, prose = "rotation", "rope"
     starts = ("X", "QKV")
     mistakes = ("rope_wrong_layout", "rope_positions_from_1")
@@ -49,6 +50,7 @@ class Rope(Kind):
     def __init__(self, which: str):
         self.which = which
         self.id = f"{which}_rope"
+        self.after = ("V",) if which == "Q" else ("Q_rope",)
         self.reads, self.writes = (which,), which
         self.letter, self.plain_letter = f"\\tilde{{{which}}}", f"{which}~"
         self.entry = self.symbol = f"\\tilde{{{which.lower()}}}"
@@ -77,12 +79,16 @@ class Rope(Kind):
         w = self.which
         formula = (f"\\tilde{{{w}}}{h} = \\operatorname{{RoPE}}({x.letter}{h}), \\quad "
                    f"\\theta_i = {_base_tex(rope['base'])}^{{-2(i-1)/d_k}}")
-        plain = f"{w}~{ph} = RoPE({x.letter}{ph}),  theta_i = {rope['base']}^(-2(i-1)/d_k)"
+        plain = f"{w}~{ph} = RoPE({plain_math(x.letter)}{ph}),  theta_i = {rope['base']}^(-2(i-1)/d_k)"
         flow = ctx.emit(self, own, [x.ref], formula, plain, result, x.shape, details)
         if grouped:
             flow.ref = f"{self.id}@{own}"  # read by every query head of the group, as K@j
         memo[(self.id, own)] = flow
         return flow
+
+    def intro(self, tex, plain, steps):
+        """The scores read the rotated Q-tilde and K-tilde."""
+        return ("\\tilde{Q} \\tilde{K}^{\\top}", "Q~ K~^T") if self.which == "Q" else (tex, plain)
 
     def json_details(self, details):
         base = details["base"]

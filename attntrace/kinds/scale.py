@@ -7,6 +7,7 @@ from attntrace.model.errors import BadInput
 
 
 class Scaled(Kind):
+    pipeline, after = "head", ("scores",)
     id = "scaled"
     reads, writes = ("S",), "S"
     starts = ("X", "QKV", "scores")
@@ -30,6 +31,11 @@ class Scaled(Kind):
         divisor, plain_divisor = ("\\sqrt{d_k}", "sqrt(d_k)") if number is None else ("c", "c")
         return ctx.emit(self, head, [s.ref], f"T{h} = \\frac{{{s.letter}{h}}}{{{divisor}}}",
                         f"T{ph} = {s.letter}{ph} / {plain_divisor}", result, s.shape, details)
+
+    def intro(self, tex, plain, steps):
+        if any(s.details.get("by_sqrt_dk", True) for s in steps):
+            return tex + "/\\sqrt{d_k}", plain + " / sqrt(d_k)"
+        return tex + "/c", plain + " / c"
 
     def overflow_how(self, inputs, details) -> str:
         return f"{inputs[0]} divided by {details['factor']:.6g}"

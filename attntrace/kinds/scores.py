@@ -8,6 +8,7 @@ from attntrace.model.errors import BadInput
 
 
 class Scores(Kind):
+    pipeline, after = "head", ("V_cache",)
     id = "scores"
     reads, writes = ("Q", "K"), "S"
     starts = ("X", "QKV")

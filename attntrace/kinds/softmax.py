@@ -10,6 +10,7 @@ from attntrace.model.errors import BadInput
 
 
 class Weights(Kind):
+    pipeline, after = "head", ("masked",)
     id = "weights"
     reads, writes = ("S",), "A"
     starts = ("X", "QKV", "scores")
@@ -20,7 +21,7 @@ class Weights(Kind):
     def compute(self, ctx, head, state):
         t = state["S"]
         result, details = ctx.alg.softmax(t.value)
-        if ctx.numeric and not getattr(details, "shift_finite", False):  # the algebra knows when no check is needed
+        if ctx.numeric and ctx.float_trouble():  # NumPy reported an overflow (kinds.context.FloatWatch)
             _check_shift(ctx, head, t.value, details["shifted"])
         h, ph = sup(head), plain_sup(head)
         m, e = t.letter, t.entry

@@ -218,7 +218,10 @@ class Trace:
         concat for heads without one, Z for one head; the block's last step for a layer."""
         if not self.steps:
             raise KeyError("the trace has no steps")
-        return self.steps[self.settings.get("forward_steps", len(self.steps)) - 1]
+        last = self.settings.get("forward_steps", len(self.steps))
+        if last == 0:  # traced with keep=, which left out the forward pass's last step
+            raise KeyError("the forward result was not kept: trace with keep= naming it (e.g. output)")
+        return self.steps[last - 1]
 
     @property
     def output(self) -> Any:

@@ -101,10 +101,11 @@ def _lay_out(sv, vm, sides: list, entry, default_rows: int = 1, before=None, fir
     if not sv.rows_opt and first_row and n > first_row:  # the position table's row 1 is sin 0, cos 0: row 2 tells more
         rows = [first_row]
     vm["entry_rows"] = rows
-    chains = []
+    chains, lead, named = [], None, True
     for i in rows:
         if before is not None:
             chains += before(i)
+        lead = len(chains) if lead is None else lead  # the first row's statistics come before its entries
         for j in entry_columns(sv, s.shape[1]):
             if j is None:
                 chains.append([o.dots(None, 0)])
@@ -114,8 +115,14 @@ def _lay_out(sv, vm, sides: list, entry, default_rows: int = 1, before=None, fir
                 chains.append(sv.fit(label, [sv.symbolic_sum(i, j)], align=True, lhs_width=sv.lw))
             else:
                 result = [] if entry_has_result else sv.entry_result(s.value, i, j)
-                chains.append(sv.fit(label, entry(i, j) + result, align=True, lhs_width=sv.lw))
+                sides = entry(i, j) + result
+                if not named and len(sides) > 2 and not o.plain:  # the formula in names once, then numbers only
+                    sides = sides[1:]
+                named = False
+                chains.append(sv.fit(label, sides, align=True, lhs_width=sv.lw))
     vm["entries"] = sv.blocks_of(chains)
+    if vm["entries"]:
+        vm["entries"][0]["lead"] = lead or 0
 
 
 # -- sums: E = X + P, R = E + O, R^f = N + F ------------------------------------------------
@@ -128,7 +135,7 @@ def build_sum(sv, vm) -> None:
     sides: list = [_rhs(sv, vm)]
     if a.value is not None and b.value is not None and not o.plain and max(a.shape) <= o.max_size:
         seq = Seq((sv.shown(a, budget - 2), "+ " + sv.shown(b, budget - 2)), joiner=" ")
-        if all(o.measure(x) <= budget for x in seq.items):
+        if o.measure(seq.tex()) <= budget:  # side by side, or not at all: both were shown before
             sides.append(seq)
 
     def entry(i, j):
@@ -193,9 +200,11 @@ def build_norm(sv, vm) -> None:
     s, o = sv.s, sv.out
     d = s.details
     rms = d.get("norm") == "rms"
-    r = resolve(sv.t, s.inputs[0], None)
-    gain = resolve(sv.t, f"gamma_{d['which']}", None) if f"gamma_{d['which']}" in s.inputs else None
-    bias = resolve(sv.t, f"beta_{d['which']}", None) if f"beta_{d['which']}" in s.inputs else None
+    r = resolve(sv.t, s.inputs[0], s.head)
+    # the gain and bias operands: the block's gamma_1/beta_1 (or _2), or the ones a kind names
+    gain_name, bias_name = d.get("gain_operand", f"gamma_{d.get('which')}"), d.get("bias_operand", f"beta_{d.get('which')}")
+    gain = resolve(sv.t, gain_name, None) if gain_name in s.inputs else None
+    bias = resolve(sv.t, bias_name, None) if bias_name in s.inputs else None
     vm["extra"].update(norm="rms" if rms else "layer", eps=_eps_text(o, d["eps"]), dim=str(s.shape[1]), gain=gain is not None,
                        bias=bias is not None)
     vm["formula_block"] = _entry_formula(sv, vm)
@@ -286,8 +295,9 @@ def build_posenc(sv, vm) -> None:
         vm["formula_block"] = [vm["formula"]]
     else:
         ang = lambda k: f"\\frac{{i - 1}}{{{b}^{{{k}/{dim}}}}}"  # noqa: E731
-        vm["formula_block"] = (sv.fit("p_{i,2k}", [f"\\sin {ang('2k')}"], align=True)
-                               + sv.fit("p_{i,2k+1}", [f"\\cos {ang('2k')}"], align=True))
+        # rows and columns count from 1 like the entries below (p_{21}); k = 1, ..., d/2
+        vm["formula_block"] = (sv.fit("p_{i,2k-1}", [f"\\sin {ang('2(k-1)')}"], align=True)
+                               + sv.fit("p_{i,2k}", [f"\\cos {ang('2(k-1)')}"], align=True))
     vm["extra"].update(base=b, dim=str(dim))
 
     def entry(i, j):

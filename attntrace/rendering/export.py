@@ -80,5 +80,9 @@ def trace_to_dict(trace) -> dict:
         entry.update(value_to_json(o.value, trace.mode))
         operands.append(entry)
     # "output": the key of the step holding the forward result (Trace.output_step), never a gradient
-    return {"attntrace": __version__, "mode": trace.mode, "title": trace.title, "num_heads": trace.num_heads,
-            "output": trace.output_step.key if trace.steps else None, "steps": steps, "operands": operands}
+    kept_output = bool(trace.steps) and trace.settings.get("forward_steps", 1) != 0
+    out = {"attntrace": __version__, "mode": trace.mode, "title": trace.title, "num_heads": trace.num_heads,
+           "output": trace.output_step.key if kept_output else None, "steps": steps, "operands": operands}
+    if "not_kept" in trace.settings:  # traced with keep=: the steps computed but not recorded
+        out["not_kept"] = list(trace.settings["not_kept"])
+    return out

@@ -26,6 +26,42 @@ _UNITS = {"pt": 1.0, "bp": 72.27 / 72, "mm": 72.27 / 25.4, "cm": 72.27 / 2.54, "
 _WIDTH_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(pt|bp|mm|cm|in|px|em|ch)\s*$")
 
 
+#: A MathJax display is as wide in ex of the surrounding text as it is in TeX em times this
+#: (MathJax 4's font: 1 em = 2.2624 ex, measured with tex2svg of \\hspace{10em}). MathJax sets
+#: its ex to the page font's ex, in SVG and in CHTML (matchFontHeight) output alike.
+MATHJAX_EX_PER_EM = 2.2624
+
+
+class Preset(NamedTuple):
+    """A named target: its column, and how many px one em of TeX math takes there.
+
+    `column` is a width with a unit; for Markdown sites `font` (px) and `x_height` (the body
+    font's size and x-height ratio) say how big MathJax sets the math there."""
+
+    column: str
+    font: float = 0.0
+    x_height: float = 0.0
+    engine: str = ""  # "mathjax" for sites that typeset with MathJax; "" for LaTeX pages
+
+    def px_per_em(self) -> float:
+        return self.font * self.x_height * MATHJAX_EX_PER_EM
+
+
+#: `--width NAME`: the usual targets. LaTeX: article's 345pt at 10pt; beamer's 128 mm frame with
+#: 1 cm margins (108 mm) at 11pt. Markdown (MathJax): MkDocs Material's 688px column in Roboto
+#: 16px (x-height 0.528); Sphinx's Read the Docs theme, 800px less 3.236em padding each side
+#: (696px) in Lato 16px (0.507); a Jupyter notebook's Markdown cell, about 800px in a 14px system
+#: font (0.52); GitHub's Markdown body in a README, about 740px in 16px system fonts (0.52).
+PRESETS = {
+    "article": Preset("345pt"),
+    "beamer": Preset("307.28pt", font=11.0),
+    "mkdocs": Preset("688px", 16.0, 0.528, "mathjax"),
+    "sphinx": Preset("696px", 16.0, 0.507, "mathjax"),
+    "jupyter": Preset("800px", 14.0, 0.52, "mathjax"),
+    "github": Preset("740px", 16.0, 0.52, "mathjax"),
+}
+
+
 class Width(NamedTuple):
     """The target width of one report: `em` for the fitter, `pt` for a standalone page."""
 
@@ -43,9 +79,13 @@ def parse_width(text: str | None, fmt: str, lang: str) -> Width:
     from attntrace.model.errors import BadInput
 
     text = DEFAULT_WIDTH[fmt] if text is None else text
+    preset = PRESETS.get(str(text).strip().lower())
+    if preset is not None:
+        return preset_width(preset, lang)
     m = _WIDTH_RE.match(str(text))
     if not m:
-        raise BadInput(f"width must be a number with a unit (345pt, 12cm, 760px, 40em, 100ch), not {text!r}")
+        raise BadInput(f"width must be a number with a unit (345pt, 12cm, 760px, 40em, 100ch) or one of "
+                       f"{', '.join(PRESETS)}, not {text!r}")
     x, unit = float(m.group(1)), m.group(2)
     font = FONT_PT[lang]
     if unit == "ch":
@@ -63,6 +103,18 @@ def parse_width(text: str | None, fmt: str, lang: str) -> Width:
         em = pt / font
     if not 8 <= em <= 400:
         raise BadInput(f"width {text!r} is out of range (about 80pt to 4000pt)")
+    return Width(em=em, pt=pt, chars=int(em * 2))
+
+
+def preset_width(preset: Preset, lang: str) -> Width:
+    """A named target's Width: its column in em of the math it shows there."""
+    x = float(preset.column[:-2])
+    if preset.engine == "mathjax":
+        em = x / preset.px_per_em()
+        return Width(em=em, pt=em * FONT_PT[lang], chars=int(em * 2))
+    pt = x * _UNITS[preset.column[-2:]]
+    font = preset.font or FONT_PT[lang]  # beamer sets its math at 11pt
+    em = pt / max(font, FONT_PT[lang])
     return Width(em=em, pt=pt, chars=int(em * 2))
 
 

@@ -18,6 +18,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from attntrace.kinds.base import plain_accents
+
 #: How many entries (numbers or expressions) have been formatted; tests read and reset it.
 STATS = {"entries": 0}
 
@@ -44,6 +46,20 @@ def printer_classes() -> tuple[type, type]:
 
         def _print_Float(self, expr):
             return tex_number(float(expr), self._settings["precision"], count=False)
+
+        def _print_exp(self, expr, exp=None):
+            """e, not e^{1}; a fraction in an exponent as a/b (e^{-1/2}): a \\frac there is set
+            at script size, and at script-script size inside a fraction."""
+            from sympy import Rational
+
+            arg = expr.args[0]
+            if arg == 1:
+                body = "e"
+            elif isinstance(arg, Rational) and arg.q != 1:
+                body = f"e^{{{'-' if arg < 0 else ''}{abs(arg.p)}/{arg.q}}}"
+            else:
+                body = f"e^{{{self._print(arg)}}}"
+            return body if exp is None else f"\\left({body}\\right)^{{{exp}}}"
 
         def _print_Mul(self, expr):
             """2 e^{-x}, not SymPy's \\frac{2}{e^{x}}: exact weights and Z keep their exponentials
@@ -93,8 +109,20 @@ def greek_name(name: str) -> str:
 def plain_name(name: str) -> str:
     """w^{Q(2)}_{11} -> w^Q(2)_11, \\alpha_{11} -> alpha_11 (braces and backslashes dropped);
     an accent follows its letter: \\tilde{q}_{11} -> q~_11, \\hat{t}_{11} -> t'_11."""
-    name = re.sub(r"\\tilde\{(\w)\}", r"\1~", re.sub(r"\\hat\{(\w)\}", r"\1'", name))
-    return re.sub(r"[{}\\]", "", name)
+    return re.sub(r"[{}\\]", "", plain_accents(name))
+
+
+@lru_cache(maxsize=8192)
+def evalf17(x):
+    """A SymPy entry's value to 17 digits (its real part), None when it has symbols. Cached per
+    entry: a report prints an entry's approximation in its matrix, its entry line and the next
+    step's substitution, and an exact GELU or softmax entry takes milliseconds to evaluate."""
+    if getattr(x, "free_symbols", None) or not getattr(x, "is_number", False):
+        return None
+    f = x.evalf(17)
+    if f.is_real is False:  # a complex value cannot come from real inputs; its real part
+        f = f.as_real_imag()[0]
+    return f
 
 
 def _trim(x: float, precision: int) -> str:
@@ -130,8 +158,39 @@ def plain_number(x: float, precision: int, count: bool = True) -> str:
     return _trim(x, precision)
 
 
-def decimals_needed(xs: list[float], precision: int) -> int:
-    """The decimals the longest of these numbers needs at `precision` (trailing zeros trimmed)."""
+def decimals_needed(xs, precision: int) -> int:
+    """The decimals the longest of these numbers (a list or an array) needs at `precision`
+    (trailing zeros trimmed), as `_trim` prints them.
+
+    Many numbers are counted in NumPy: x 10^p rounded to an integer m, its trailing zeros
+    counted; m is exact and rounds as the decimal printing does whenever x 10^p < 2^31 and is
+    not within 1e-6 of a half (float error there is below 2.4e-7), and the few numbers that
+    are not are printed one by one. So a report's layout costs O(entries) in C, not a string
+    per entry."""
+    if isinstance(xs, list) and len(xs) < 64:
+        return _decimals_printed(xs, precision)
+    a = np.asarray(xs, dtype=np.float64).ravel()
+    a = a[np.isfinite(a) & (a != 0)]
+    if a.size < 64:
+        return _decimals_printed(a.tolist(), precision)
+    scale = 10.0 ** precision
+    with np.errstate(over="ignore", invalid="ignore"):  # 1e300 * 10^p: inf, which is unsure (printed)
+        y = np.abs(a) * scale
+        unsure = (y >= 2.0 ** 31) | (np.abs(y - np.floor(y) - 0.5) < 1e-6)
+    d = _decimals_printed(a[unsure].tolist(), precision) if unsure.any() else 0
+    a, m = a[~unsure], np.rint(y[~unsure])
+    if a.size == 0:
+        return d
+    zeros = np.zeros(m.shape, dtype=np.int64)  # trailing decimal zeros of m, at most `precision`
+    for k in range(1, precision + 1):
+        zeros += np.mod(m, 10.0 ** k) == 0
+    need = precision - zeros
+    # a value that is not whole never prints as one: 0.99995 is 1.0000, 1e-9 is 0.0000
+    need[(zeros == precision) & (a != np.trunc(a))] = precision
+    return max(d, int(need.max()))
+
+
+def _decimals_printed(xs: list[float], precision: int) -> int:
     d = 0
     for x in xs:
         if math.isfinite(x) and x != 0:
@@ -220,11 +279,9 @@ class _Out:
         x = value[i, j]
         if _is_infinite(x):
             return self.num(float(x))
-        if getattr(x, "free_symbols", None) or not getattr(x, "is_number", False):
+        f = evalf17(x)
+        if f is None:
             return None
-        f = x.evalf(17)
-        if f.is_real is False:  # a complex value cannot come from real inputs; show its real part
-            f = f.as_real_imag()[0]
         if f == 0 or x == 0:
             return self.num(0.0)
         if abs(f) < 0.5 * 10 ** -self.precision:  # e^{-161/3} ~ 1e-23 (even 1e-5000): tiny, never 0
@@ -294,18 +351,19 @@ class _Out:
         an entry whose float is not its true value (an exponential that underflowed to 0,
         a weight of 1 - 1e-30), log10 of the true value, else None."""
         ri = pick(shape[0], self.max_size)
+        memo: dict = {}  # (i, j, decimals, padded) -> the cell: `widest` builds several column counts
 
         def build(limit: int) -> tuple[str, int, int]:
             ci = pick(shape[1], limit)
             cells = [(i, j) for i in ri if i is not None for j in ci if j is not None]
-            text, n = self._numeric_cells(value, ri, ci, cells, true_log10, pad=True)
+            text, n = self._numeric_cells(value, ri, ci, cells, true_log10, pad=True, memo=memo)
             return text, sum(c is not None for c in ci), n
 
         text, _, n = self.widest(build, budget)
         STATS["entries"] += n
         return text
 
-    def _numeric_cells(self, value, ri, ci, cells, true_log10, pad: bool):
+    def _numeric_cells(self, value, ri, ci, cells, true_log10, pad: bool, memo: dict | None = None):
         shown = [float(value[i, j]) for i, j in cells]
         inexact = {(i, j): true_log10(i, j) for i, j in cells} if true_log10 else {}
         d = decimals_needed(shown, self.precision)
@@ -318,7 +376,13 @@ class _Out:
         def cell(i, j):  # noqa: E306
             x, lg = float(value[i, j]), inexact.get((i, j))
             if lg is None:
-                return self.fixed(x, d, pad and j not in zero_cols)
+                padded = pad and j not in zero_cols
+                if memo is None:
+                    return self.fixed(x, d, padded)
+                key = (i, j, d, padded)
+                if key not in memo:
+                    memo[key] = self.fixed(x, d, padded)
+                return memo[key]
             if x == 0:
                 return self.power_of_ten(lg)
             if x == int(x):  # a float that rounded to a whole number (1 - 1e-20): show the rounding
@@ -405,6 +469,19 @@ class _Out:
         return self.add([self.ellipsis_term() if k is None else term(k) for k in ks])
 
 
+def _fraction_entry(cell: str) -> bool:
+    """A matrix entry that is a fraction: 1/2, 1/(1 + e^{1/2}), s_{11}/sqrt(2)."""
+    return cell.lstrip("- ").startswith("\\frac{")
+
+
+def _display_fraction(cell: str) -> str:
+    """The entry's leading \\frac set in display style (full-size numerator and denominator)."""
+    if not _fraction_entry(cell):
+        return cell
+    k = cell.index("\\frac{")
+    return cell[:k] + "\\dfrac{" + cell[k + len("\\frac{"):]
+
+
 class TexOut(_Out):
     """LaTeX math (KaTeX-safe)."""
 
@@ -432,6 +509,11 @@ class TexOut(_Out):
         return r"\cdots"
 
     def layout(self, body: list[list[str]]) -> str:
+        # a fraction of exponentials (exact softmax weights) in text style sets its e^{...} at
+        # script-script size, and fractions of adjacent rows touch: \dfrac, and air between rows
+        if any(_fraction_entry(c) for row in body for c in row):
+            body = [[_display_fraction(c) for c in row] for row in body]
+            return "\\begin{bmatrix}" + " \\\\[6pt] ".join(" & ".join(row) for row in body) + "\\end{bmatrix}"
         # scripts on both rows (w^{Q(2)}_{11} under a^{(2)}_{11}) collide without a little air
         sep = " \\\\[2pt] " if any("^" in c for c in body[-1]) and len(body) > 1 else " \\\\ "
         return "\\begin{bmatrix}" + sep.join(" & ".join(row) for row in body) + "\\end{bmatrix}"

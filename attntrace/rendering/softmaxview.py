@@ -95,7 +95,7 @@ class SoftmaxView:
                                                   None if lg is None else [None if j is None else lg(i, j) for j in cols])
             # the row maximum as the matrix it comes from prints it (1.6330 there, not 1.633 here)
             src_all = np.asarray(src.value, dtype=float)
-            dsrc = decimals_needed([float(x) for x in src_all.ravel()[:4096] if np.isfinite(x)], o.precision)
+            dsrc = decimals_needed(src_all.ravel()[:4096], o.precision)  # non-finite entries need none
             mx = float(d["row_max"][i])
             m_val = f"{mx:.{dsrc}f}" if dsrc and math.isfinite(mx) and mx != 0 and mx == int(mx) else o.fixed(mx, dsrc, pad=False)
             several = np.isfinite(self.shifted(i)).sum() > 1  # then the sum is 1 + something, never exactly 1
@@ -116,7 +116,10 @@ class SoftmaxView:
             weights_v = ent(s.value)
             approx = [None if j is None else o.approx_entry(s.value, i, j) for j in cols]
             weights_side = [weights_v]
-            if all(a is not None for a, j in zip(approx, cols) if j is not None):  # no approximation of symbols
+            exact_items = [None if j is None else o.entry(s.value, i, j) for j in cols]
+            if approx == exact_items:
+                pass  # (1, 0, 0) is its own approximation: not written twice
+            elif all(a is not None for a, j in zip(approx, cols) if j is not None):  # no approximation of symbols
                 dots = o.dots(0, None)
                 weights_side.append(("\\approx" if not plain else "~", self.vector_tex([dots if a is None else a for a in approx])))
                 room = o.limit - 9.0  # the row's left column and an indent

@@ -20,7 +20,7 @@ from attntrace.rendering.printing import STATS, decimals_needed, pick, plain_nam
 from attntrace.rendering.softmaxview import SoftmaxView
 from attntrace.kinds import kind_of
 from attntrace.rendering import views
-from attntrace.rendering.viewparts import Ref, block, entry_columns, pack, resolve, rows_to_expand, shape_dims, step_ref
+from attntrace.rendering.viewparts import inputs_not_kept, Ref, block, entry_columns, pack, resolve, rows_to_expand, shape_dims, step_ref
 
 
 #: Views laid out by modules of their own (`views.MODULES`): view name -> function(step_view, vm)
@@ -135,14 +135,20 @@ class StepView(SoftmaxView):
             "formula": s.plain if o.plain else s.formula,
             "shape": o.shape(s.shape), "rows": s.shape[0], "cols": s.shape[1],
             "elided": max(s.shape) > o.max_size, "main": [], "entries": [], "entry_rows": [], "softmax_rows": [],
-            "notes": [], "shape_line": self.shape_line(), "extra": {}, "formula_block": [],
+            "notes": [], "shape_line": self.shape_line(), "extra": {}, "formula_block": [], "entry_form": "entries",
         }
         if s.id == "scaled":
             self.scale_facts(vm)
         self.lw = self.label_width()
         view = kind_of(s.id).view
         builder = getattr(self, f"build_{view}", None)
-        if self.mode == "shape":
+        missing = inputs_not_kept(self.t, s)
+        if missing:  # traced with keep=: an input's values are gone, so the result only
+            vm["inputs_not_kept"] = missing
+            lhs = self.named(self.ref)
+            vm["formula_block"] = self.fit_formula(vm["formula"])
+            vm["main"] = [block(self.fit(lhs, self.result_side(s.value, self.budget(lhs))))] if s.value is not None else []
+        elif self.mode == "shape":
             vm["formula_block"] = self.fit_formula(vm["formula"])
         elif builder is not None:
             builder(vm)
@@ -217,7 +223,9 @@ class StepView(SoftmaxView):
             product = Seq(tuple(factors), joiner=" ")
             if bias is not None:
                 product = Seq((product.tex(), "+ " + self.shown(bias, budget - 2)), joiner=" ")
-            if all(o.measure(f) <= budget for f in product.items):  # a factor too wide even with dots is left out
+            # the factors side by side on one line, or not at all: each was shown before (given, or an
+            # earlier step's result), and factors stacked one above the other cost a page a block
+            if o.measure(product.tex()) <= budget:
                 sides.append(product)
         expand_all = False
         if self.mode == "symbolic":
@@ -231,6 +239,8 @@ class StepView(SoftmaxView):
         else:
             sides += self.result_side(s.value, budget)
         vm["main"] = [block(self.fit(lhs, sides))]
+        if len(sides) > 1 and isinstance(sides[1], Seq):  # a repeated product (K after Q) shows formula = result
+            vm["main_short"] = [block(self.fit(lhs, sides[:1] + sides[2:]))]
         n = s.shape[0]
         default = n if expand_all and s.shape[0] * s.shape[1] <= 12 else 1
         rows = rows_to_expand(self.rows_opt, n, default)
@@ -238,10 +248,13 @@ class StepView(SoftmaxView):
         chains = []
         for i in rows:
             for j in entry_columns(self, s.shape[1]):
-                chains.append(self.product_entry(a, b, tr, bias, i, j) if j is not None else [o.dots(None, 0)])
+                chains.append(self.product_entry(a, b, tr, bias, i, j, named=not chains) if j is not None else [o.dots(None, 0)])
         vm["entries"] = self.blocks_of(chains)
 
-    def product_entry(self, a, b, tr, bias, i, j) -> list[str]:
+    def product_entry(self, a, b, tr, bias, i, j, named: bool = True) -> list[str]:
+        """One entry: the sum of products in names, the numbers substituted, the result. Only the
+        first entry of a list writes the names (`named`): the others follow the same pattern, and a
+        textbook gives them with their numbers only."""
         o, s = self.out, self.s
         bij = (lambda k: (j, k)) if tr else (lambda k: (k, j))
         lhs = self.entry_label(i, j)
@@ -266,7 +279,8 @@ class StepView(SoftmaxView):
             # a factor wider than the page (RoPE's exact weights): the products of its values instead
             ap = lambda v, r, c: (lambda x: o.paren(x) if x.startswith("-") else x)(o.approx_entry(v, r, c) or o.entry(v, r, c))  # noqa: E731
             nums = ("\\approx", self.sum_seq(inner, lambda k: o.mul(ap(a.value, i, k), ap(b.value, *bij(k)))))
-        return self.fit(lhs, [names, nums] + (result or self.entry_result(s.value, i, j)), align=True, lhs_width=self.lw)
+        sides = [names, nums] if named or o.plain else [nums]
+        return self.fit(lhs, sides + (result or self.entry_result(s.value, i, j)), align=True, lhs_width=self.lw)
 
     def reproduced(self, terms: list[tuple[float, ...]], i: int, j: int) -> tuple[int, list]:
         """For a substituted line sum_t prod(t) = entry (i, j): the decimals its operands need so
@@ -281,7 +295,7 @@ class StepView(SoftmaxView):
         o = self.out
         if isinstance(value, np.ndarray):
             if not hasattr(self, "_decimals"):
-                self._decimals = decimals_needed([float(x) for x in value.ravel()[:4096]], o.precision)
+                self._decimals = decimals_needed(value.ravel()[:4096], o.precision)
             STATS["entries"] += 1
             x, d = float(value[i, j]), self._decimals
             whole_line = operands is not None and all(math.isfinite(v) and v == int(v) for v in operands)
@@ -330,6 +344,11 @@ class StepView(SoftmaxView):
             vm["main"] = [block(self.fit(lhs, sides + self.result_side(s.value, self.budget(lhs))))]
         rows = rows_to_expand(self.rows_opt, s.shape[0], 1)
         vm["entry_rows"] = rows
+        if self.mode == "numeric" and not o.plain:  # one division per row, as a row vector
+            vm["entries"] = [block([line for i in rows for line in self.scaled_row(src, factor, i)])]
+            vm["entries"][0]["chains"] = [len(self.scaled_row(src, factor, i)) for i in rows]
+            vm["entry_form"] = "row"
+            return
         chains = []
         for i in rows:
             for j in pick(s.shape[1], o.max_size):
@@ -343,6 +362,19 @@ class StepView(SoftmaxView):
                 chains.append(self.fit(self.ename(self.ref, i, j), [names, nums] + self.entry_result(s.value, i, j), align=True,
                                        lhs_width=self.lw))
         vm["entries"] = self.blocks_of(chains)
+
+    def scaled_row(self, src: Ref, factor: str, i: int) -> list[str]:
+        """t_{ij} = s_{ij} / sqrt(d_k) for row i at once: (3, 6, 4, 5) / sqrt(6) = (1.2247, ...)."""
+        o, s = self.out, self.s
+        cols = pick(s.shape[1], o.max_size)
+        base = lambda ref: self.ename(ref, i, 0).rsplit("_", 1)[0]  # noqa: E731  (t^{(2)} of t^{(2)}_{11})
+        lhs = f"{base(self.ref)}_{{{i + 1}j}}"
+        dots = o.dots(0, None)
+        nums = self.vector_tex([dots if j is None else o.entry(src.value, i, j) for j in cols])
+        nums.open_one = f"\\frac{{1}}{{{factor}}}\\left("  # one line: 1/sqrt(6) (3, 6, 4, 5)
+        nums.open = f"\\tfrac{{1}}{{{factor}}}\\,("  # broken across lines: plain parentheses
+        results = self.vector_tex([dots if j is None else self.entry_result(s.value, i, j)[0] for j in cols])
+        return self.fit(lhs, [o.frac(f"{base(src)}_{{{i + 1}j}}", factor), nums, results], align=True, lhs_width=o.measure(lhs))
 
     # -- mask -------------------------------------------------------------------------
     def build_masked(self, vm) -> None:
@@ -387,7 +419,10 @@ class StepView(SoftmaxView):
         if not isinstance(r.value, np.ndarray):
             body = [[o.dots(i, j) if i is None or j is None else o.entry(r.value, i, j) for j in cols] for i in rows]
             return o.inner_matrix(body)
-        d = decimals_needed([float(x) for ref in refs for x in np.asarray(ref.value).ravel()[:4096]], o.precision)
+        if getattr(self, "_concat_decimals", None) is None:  # one layout for every head: counted once
+            self._concat_decimals = decimals_needed(np.concatenate([np.asarray(ref.value, dtype=float).ravel()[:4096] for ref in refs]),
+                                                    o.precision)
+        d = self._concat_decimals
         body = [[o.dots(i, j) if i is None or j is None else o.fixed(float(r.value[i, j]), d) for j in cols] for i in rows]
         return o.inner_matrix(body, numeric=True)
 

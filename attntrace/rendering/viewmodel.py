@@ -14,7 +14,7 @@ from attntrace.rendering.layout import fit_chain
 from attntrace.inputs.textescape import escape_md, escape_tex, escape_text
 from attntrace.inputs.usertext import format_user_text, inline_math_for
 from attntrace.inputs.spec import KV_KEYS
-from attntrace.kinds import kind_of
+from attntrace.kinds import HEAD_PIPELINE, kind_of
 from attntrace.rendering.printing import PlainOut, TexOut
 from attntrace.rendering.stepview import StepView
 from attntrace.kinds.block import BLOCK_KINDS
@@ -132,7 +132,7 @@ def report_view(trace, fmt: str, precision: int, max_size: int, figures: list[di
     by_sqrt = any(s.id == "scaled" and s.details.get("by_sqrt_dk", True) for s in trace.steps)
     scaled = any(s.id == "scaled" for s in trace.steps)
     view = {
-        "formula_block": block(flow) if flow else block([intro_formula(trace, scaled, by_sqrt, out.plain)]),
+        "formula_block": block(flow) if flow else block([intro_formula(trace, out.plain)]),
         # the Transformer block (attntrace.rendering.blockview): its arrangement, steps before and after attention
         "block": arrangement,
         "block_part": "self_attention" if arrangement and not any(s.id == "residual2" for s in trace.steps) else "",
@@ -167,6 +167,8 @@ def report_view(trace, fmt: str, precision: int, max_size: int, figures: list[di
         "shape_rows": shape_rows(trace, out) if shape_mode else [],
         "sections": sections, "combined": combined, "figures": figures or [],
         "kv_groups": kv_groups(trace),
+        # traced with keep=: the ids of the steps computed but not recorded
+        "not_kept": [esc(i) for i in dict.fromkeys(k.partition("@")[0] for k in settings.get("not_kept", ()))],
         "kv_group_size": trace.num_heads // max(len(kv_groups(trace)), 1),
         # the backward pass (attntrace.kinds.backward), in trace order after the forward steps
         "backward": [] if shape_mode else [StepView(trace, s, out, rows, esc).build() for s in trace.steps if _backward(s)],
@@ -191,8 +193,10 @@ def kv_groups(trace) -> list[dict[str, int]]:
     return groups
 
 
-def intro_formula(trace, scaled: bool, by_sqrt: bool, plain: bool) -> str:
-    """The one formula the report's introduction names: what this trace computes, no more."""
+def intro_formula(trace, plain: bool) -> str:
+    """The one formula the report's introduction names: what this trace computes, no more.
+    The score term starts as Q K^T and each per-head kind the trace has changes it, in
+    pipeline order (`Kind.intro`: RoPE's rotated Q, K, the scaling, a bias, ...)."""
     start = trace.settings.get("start")
     if start == "weights":
         return "Z = A V"
@@ -202,13 +206,14 @@ def intro_formula(trace, scaled: bool, by_sqrt: bool, plain: bool) -> str:
             return "O = Concat(Z(1), ..., Z(h)) W_O" if w_o else "Z = Concat(Z(1), ..., Z(h))"
         cat = "\\operatorname{Concat}(Z^{(1)}, \\ldots, Z^{(h)})"
         return f"O = {cat}\\, W_O" if w_o else f"Z = {cat}"
-    rope = any(s.id == "Q_rope" for s in trace.steps)  # the scores read the rotated Q-tilde, K-tilde
-    bias = any(s.id in ("biased", "bias") for s in trace.steps)  # ALiBi or a given bias adds B to the scaled scores
-    if plain:
-        inner = ("Q~ K~^T" if rope else "Q K^T") + (" / sqrt(d_k)" if by_sqrt else " / c" if scaled else "") + (" + B" if bias else "")
-        return f"softmax({inner}) V"
-    inner = ("\\tilde{Q} \\tilde{K}^{\\top}" if rope else "Q K^{\\top}") + ("/\\sqrt{d_k}" if by_sqrt else "/c" if scaled else "") + (" + B" if bias else "")
-    return f"\\operatorname{{softmax}}({inner})\\, V"
+    by_id: dict[str, list] = {}
+    for s in trace.steps:
+        by_id.setdefault(s.id, []).append(s)
+    tex, text = "Q K^{\\top}", "Q K^T"
+    for kind in HEAD_PIPELINE:
+        if kind.id in by_id:
+            tex, text = kind.intro(tex, text, by_id[kind.id])
+    return f"softmax({text}) V" if plain else f"\\operatorname{{softmax}}({tex})\\, V"
 
 
 def given_shapes(trace, out) -> list[dict[str, Any]]:
@@ -242,24 +247,52 @@ def mark_repeats(view: dict[str, Any]) -> None:
         order += sec["steps"]
     order += view["combined"] + view["block_post"] + view["backward"]
     first: dict[str, dict[str, Any]] = {}
+    by_kind: dict[str, dict[str, Any]] = {}
+    products_seen = False
     for vm in order:
         if not isinstance(vm, dict) or "prose" not in vm:
             continue
-        # Q, K, V share one explanation, as do the two norms and the two residuals; other kinds
+        # Q, K, V share one explanation, as do the two norms, Q_norm and K_norm, and the two residuals; other kinds
         # that share a prose module (the backward steps, the online softmax) differ by kind
-        key = vm["prose"] if vm["prose"] in ("projection", "norm", "residual", "rope") else f'{vm["prose"]}/{vm["kind"]}'
+        key = vm["prose"] if vm["prose"] in ("projection", "norm", "qk_norm", "residual", "rope") else f'{vm["prose"]}/{vm["kind"]}'
         seen = first.get(key)
+        earlier = by_kind.setdefault(vm["kind"], {"head": vm.get("head", 0), "kind": vm["kind"]})
+        if earlier["head"] and vm.get("head") != earlier["head"]:
+            seen = earlier  # K of head 2 repeats K of head 1 (not Q of head 2)
         if seen is None:
             first[key] = {"head": vm.get("head", 0), "kind": vm["kind"]}
         else:
             vm["again"] = seen
+            if vm.get("main_short"):  # the product was shown with its factors once: now formula = result
+                vm["main"] = vm["main_short"]
             if seen["kind"] == vm["kind"] and seen["head"] and vm.get("head") != seen["head"]:
                 # a later head repeats the computation: its result is shown, its entries were
                 # written out once, for the first head
                 vm["entries"], vm["softmax_rows"] = [], []
-            elif vm["prose"] == "projection" and seen["kind"] != vm["kind"] and vm.get("entries") and vm["entries"][0].get("chains"):
-                # K after Q: the same kind of product, so one entry as an example is enough
-                b = vm["entries"][0]
-                n = b["chains"][0]
-                vm["entries"] = [block(b["lines"][:n])]
-                vm["entries_cut"] = True
+            elif seen["kind"] != vm["kind"]:
+                # K after Q, the second norm or residual after the first: one entry as an example
+                _one_entry(vm)
+        if vm.get("entries"):
+            # the entry lines of a sum of products are explained once: later ones are introduced briefly
+            vm["lines_again"] = products_seen
+            products_seen = products_seen or (vm["kind"] not in OWN_LINES_INTRO and vm.get("view") not in ("norm", "elementwise"))
+        if vm.get("view") == "product" and vm["prose"] in LATER_PRODUCTS and "projection" in first:
+            # the feed-forward and output products after the projections were written out
+            _one_entry(vm)
+
+
+#: Kinds whose entry lines have an introduction of their own (not "the sum of products, ...").
+OWN_LINES_INTRO = ("pos_enc", "embed", "residual1", "residual2", "ffn_act", "norm1", "norm2", "scaled", "biased", "bias")
+#: Products whose entries a report writes out once it has written out the queries': one entry as an example.
+LATER_PRODUCTS = ("ffn_hidden", "ffn_up", "ffn_out", "output")
+
+
+def _one_entry(vm: dict[str, Any]) -> None:
+    """Keep one entry of a view's entry list (after the row's statistics, for a norm)."""
+    if not vm.get("entries") or not vm["entries"][0].get("chains") or vm.get("entries_cut"):
+        return
+    b = vm["entries"][0]
+    lead = b.get("lead", 0)
+    n = sum(b["chains"][:lead + 1])
+    vm["entries"] = [block(b["lines"][:n])]
+    vm["entries_cut"] = True

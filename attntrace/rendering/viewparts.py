@@ -88,7 +88,36 @@ def resolve(trace, name: str, head: int | None) -> Ref:
         except KeyError:
             continue
         return operand_ref(o)
+    gone = not_kept_ref(trace, name, head)
+    if gone is not None:
+        return gone
     raise KeyError(name)
+
+
+def not_kept_ref(trace, name: str, head: int | None) -> Ref | None:
+    """A step computed but not recorded (`trace(..., keep=)`): its names and shape, no value."""
+    keys = trace.settings.get("not_kept")
+    if not keys:
+        return None
+    for h in dict.fromkeys((head, None)):
+        key = name if h is None else f"{name}@{h}"
+        if key in keys:
+            kind = kind_of(name)
+            return Ref(None, trace.settings["not_kept_shapes"][keys.index(key)], kind.entry, kind.letter, h, kind.plain_letter)
+    return None
+
+
+def inputs_not_kept(trace, step) -> list[str]:
+    """The inputs of `step` that were computed but not recorded (keep=): a report shows the step's result only."""
+    if not trace.settings.get("not_kept"):
+        return []
+    out = []
+    for n in step.inputs:
+        name, _, h = n.partition("@")
+        head = int(h) if h else step.head
+        if not any(trace.has(name, x) for x in dict.fromkeys((head, None))) and not_kept_ref(trace, name, head) is not None:
+            out.append(n)
+    return out
 
 
 def operand_ref(op) -> Ref:
@@ -151,7 +180,7 @@ def shape_dims(trace, step, out, short: bool = False) -> str:
     shapes = [r.shape for r in ins]
     if step.id == "scores" or step.details.get("transposed"):  # A B^T
         shapes[1] = shapes[1][::-1]
-    op = ELEMENTWISE.get(step.id) or {"norm": ("\\odot", "*"), "absorbed": ("+", "+")}.get(view)
+    op = ELEMENTWISE.get(step.id) or kind_of(step.id).elementwise
     if op is not None and len(shapes) == 2:  # an addition or an entrywise product, not a matrix product
         sign = op[1] if out.plain else op[0]
         return f"{paren(shapes[0])} {sign} {paren(shapes[1])}{arrow}{paren(step.shape)}"

@@ -1,10 +1,12 @@
 """Which module lays out which view (masks, ALiBi, RoPE, the block, gradients, online softmax,
-KV cache): each is imported when a report first needs it.
+KV cache, element-wise maps): each is imported when a report first needs it.
 
 A kind whose `view` is not one of StepView's build_* methods is laid out by a function
 registered with `attntrace.rendering.stepview.register_view` (and may give its shape line
 through `viewparts.SHAPE_LINES`). `MODULES` says which module registers which view, so a
 report imports only the views of the kinds it shows: start-up stays small as kinds are added.
+Views are generic layouts shared by kinds (an element-wise map, a norm, a sum): a new kind
+picks one and needs no entry here; only a new layout does.
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ MODULES = {
     "grad": "gradview",             # the backward pass
     "online": "onlineview", "online_z": "onlineview",  # the online softmax, and Z with or without it
     "cache": "cacheview",           # the KV-cache steps
-    "stack": "mlaview", "absorbed": "mlaview",
-    "routing": "moeview", "experts": "moeview", "moe_sum": "moeview",  # a mixture of experts  # multi-head latent attention's query, key and absorbed scores
+    "elementwise": "elementview",   # a map of each entry on its own (soft-capping, ...)
+    "stack": "mlaview", "absorbed": "mlaview",  # multi-head latent attention's query, key and absorbed scores
+    "routing": "moeview", "experts": "moeview", "moe_sum": "moeview",  # a mixture of experts
 }
 
 

@@ -48,6 +48,7 @@ from typing import Any, Iterable, Mapping
 
 from attntrace.model.errors import BadInput
 from attntrace.model.trace import Trace
+from attntrace.teach.answerkey import answer_name
 from attntrace.teach.classgrade import (ANSWER_SUFFIXES, Grading, StudentResult, collect, default_jobs, mark_duplicates,
                                         results)
 
@@ -99,7 +100,7 @@ class Tally:
         return self.score_sum / self.n_scored if self.n_scored else None
 
     def mistakes(self) -> list[dict]:
-        order = {key: i for i, key in enumerate(st.key for st in self.trace.steps)}
+        order = {key: i for i, key in enumerate(answer_name(st) for st in self.trace.steps)}
         found = [{**e, "steps": sorted(e["steps"], key=order.get)} for e in self.found.values()]
         from attntrace.grading.diagnose import CODES
 
@@ -264,7 +265,7 @@ def answer_list(answers: Any) -> list:
 def step_weights(trace: Trace, weights: Mapping[str, Any] | None = None) -> dict[str, float]:
     """Every graded step key of `trace` -> its weight (see the module's docstring). The weights
     must be finite, >= 0, and add up to a finite number (1e308 twice does not)."""
-    keys = [s.key for s in trace.steps]
+    keys = [answer_name(s) for s in trace.steps]  # every block of the online softmax has its own
     ids = {s.id for s in trace.steps}
     out = dict.fromkeys(keys, 1.0)
     if weights:
@@ -280,7 +281,7 @@ def step_weights(trace: Trace, weights: Mapping[str, Any] | None = None) -> dict
             elif "@" not in name and name in ids:
                 for s in trace.steps:
                     if s.id == name:
-                        out[s.key] = float(w)
+                        out[answer_name(s)] = float(w)
             else:
                 raise BadInput(f"weights: this problem has no step {name!r} (steps: {', '.join(keys)})")
     graded = {k: w for k, w in out.items() if w > 0}

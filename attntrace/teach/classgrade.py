@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
 from attntrace.model.errors import AttntraceError, BadInput
+from attntrace.teach.answerkey import answer_name
 
 #: The suffixes of answer files taken from a directory.
 ANSWER_SUFFIXES = (".toml", ".json")
@@ -154,7 +155,6 @@ def folder_answers(folder: Path) -> tuple[list[Path], list[tuple[str, str]]]:
 def grade_one(g: Grading, index: int, answer: Any) -> StudentResult:
     """One answer checked and scored; a bad answer is unreadable, never an exception."""
     from attntrace.grading.checker import check
-
     source = Path(answer).name if isinstance(answer, (str, Path)) else None
     fallback = Path(answer).stem if source is not None else f"#{index}"
     total = sum(g.weights.values())
@@ -165,10 +165,12 @@ def grade_one(g: Grading, index: int, answer: Any) -> StudentResult:
         report = check(g.trace, data, atol=g.atol, rtol=g.rtol, decimals=g.decimals, lang=g.lang)
     except (AttntraceError, RecursionError, MemoryError, Exception) as exc:  # noqa: BLE001 - one answer never stops the class
         return StudentResult(name, source, reason=reason(exc), max_points=total)
-    given = {s.key: s.status for s in report.steps}
+    # a block of the online softmax under its address, whether the answer named it so or by its plain id (the last block)
+    named = {s.key: answer_name(g.trace.step(s.id, s.head)) for s in report.steps}
+    given = {named[s.key]: s.status for s in report.steps}
     statuses = {key: given.get(key, "missing") for key in g.weights}
     points = sum(w for key, w in g.weights.items() if statuses[key] in ("correct", "carried"))
-    wrong = [(s.diagnosis.code, s.key) for s in report.steps if s.status == "wrong" and s.diagnosis is not None]
+    wrong = [(s.diagnosis.code, named[s.key]) for s in report.steps if s.status == "wrong" and s.diagnosis is not None]
     text = None
     if g.render_format is not None:
         from attntrace.grading.checker import render_report

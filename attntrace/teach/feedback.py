@@ -32,8 +32,8 @@ def mistake_values(trace: Trace, lang: str = "en", template_dir=None) -> dict[st
         for step in trace.steps:
             if not mutation.changes(step.id):
                 continue
-            box = computed.get((step.id, step.head))
-            truth = world.truth[(step.id, step.head)]
+            box = computed.get(world.key(step))
+            truth = world.truth[world.key(step)]
             if box is None or box.shape != truth.shape:
                 continue
             wrong = box.mid

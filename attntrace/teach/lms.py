@@ -95,10 +95,10 @@ def _num(x: float) -> str:
 
 def _answers(trace: Trace) -> list[tuple]:
     """(step, its answer-key matrix) in trace order."""
-    from attntrace.teach.answerkey import answer_key
+    from attntrace.teach.answerkey import answer_key, answer_name
 
     key = answer_key(trace)
-    return [(step, key[step.key]) for step in trace.steps]
+    return [(step, key[answer_name(step)]) for step in trace.steps]
 
 
 # --------------------------------------------------------------------------- question text (HTML)

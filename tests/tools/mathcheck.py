@@ -348,3 +348,36 @@ def require_modules(*names: str, extra: str = "torch,hf") -> None:
             if in_ci():
                 pytest.fail(f"required under CI: {message}", pytrace=False)
             pytest.skip(message)
+
+
+# --------------------------------------------------------------------------- MathJax
+
+MATHJAX_SCRIPT = Path(__file__).resolve().parent / "mathjax_width.js"
+
+
+def mathjax_widths(spans: list[Span]) -> list[dict]:
+    """Every span typeset by MathJax (SVG output) in one node process: one dict per span,
+    ``{"width_ex", "error"}``; the width is in ex of the surrounding text (a page shows it at
+    width_ex times its font's ex height)."""
+    spans = [(str(tex), bool(display)) for tex, display in spans]
+    if not spans:
+        return []
+    if shutil.which("node") is None:
+        raise ToolMissing(f"node is not installed ({INSTALL_HINT})")
+    if not (NODE_MODULES / "mathjax" / "package.json").is_file():
+        raise ToolMissing(f"mathjax is not installed in {NODE_MODULES} ({INSTALL_HINT})")
+    payload = json.dumps([{"tex": tex, "display": display} for tex, display in spans])
+    env = dict(os.environ, KATEX_NODE_MODULES=str(NODE_MODULES))
+    proc = subprocess.run(["node", str(MATHJAX_SCRIPT)], input=payload, capture_output=True, text=True, env=env, timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"mathjax_width.js failed: {proc.stderr[-2000:]}")
+    return json.loads(proc.stdout)
+
+
+def _has_mathjax() -> str | None:
+    if shutil.which("node") is None:
+        return "node is not installed"
+    return None if (NODE_MODULES / "mathjax" / "package.json").is_file() else f"mathjax is not installed in {NODE_MODULES}"
+
+
+_TOOLS["mathjax"] = _has_mathjax

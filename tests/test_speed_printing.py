@@ -1,0 +1,91 @@
+"""Costs of reports that follow what is printed (issue 26), checked by what the code must do:
+
+- `decimals_needed` counts many numbers in NumPy and must agree, number for number, with the
+  decimals that Python's own formatting prints (an oracle written here from `format`);
+- exact mode evaluates each distinct entry's approximation once per process (`evalf17`), however
+  often a report prints it;
+- an exact trace that would take long is refused before any work, in one line with its estimate.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import attntrace as at
+from attntrace.rendering.printing import decimals_needed, evalf17
+
+
+def _printed_decimals(x: float, p: int) -> int:
+    """Decimals of x printed at p places with trailing zeros dropped, except that a value that is
+    not whole keeps all p (it must not read as a whole number)."""
+    if not math.isfinite(x) or x == 0:
+        return 0
+    s = format(x, f".{p}f")
+    t = s.rstrip("0").rstrip(".") if "." in s else s
+    if "." not in t:
+        return p if x != int(x) else 0
+    return len(t) - t.index(".") - 1
+
+
+_floats = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True, width=64),
+    st.integers(-10**6, 10**6).map(lambda k: k / 8),  # exact binary fractions: ties at some precisions
+    st.integers(-10**7, 10**7).map(lambda k: k / 10**4),
+    st.floats(min_value=-1e-3, max_value=1e-3),
+)
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(st.lists(_floats, min_size=64, max_size=300), st.integers(0, 8))
+def test_decimals_needed_agrees_with_printing(xs, p):
+    assert decimals_needed(np.array(xs), p) == max((_printed_decimals(x, p) for x in xs), default=0)
+
+
+def test_decimals_needed_on_typical_matrices():
+    rng = np.random.default_rng(0)
+    for p in range(0, 9):
+        for a in (rng.normal(size=(40, 40)), np.round(rng.normal(size=(40, 40)), 2), 1 - rng.random((30, 30)) * 1e-6,
+                  rng.normal(size=(30, 30)) * 1e7, (rng.integers(-99, 99, size=(20, 20)) + 0.5) / 100):
+            assert decimals_needed(a, p) == max(_printed_decimals(float(x), p) for x in a.ravel())
+
+
+def test_exact_reports_evaluate_each_entry_once():
+    trace = at.run("sentence-4x6", mode="exact")
+    evalf17.cache_clear()
+    at.render(trace, "md")
+    first = evalf17.cache_info()
+    at.render(trace, "text")
+    second = evalf17.cache_info()
+    distinct = {e for s in trace.steps for e in s.value} | {e for o in trace.operands for e in o.value}
+    assert first.misses <= len(distinct)
+    assert second.misses == first.misses  # the second report evaluates nothing again
+    assert second.hits > first.hits
+
+
+def test_an_exact_trace_that_would_take_long_is_refused_up_front(tmp_path):
+    def m(r, c, k):
+        return [[((i * 3 + j * 5 + k) % 5) - 2 for j in range(c)] for i in range(r)]
+    import json
+
+    spec = tmp_path / "bw.json"
+    spec.write_text(json.dumps({"mode": "exact", "X": m(4, 4, 1), "W_Q": m(4, 4, 2), "W_K": m(4, 4, 3), "W_V": m(4, 4, 4),
+                                "W_O": m(4, 4, 5), "num_heads": 2, "backward": True}))
+    proc = subprocess.run([sys.executable, "-m", "attntrace", "run", str(spec), "--format", "md"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2 and proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "too large to finish in seconds" in lines[0] and "an estimated" in lines[0]
+
+
+@pytest.mark.parametrize("cost, text", [(100, "an estimated 0 s to 0 s"), (200_000, "an estimated 40 s to 100 s"),
+                                        (2_000_000, "an estimated 7 min to 17 min")])
+def test_the_estimate_reads_in_seconds_or_minutes(cost, text):
+    from attntrace.budget import _seconds
+
+    assert _seconds(cost) == text
