@@ -77,3 +77,84 @@ def block_spec(x, w_router, experts, moe_extra=None, shared=None, seed=0):
     if shared is not None:
         spec["moe"]["shared"] = shared
     return spec
+
+
+# -- Hugging Face Mixtral and DeepSeek-V3 layers (tiny random float64 models) ---------------------------
+class _Float64Torch:
+    """torch, with torch.float32 meaning float64: HF's own forward code, exec'd against it,
+    runs its float32 casts (norms, routers) in float64."""
+
+    def __getattr__(self, name):
+        import torch
+
+        return torch.float64 if name == "float32" else getattr(torch, name)
+
+
+def float64_forward(module):
+    """module.forward (HF's source) with its float32 casts (`torch.float32`, `.float()`) in float64."""
+    import inspect
+    import sys
+    import textwrap
+    import types
+
+    src = textwrap.dedent(inspect.getsource(type(module).forward)).replace(".float()", ".double()")
+    ns = dict(vars(sys.modules[type(module).__module__]))
+    ns["torch"] = _Float64Torch()
+    exec(src, ns)
+    return types.MethodType(ns["forward"], module)
+
+
+def tiny_mixtral(seed=0, *, hidden=8, heads=2, kv_heads=1, experts=4, top_k=2, float64_internals=True):
+    import torch
+    from transformers import MixtralConfig, MixtralModel
+
+    from oracles_mla import _float64_rotary
+
+    torch.manual_seed(seed)
+    cfg = MixtralConfig(vocab_size=32, hidden_size=hidden, intermediate_size=6, num_hidden_layers=1, num_attention_heads=heads,
+                        num_key_value_heads=kv_heads, num_local_experts=experts, num_experts_per_tok=top_k,
+                        max_position_embeddings=64, attn_implementation="sdpa")
+    cfg._experts_implementation = "eager"
+    model = MixtralModel(cfg).double().eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.normal_(1.0, 0.3)
+            else:
+                p.normal_(0.0, 0.5)
+        if float64_internals:
+            for m in model.modules():
+                if type(m).__name__ in ("MixtralRMSNorm", "MixtralTopKRouter"):
+                    m.forward = float64_forward(m)
+            _float64_rotary(model.rotary_emb, hidden // heads, cfg.rope_parameters["rope_theta"])
+    return model
+
+
+def tiny_deepseek_moe(seed=0, *, float64_internals=True, n_group=2, topk_group=1):
+    """A DeepseekV3Model whose layer 0 is a mixture of experts (4 routed, 1 shared, 2 groups)."""
+    import torch
+    from transformers import DeepseekV3Config, DeepseekV3Model
+
+    from oracles_mla import _float64_rms, _float64_rotary
+
+    torch.manual_seed(seed)
+    cfg = DeepseekV3Config(vocab_size=32, hidden_size=8, intermediate_size=12, moe_intermediate_size=4, num_hidden_layers=1,
+                           num_attention_heads=2, num_key_value_heads=2, q_lora_rank=6, kv_lora_rank=4, qk_nope_head_dim=2,
+                           qk_rope_head_dim=2, v_head_dim=3, first_k_dense_replace=0, n_routed_experts=4, num_experts_per_tok=2,
+                           n_group=n_group, topk_group=topk_group, n_shared_experts=1, routed_scaling_factor=2.5,
+                           max_position_embeddings=64, attn_implementation="sdpa")
+    cfg._experts_implementation = "eager"  # the grouped_mm kernel takes no float64
+    model = DeepseekV3Model(cfg).double().eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.normal_(1.0, 0.3) if "norm" in name else p.normal_(0.0, 0.5)
+        for m in model.modules():
+            if hasattr(m, "e_score_correction_bias"):
+                m.e_score_correction_bias.normal_(0.0, 0.1)
+            if float64_internals and type(m).__name__ == "DeepseekV3RMSNorm":
+                m.forward = _float64_rms(m)
+            if float64_internals and type(m).__name__ == "DeepseekV3TopkRouter":
+                m.forward = float64_forward(m)
+    if float64_internals:
+        _float64_rotary(model.rotary_emb, 2, cfg.rope_parameters["rope_theta"])
+    return model

@@ -182,7 +182,7 @@ class SympyAlgebra:
         """A router's weights (see NumericAlgebra.route_weights), the sum kept as a sum."""
         sp = self.sp
         ev = not self.name_steps
-        c = sp.sympify(scaling)
+        c = sp.Rational(repr(scaling)) if isinstance(scaling, float) else sp.sympify(scaling)  # 2.5 -> 5/2, exact
 
         def entry(i, j):
             if j not in chosen[i]:
