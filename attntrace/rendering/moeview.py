@@ -125,6 +125,19 @@ def _experts_shapes(step, out) -> str:
 SHAPE_LINES["experts"] = _experts_shapes
 
 
+def _sum_shapes(step, out) -> str:
+    """G (n x E); Y (n x E d) [; Y^s (n x d)] -> F (n x d): inputs met block by block, not one product."""
+    n, d = step.shape
+    e = step.details["experts"]
+    shapes = [(n, e), (n, e * d)] + ([(n, d)] if step.details["shared"] else [])
+    if out.plain:
+        return "; ".join(f"({a} x {b})" for a, b in shapes) + f" -> ({n} x {d})"
+    return ",\\ ".join(f"({a} \\times {b})" for a, b in shapes) + f" \\to ({n} \\times {d})"
+
+
+SHAPE_LINES["moe_sum"] = _sum_shapes
+
+
 @register_view("moe_sum")
 def build_moe_sum(sv, vm) -> None:
     s, o = sv.s, sv.out
