@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 from attntrace.model.errors import AttntraceError, BadInput, Unsupported
+from attntrace.model.formula import PRINTERS
 from attntrace.model.trace import PRESENTERS, STEP_IDS, Operand, Step, Trace
 from attntrace.version import __version__
 
@@ -59,8 +60,18 @@ def _trace_to_html_fragment(trace: Trace) -> str:
     return render_html(trace, fragment=True)
 
 
-# Trace.to_dict and its Jupyter hooks present a trace with the layers above the model.
+def _print_formula(notation: str):
+    def print_tree(tree) -> str:
+        from attntrace.rendering.formulatext import PRINTER_OF
+
+        return PRINTER_OF[notation](tree)
+    return print_tree
+
+
+# Trace.to_dict and its Jupyter hooks present a trace with the layers above the model;
+# Step.formula and Step.plain are its formula tree printed by the rendering printers.
 PRESENTERS.update(json=_trace_to_dict, render=render, html=_trace_to_html_fragment)
+PRINTERS.update({notation: _print_formula(notation) for notation in ("tex", "plain", "mathml")})
 
 __all__ = ["run", "render", "check", "check_class", "Trace", "Step", "Operand", "STEP_IDS", "AttntraceError", "BadInput", "Unsupported", "__version__"]
 

@@ -184,7 +184,7 @@ def test_alibi_renders_everywhere_and_its_math_parses(mode, katex):
 def test_report_shows_slope_bias_and_sum():
     t = attntrace.run("alibi-causal")
     md = attntrace.render(t, format="md")
-    assert "m^{(1)} = 2^{-4} = 0.0625" in md and "m^{(2)} = 2^{-8} \\approx 0.0039" in md
+    assert "\\lambda^{(1)} = 2^{-4} = 0.0625" in md and "\\lambda^{(2)} = 2^{-8} \\approx 0.0039" in md
     assert "\\hat{T}^{(1)} = T^{(1)} + B^{(1)}" in md
     text = attntrace.render(t, format="text")
     assert "t'^(1)_41 = t^(1)_41 + b^(1)_41 = 2.1213 + (-0.1875) = 1.9338" in text  # 3/sqrt(2) - 3/16

@@ -200,7 +200,8 @@ def test_symbolic_and_exact_gradients_agree_with_numeric(n, d, h, mask, w_o, los
     else:
         back = lambda m: {"loss": loss}  # noqa: E731
     numeric = attntrace.run({k: v for k, v in nums.items() if k != "dO"} | opts | {"backward": back(nums.get("dO"))})
-    names = {"X": "x", "W_Q": "w^{Q}", "W_K": "w^{K}", "W_V": "w^{V}", "W_O": "w^{O}", "dO": "g"}
+    # the given gradient's entries go by the name of the output's gradient (one notation per trace)
+    names = {"X": "x", "W_Q": "w^{Q}", "W_K": "w^{K}", "W_V": "w^{V}", "W_O": "w^{O}", "dO": "g^{O}" if w_o else "g^{Z}"}
     sym_spec = {k: {"shape": list(s)} for k, s in shapes.items()} | opts
     symbolic = attntrace.run(sym_spec | {"backward": back({"shape": [n, out_cols]})}, mode="symbolic")
     got = substitute(symbolic, _values(nums, names))

@@ -224,7 +224,8 @@ def test_block_enclosures_hold_every_point_of_the_boxes():
     at their corners): a valid enclosure, not a first-order guess."""
     from types import SimpleNamespace
 
-    from attntrace.grading import onlinerules
+    from attntrace.grading.kindcarry import TOOLKIT as iv
+    from attntrace.kinds.online import carry_block
 
     rng = np.random.default_rng(7)
     for _ in range(300):
@@ -234,11 +235,10 @@ def test_block_enclosures_hold_every_point_of_the_boxes():
         l_prev, o_prev = _box(rng, (rows, 1), 2.0), _box(rng, (rows, dv))
         p = _box(rng, (rows, cols), 1.0)
         det = {"rows": (1, rows), "cols": (1, cols), "block": 2, "query_block": 1, "query_blocks": 1}
-        step = SimpleNamespace(details=det, id="online_out", shape=(rows, dv), head=None)
-        mx = onlinerules.running_max(None, step, [t, m_prev], None, None)
-        ex = onlinerules.exponentials(None, step, [t, m_new], None, None)
-        sm = onlinerules.running_sum(None, step, [p, l_prev, m_prev, m_new], None, None)
-        out = onlinerules.running_output(None, step, [p, v, o_prev, m_prev, m_new], None, None)
+        mx = carry_block(iv, SimpleNamespace(details=det, id="online_max"), [t, m_prev], None)
+        ex = carry_block(iv, SimpleNamespace(details=det, id="online_exp"), [t, m_new], None)
+        sm = carry_block(iv, SimpleNamespace(details=det, id="online_sum"), [p, l_prev, m_prev, m_new], None)
+        out = carry_block(iv, SimpleNamespace(details=det, id="online_out"), [p, v, o_prev, m_prev, m_new], None)
         for k in range(20):
             pick = (lambda b: b.lo) if k == 0 else (lambda b: b.hi) if k == 1 else (lambda b: _sample(rng, b))  # noqa: E731
             tt, mp, mn, ll, oo, pp, vv = (pick(b) for b in (t, m_prev, m_new, l_prev, o_prev, p, v))

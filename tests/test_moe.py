@@ -69,7 +69,7 @@ def test_modes_formats_languages(mode, router):
             out = attntrace.render(t, format=fmt, lang=lang)
             assert re.search(r"\^\{[^{}]*\}\^", out) is None
             if mode != "shape":
-                assert ("mathcal{T}_{1}" in out or "T_1 =" in out)
+                assert ("T_{1}" in out or "T_1 =" in out)
     assert t.to_dict()["steps"]
 
 

@@ -89,3 +89,15 @@ def test_the_estimate_reads_in_seconds_or_minutes(cost, text):
     from attntrace.budget import _seconds
 
     assert _seconds(cost) == text
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(st.floats(min_value=-1e6, max_value=1e6, allow_nan=False), st.integers(0, 6), st.sampled_from(["", " "]),
+       st.sampled_from(["", " "]))
+def test_a_printed_number_is_measured_as_the_reader_measures_it(x, p, left, right):
+    """texwidth's shortcut for a plain number (most matrix cells) gives the reader's width to the bit."""
+    from attntrace.rendering import texwidth
+
+    text = f"{left}{x:.{p}f}{right}"
+    for text_style in (False, True):
+        assert texwidth.width(text, text_style) == texwidth._sum(texwidth._Reader(text), text_style)

@@ -75,6 +75,24 @@ def _rms_table(norm, what: str) -> dict[str, Any]:
     return {"gain": to_numpy(norm.weight, f"{what}.weight").tolist(), "eps": float(eps)}
 
 
+def _hidden(hidden_states, d_model: int) -> np.ndarray:
+    """The attention's or layer's input as (n, d_model) float64 (a batch of one is unwrapped)."""
+    a = to_numpy(hidden_states, "hidden_states")
+    a = a[0] if a.ndim == 3 and a.shape[0] == 1 else a
+    if a.ndim != 2 or a.shape[1] != d_model:
+        raise BadInput(f"hidden_states must be (n, {d_model}) or (1, n, {d_model}), not of shape {a.shape}")
+    return np.ascontiguousarray(a)
+
+
+def _positions(position_ids, n: int) -> list[int]:
+    if position_ids is None:
+        return list(range(n))
+    pos = to_numpy(position_ids, "position_ids").reshape(-1)
+    if pos.shape != (n,):
+        raise BadInput(f"position_ids has {pos.size} positions but there are {n} tokens")
+    return [int(p) for p in pos]
+
+
 def _rope(cfg, positions) -> dict[str, Any]:
     params = getattr(cfg, "rope_parameters", None) or {}
     kind = params.get("rope_type", "default")
@@ -91,7 +109,7 @@ def _rope(cfg, positions) -> dict[str, Any]:
 def mla_attention_spec(layer_or_model, hidden_states, *, layer: int = 0, position_ids=None, attention_mask=None) -> dict:
     """The spec of the latent attention on `hidden_states` (the attention's input, after the
     layer's input RMSNorm): causal self-attention from position 0 (or position_ids)."""
-    from attntrace.bridges.huggingface import _hidden, _positions, key_padding_of
+    from attntrace.bridges.huggingface import key_padding_of
 
     attn = mla_module(layer_or_model, layer)
     cfg = attn.config
@@ -132,8 +150,6 @@ def mla_attention_spec(layer_or_model, hidden_states, *, layer: int = 0, positio
 def deepseek_layer_spec(model_or_layer, hidden_states, *, layer: int = 0, position_ids=None, attention_mask=None) -> dict:
     """A DeepseekV3DecoderLayer with a dense MLP (the first `first_k_dense_replace` layers) as a
     llama block whose attention is latent attention. hidden_states: the layer's input."""
-    from attntrace.bridges.blocks import _rms
-
     base = getattr(model_or_layer, "model", model_or_layer)
     dec = base.layers[layer] if hasattr(base, "layers") else model_or_layer
     if hasattr(base, "layers") and not 0 <= layer < len(base.layers):
@@ -143,13 +159,13 @@ def deepseek_layer_spec(model_or_layer, hidden_states, *, layer: int = 0, positi
     mlp = dec.mlp
     if not is_moe(mlp) and not all(hasattr(mlp, p) for p in ("gate_proj", "up_proj", "down_proj")):
         raise Unsupported(f"layer {layer}'s MLP is a {type(mlp).__name__}, neither a SwiGLU MLP nor a mixture of experts")
-    norm1 = _rms(dec.input_layernorm, "input_layernorm")
+    norm1 = _rms_table(dec.input_layernorm, "input_layernorm")
     torch = require_torch()
     x = to_numpy(hidden_states, "hidden_states") if isinstance(hidden_states, torch.Tensor) else np.asarray(hidden_states, dtype=np.float64)
     x = x[0] if x.ndim == 3 and x.shape[0] == 1 else x
     # the attention's own reading needs its input only for the shapes: the block starts from X
     spec = mla_attention_spec(dec.self_attn, x, position_ids=position_ids, attention_mask=attention_mask)
-    spec.update(block="llama", norm1=norm1, norm2=_rms(dec.post_attention_layernorm, "post_attention_layernorm"))
+    spec.update(block="llama", norm1=norm1, norm2=_rms_table(dec.post_attention_layernorm, "post_attention_layernorm"))
     if is_moe(mlp):  # layers from first_k_dense_replace on: a mixture of experts (attntrace.bridges.moe)
         spec["moe"] = moe_table(mlp)
     else:

@@ -24,16 +24,22 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from attntrace.grading import intervals, kindrules, mistakes, onlinerules
+from attntrace.grading import intervals, kindrules, mistakes
 from attntrace.grading.catalogue import (  # noqa: F401 - the catalogue's names are public here too
     ANY, CATALOGUE, CODES, EARLY_ROUNDING, MASK_LARGE_NEGATIVE, REMARKS, UNKNOWN, WRONG_SHAPE, Impossible, Key, Mutation,
     to_float)
 from attntrace.grading.intervals import Box
 from attntrace.kinds import KINDS
-from attntrace.model.trace import STEP_IDS, Step, Trace
+from attntrace.model.trace import STEP_IDS, Step, Trace, block_address
 
 #: `World.of`'s cache: the world of the last trace checked.
 _LAST_WORLD: dict = {}
+
+
+def step_key(step: Step) -> Key:
+    """A step's key in the world and in an answer: (id, head), or (address, head) for a block of
+    the online softmax (online_max#2, online_max#1.2), so that every block is a step of its own."""
+    return (block_address(step) or step.id, step.head)
 
 
 class World:
@@ -44,7 +50,7 @@ class World:
         self.steps: tuple[Step, ...] = trace.steps
         # One key per step: (id, head), or (address, head) for a block of the online softmax
         # (online_max#2), so that every block is a step of the world and of an answer.
-        self.keys: tuple[Key, ...] = tuple(onlinerules.key(s) for s in trace.steps)
+        self.keys: tuple[Key, ...] = tuple(step_key(s) for s in trace.steps)
         self._index = {k: i for i, k in enumerate(self.keys)}
         self.truth: dict[Key, np.ndarray] = {k: to_float(s.value) for k, s in zip(self.keys, trace.steps)}
         self.operands: dict[Key, np.ndarray] = {(o.name, o.head): to_float(o.value) for o in trace.operands}
@@ -54,9 +60,8 @@ class World:
         # Where each step's inputs point, with no mistake planted (the same for every answer).
         present: dict[Key, None] = dict.fromkeys(self.operands)
         self._keys: list[tuple[Key, ...]] = []
-        for key, step in zip(self.keys, self.steps):
-            keys = onlinerules.input_keys(step, lambda ref: self.key_of(ref, step.head, present))
-            self._keys.append(keys if keys is not None else tuple(self.key_of(ref, step.head, present) for ref in step.inputs))
+        for key, step in zip(self.keys, self.steps):  # a block reads the blocks it names by address
+            self._keys.append(tuple(self.key_of(ref, step.head, present) for ref in step.inputs))
             present[key] = None
         self._points = {k: intervals.point(v) for k, v in self.operands.items()}
         self._ancestors: dict[Key, set[Key]] = {}
@@ -64,7 +69,7 @@ class World:
 
     def key(self, step: Step) -> Key:
         """The world's key of a step of the trace: (id, head), or (address, head) for a block."""
-        return onlinerules.key(step)
+        return step_key(step)
 
     def _reached_by(self, mutation: Mutation) -> frozenset:
         """The steps whose value `mutation` may change, whatever the student gave: the steps it

@@ -132,3 +132,56 @@ def divide_by_row_sum(a: Box) -> Box:
 def stack(boxes: list[Box], axis: int) -> Box:
     join = np.hstack if axis == 1 else np.vstack
     return Box(join([b.lo for b in boxes]), join([b.hi for b in boxes]))
+
+
+def exp_diff(a: Box, b: Box) -> Box:
+    """e^(a - b) entry by entry (b may be a column, broadcast along the rows). It increases with
+    a and decreases with b: [e^(a_lo - b_hi), e^(a_hi - b_lo)], each end moved out by 4 ulps of
+    (1 + |a| + |b|) relative (the rounding of the difference, which exp turns into a relative
+    error, and of exp itself). An a of -inf gives 0 exactly (a masked score; m^(0) = -inf:
+    nothing to rescale) and a b of -inf is taken as 0, as `algebra.numeric.online_update` does."""
+    b_lo = np.where(np.isneginf(b.lo), 0.0, b.lo)
+    b_hi = np.where(np.isneginf(b.hi), 0.0, b.hi)
+    with np.errstate(invalid="ignore", over="ignore"):
+        lo = np.exp(a.lo - b_hi) * (1 - 4 * _ULPS * (1 + np.abs(a.lo) + np.abs(b_hi)))
+        hi = np.exp(a.hi - b_lo) * (1 + 4 * _ULPS * (1 + np.abs(a.hi) + np.abs(b_lo)))
+    lo = np.where(np.isneginf(a.lo), 0.0, lo)
+    hi = np.where(np.isneginf(a.hi), 0.0, hi)
+    return Box(np.maximum(lo, 0.0), hi)
+
+
+def plus(a: Box, b: Box) -> Box:
+    """a + b end point by end point (b may broadcast), widened by a few ulps."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        lo, hi = a.lo + b.lo, a.hi + b.hi
+        return _widen((lo + hi) / 2, (hi - lo) / 2, np.abs(a.lo) + np.abs(a.hi) + np.abs(b.lo) + np.abs(b.hi))
+
+
+def rowsum(a: Box) -> Box:
+    """The sum of each row, as a column: the sums of the lower and of the upper ends."""
+    return plus(Box(a.lo.sum(axis=1, keepdims=True), a.hi.sum(axis=1, keepdims=True)),
+                Box(np.zeros((a.shape[0], 1)), np.zeros((a.shape[0], 1))))
+
+
+def row_max(a: Box) -> Box:
+    """The largest entry of each row, as a column: monotone in every entry, exact in floats."""
+    return Box(a.lo.max(axis=1, keepdims=True), a.hi.max(axis=1, keepdims=True))
+
+
+def maximum(a: Box, b: Box) -> Box:
+    """max(a, b) entry by entry: monotone in both, exact in floats."""
+    return Box(np.maximum(a.lo, b.lo), np.maximum(a.hi, b.hi))
+
+
+def log(a: Box) -> Box:
+    """log over intervals of positive numbers (increasing), widened by a few ulps."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        lo, hi = np.log(a.lo), np.log(a.hi)
+    return _widen((lo + hi) / 2, (hi - lo) / 2, np.abs(lo) + np.abs(hi) + 1.0)
+
+
+def block(a: Box, rows: tuple[int, int], cols: tuple[int, int] | None = None) -> Box:
+    """Rows (and columns) first..last, 1-based inclusive."""
+    r = slice(rows[0] - 1, rows[1])
+    c = slice(None) if cols is None else slice(cols[0] - 1, cols[1])
+    return Box(a.lo[r, c], a.hi[r, c])

@@ -38,6 +38,26 @@ class Toolkit:
             lo, hi = f(x.lo), f(x.hi)
         return intervals._widen((lo + hi) / 2, (hi - lo) / 2, np.abs(lo) + np.abs(hi))
 
+    exp_diff = staticmethod(intervals.exp_diff)
+    plus = staticmethod(intervals.plus)
+    rowsum = staticmethod(intervals.rowsum)
+    row_max = staticmethod(intervals.row_max)
+    maximum = staticmethod(intervals.maximum)
+    log = staticmethod(intervals.log)
+    block = staticmethod(intervals.block)
+
+    @staticmethod
+    def times(a: Box, b: Box) -> Box:
+        """a o b entry by entry (b may broadcast): the extremes of the end points' products."""
+        return blockrules._padded(blockrules._times(a, b))
+
+    @staticmethod
+    def quotient(num: Box, den: Box) -> Box:
+        """num / den entry by entry for den > 0 (den may broadcast): the end points' quotients."""
+        if (den.lo <= 0).any():
+            raise Impossible()
+        return blockrules._padded(blockrules._quotient(num, den))
+
     @staticmethod
     def norm(r: Box, gain: Box | None, bias: Box | None, eps: float, rms: bool) -> Box:
         """LayerNorm (rms=False, biased variance) or RMSNorm of each row (`blockrules.norm`)."""

@@ -7,8 +7,8 @@ its mistakes; `mistakes.apply` looks them up in `RULES` next to its own rules fo
 with a rule here carries a mistake made before it forward (a wrong Q gives a Q-tilde, scores,
 ... that are `carried`); the backward steps of a head (dV, dA, dT, dS, dQ, dK and a head's
 dW_Q, dW_K, dW_V) have a rule here too; the block's norms, FFN products and activations
-compute through `blockrules` and every block of the online softmax (m, P, l, O, then L and Z)
-through `onlinerules` (valid enclosures). Kinds with no rule (the whole-input gradients) are
+compute through `blockrules` (valid enclosures); every block of the online softmax (m, P, l,
+O, then L) declares its rule in its kind (`kinds.online`, read by `kindcarry`). Kinds with no rule (the whole-input gradients) are
 taken at their true value (`mistakes._at_truth`), so nothing is carried
 through them.
 
@@ -17,7 +17,7 @@ Mistakes (catalogue.CATALOGUE; their sentences in templates/check/messages.*.j2)
 - `rope_wrong_layout`: the other pairing of the columns (half <-> interleaved);
 - `rope_positions_from_1`: positions counted from 1 instead of 0;
 - `cache_not_appended`: the new token attends only to K_past / V_past;
-- `alibi_slope_sign`: the bias +m (i - j) instead of -m (i - j);
+- `alibi_slope_sign`: the bias +lambda (i - j) instead of -lambda (i - j);
 - `window_off_by_one`: a sliding window that keeps W + 1 keys;
 - `causal_top_left_decoding`: the top-left causal mask when the queries are the last L of S keys;
 - `forgot_residual`: a residual step is the sublayer's output alone (the input not added back);
@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attntrace.grading import blockrules, intervals, onlinerules
+from attntrace.grading import blockrules, intervals
 from attntrace.grading.catalogue import Impossible, Mutation, to_float
 from attntrace.grading.intervals import Box
 from attntrace.model.errors import BadInput
@@ -382,7 +382,7 @@ def masked_keep(step, m) -> np.ndarray | None:
 
 RULES = {"Q_rope": _rope, "K_rope": _rope, "biased": _biased, "bias": _biased, "K_cache": _cache, "V_cache": _cache,
          "embed": _sum, "residual1": _sum, "residual2": _sum,
-         **onlinerules.RULES, "norm1": _norm, "norm2": _norm, "ffn_act": _activation,
+         "norm1": _norm, "norm2": _norm, "ffn_act": _activation,
          "pos_enc": _pos_enc, "ffn_hidden": _ffn_linear, "ffn_up": _ffn_linear, "ffn_out": _ffn_linear,
          **{g: _grad for g in ("dV", "dweights", "dscaled", "dscores", "dQ", "dK", "dW_Q", "dW_K", "dW_V",
                                "doutput", "dW_O", "db_O", "dconcat", "dZ", "dX")}}

@@ -23,10 +23,11 @@ import math
 
 import numpy as np
 
-from attntrace.grading import intervals, kindcarry, kindrules, onlinerules
+from attntrace.grading import intervals, kindcarry, kindrules
 from attntrace.grading.answer import KIND_CODES, AnswerMatrix, Policy
 from attntrace.grading.catalogue import ANY, CATALOGUE, Impossible, Mutation
 from attntrace.grading.intervals import Box
+from attntrace.kinds.online import carry_z
 
 #: A masked score written as a finite number this far below the row's largest kept score
 #: (e^-40 ~ 4e-18 of weight) gives the same weights as -inf: accepted, with a remark.
@@ -151,7 +152,7 @@ def _weights(world, step, args, m, mutation):
 
 def _z(world, step, args, m, mutation):
     if step.details.get("online"):  # Z = diag(l)^-1 O from the last blocks of the online softmax
-        return onlinerules.normalised(world, step, args, m, mutation)
+        return carry_z(kindcarry.TOOLKIT, step, args)
     a, v = args
     if m == "rope_rotated_values":
         v = kindrules.rotated_values(world, step, v)

@@ -22,18 +22,21 @@ from typing import Any, Callable, Mapping
 from attntrace.inputs.moespec import check_route, moe_options
 from attntrace.inputs.numbers import real_number
 from attntrace.model.errors import BadInput
+from attntrace.model.formula import Word, sym
 
 BLOCK_KEYS = {"block", "block_part", "position", "P", "norm1", "norm2", "ffn", "moe"}
 ARRANGEMENTS = ("post_ln", "pre_ln", "llama")
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh")
 PARTS = ("self_attention",)
-#: operand name -> (LaTeX letter, plain letter, entry base in symbolic mode)
+#: operand name -> (its symbol in formulas, entry base in symbolic mode)
 BLOCK_OPERANDS = {
-    "P": ("P", "P", "p"),
-    "gamma_1": ("\\gamma_1", "gamma_1", "g"), "beta_1": ("\\beta_1", "beta_1", "c"),
-    "gamma_2": ("\\gamma_2", "gamma_2", "g^{f}"), "beta_2": ("\\beta_2", "beta_2", "c^{f}"),
-    "W_1": ("W_1", "W_1", "w^{h}"), "b_1": ("b_1", "b_1", "b^{h}"), "W_2": ("W_2", "W_2", "w^{f}"), "b_2": ("b_2", "b_2", "b^{f}"),
-    "W_gate": ("W_{\\mathrm{gate}}", "W_gate", "w^{g}"), "W_up": ("W_{\\mathrm{up}}", "W_up", "w^{u}"), "W_down": ("W_{\\mathrm{down}}", "W_down", "w^{d}"),
+    "P": (sym("P"), "p"),
+    # the norms' gains and biases are named as the norms are (N, N^f): gamma, beta and gamma^f, beta^f
+    "gamma_1": (sym("gamma"), "\\gamma"), "beta_1": (sym("beta"), "\\beta"),
+    "gamma_2": (sym("gamma", sup="f"), "\\gamma^{f}"), "beta_2": (sym("beta", sup="f"), "\\beta^{f}"),
+    "W_1": (sym("W", "1"), "w^{h}"), "b_1": (sym("b", "1"), "b^{h}"), "W_2": (sym("W", "2"), "w^{f}"), "b_2": (sym("b", "2"), "b^{f}"),
+    "W_gate": (sym("W", Word("gate", roman=True)), "w^{g}"), "W_up": (sym("W", Word("up", roman=True)), "w^{u}"),
+    "W_down": (sym("W", Word("down", roman=True)), "w^{d}"),
 }
 _FFN_KEYS = {"W_1", "b_1", "W_2", "b_2", "activation"}
 _SWIGLU_KEYS = {"W_gate", "W_up", "W_down"}
@@ -102,7 +105,7 @@ def block_options(data: Mapping[str, Any], mode: str, operand: Callable) -> tupl
         extra[f"eps{i}"] = _eps(table.get("eps", 1e-5), f"norm{i}")
         for key, name in (("gain", f"gamma_{i}"), ("bias", f"beta_{i}")):
             if key in table:
-                ops[name] = operand(_vector(table[key]), name, mode, None, BLOCK_OPERANDS[name][2])
+                ops[name] = operand(_vector(table[key]), name, mode, None, BLOCK_OPERANDS[name][1])
     if part:
         if "moe" in data:
             raise BadInput("block_part = \"self_attention\" stops after attention's residual and norm1: drop moe")
@@ -129,7 +132,7 @@ def block_options(data: Mapping[str, Any], mode: str, operand: Callable) -> tupl
     extra["activation"] = activation
     for key in [k for k in ("W_1", "b_1", "W_2", "b_2", "W_gate", "W_up", "W_down") if k in ffn]:  # the order they act in
         raw = _vector(ffn[key]) if key.startswith("b_") else ffn[key]
-        ops[key] = operand(raw, key, mode, None, BLOCK_OPERANDS[key][2])
+        ops[key] = operand(raw, key, mode, None, BLOCK_OPERANDS[key][1])
     return ops, extra
 
 

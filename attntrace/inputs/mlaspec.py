@@ -29,14 +29,15 @@ from typing import Any, Callable, Mapping
 
 from attntrace.inputs.numbers import real_number
 from attntrace.model.errors import BadInput
+from attntrace.model.formula import Word, sym
 
-#: operand name -> (LaTeX letter, plain letter, entry base in symbolic mode)
+#: operand name -> (its symbol in formulas, entry base in symbolic mode)
 MLA_OPERANDS = {
-    "W_DQ": ("W^{DQ}", "W^DQ", "w^{DQ}"), "W_UQ": ("W^{UQ}", "W^UQ", "w^{UQ}"), "W_QR": ("W^{QR}", "W^QR", "w^{QR}"),
-    "W_DKV": ("W^{DKV}", "W^DKV", "w^{DKV}"), "W_UK": ("W^{UK}", "W^UK", "w^{UK}"), "W_UV": ("W^{UV}", "W^UV", "w^{UV}"),
-    "W_KR": ("W^{KR}", "W^KR", "w^{KR}"),
-    "gamma_Q": ("\\gamma^{Q}", "gamma^Q", "g^{Q}"), "gamma_KV": ("\\gamma^{KV}", "gamma^KV", "g^{KV}"),
-    "c_KV_past": ("C^{KV}_{\\text{past}}", "C^KV_past", "c^{P}"), "k_R_past": ("K^{R}_{\\text{past}}", "K^R_past", "k^{P}"),
+    "W_DQ": (sym("W", sup="DQ"), "w^{DQ}"), "W_UQ": (sym("W", sup="UQ"), "w^{UQ}"), "W_QR": (sym("W", sup="QR"), "w^{QR}"),
+    "W_DKV": (sym("W", sup="DKV"), "w^{DKV}"), "W_UK": (sym("W", sup="UK"), "w^{UK}"), "W_UV": (sym("W", sup="UV"), "w^{UV}"),
+    "W_KR": (sym("W", sup="KR"), "w^{KR}"),
+    "gamma_Q": (sym("gamma", sup="Q"), "g^{Q}"), "gamma_KV": (sym("gamma", sup="KV"), "g^{KV}"),
+    "c_KV_past": (sym("C", Word("past"), "KV"), "c^{P}"), "k_R_past": (sym("K", Word("past"), "R"), "k^{P}"),
 }
 _SHARED = ("W_DQ", "W_DKV", "W_KR", "c_KV_past", "k_R_past")
 _PER_HEAD = ("W_UQ", "W_QR", "W_UK", "W_UV")
@@ -57,7 +58,7 @@ def _norm_table(table: Any, key: str, operand: Callable, mode: str, name: str, w
     if "gain" in table:
         raw = table["gain"]
         raw = [raw] if isinstance(raw, list) and raw and not isinstance(raw[0], (list, dict)) else raw
-        ops[name] = operand(raw, name, mode, None, MLA_OPERANDS[name][2])
+        ops[name] = operand(raw, name, mode, None, MLA_OPERANDS[name][1])
         if ops[name].shape != (1, width):
             raise BadInput(f"mla.{key}.gain has shape {ops[name].shape}, expected (1, {width}): one gain per latent feature")
     return ops, eps
@@ -85,7 +86,7 @@ def mla_options(data: Mapping[str, Any], mode: str, operand: Callable, split: Ca
         raise BadInput("mla.q_norm normalises the compressed query c^Q: it needs W_DQ")
     if ("c_KV_past" in table) != ("k_R_past" in table):
         raise BadInput("mla.c_KV_past and mla.k_R_past (the latent cache) must be given together")
-    full = {k: operand(table[k], k, mode, None, MLA_OPERANDS[k][2]) for k in _SHARED + _PER_HEAD if k in table}
+    full = {k: operand(table[k], k, mode, None, MLA_OPERANDS[k][1]) for k in _SHARED + _PER_HEAD if k in table}
     d_model = operand(data["X"], "X", mode, None, "x").shape[1]
     d_c, d_r = full["W_DKV"].shape[1], full["W_KR"].shape[1]
     d_cq = full["W_DQ"].shape[1] if "W_DQ" in full else d_model

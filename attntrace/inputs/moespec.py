@@ -26,14 +26,15 @@ from typing import Any, Callable, Mapping
 
 from attntrace.inputs.numbers import real_number, whole_number
 from attntrace.model.errors import BadInput
+from attntrace.model.formula import Word, sym
 
-#: operand name -> (LaTeX letter, plain letter, entry base in symbolic mode)
+#: operand name -> (its symbol in formulas, entry base in symbolic mode)
 MOE_OPERANDS = {
-    "W_router": ("W_{r}", "W_r", "w^{r}"), "router_bias": ("b^{r}", "b^r", "b^{r}"),
-    "E_gate": ("W_{\\mathrm{gate}}", "W_gate", "w^{g}"), "E_up": ("W_{\\mathrm{up}}", "W_up", "w^{u}"),
-    "E_down": ("W_{\\mathrm{down}}", "W_down", "w^{d}"),
-    "S_gate": ("W^{s}_{\\mathrm{gate}}", "W^s_gate", "w^{sg}"), "S_up": ("W^{s}_{\\mathrm{up}}", "W^s_up", "w^{su}"),
-    "S_down": ("W^{s}_{\\mathrm{down}}", "W^s_down", "w^{sd}"),
+    "W_router": (sym("W", "r"), "w^{r}"), "router_bias": (sym("b", sup="r"), "b^{r}"),
+    "E_gate": (sym("W", Word("gate", roman=True)), "w^{g}"), "E_up": (sym("W", Word("up", roman=True)), "w^{u}"),
+    "E_down": (sym("W", Word("down", roman=True)), "w^{d}"),
+    "S_gate": (sym("W", Word("gate", roman=True), "s"), "w^{sg}"), "S_up": (sym("W", Word("up", roman=True), "s"), "w^{su}"),
+    "S_down": (sym("W", Word("down", roman=True), "s"), "w^{sd}"),
 }
 ROUTERS = ("softmax", "sigmoid")
 _KEYS = {"router", "W_router", "top_k", "experts", "shared", "bias", "n_group", "topk_group", "normalize", "scaling", "route"}
@@ -53,7 +54,7 @@ def _expert(table: Any, what: str, prefix: str, index, mode: str, operand: Calla
     out = {}
     for k in _EXPERT:
         name = f"{prefix}_{k[2:]}"
-        out[name] = operand(table[k], name, mode, index, MOE_OPERANDS[name][2])
+        out[name] = operand(table[k], name, mode, index, MOE_OPERANDS[name][1])
     return out
 
 
@@ -80,7 +81,7 @@ def moe_options(data: Mapping[str, Any], mode: str, operand: Callable) -> tuple[
     n_exp = len(experts)
     if "W_router" not in table:
         raise BadInput("moe needs W_router (d_model, number of experts)")
-    ops: dict = {"W_router": operand(table["W_router"], "W_router", mode, None, MOE_OPERANDS["W_router"][2])}
+    ops: dict = {"W_router": operand(table["W_router"], "W_router", mode, None, MOE_OPERANDS["W_router"][1])}
     d_model = operand(data["X"], "X", mode, None, "x").shape[1] if "X" in data else None
     if ops["W_router"].shape != (d_model, n_exp):
         raise BadInput(f"moe.W_router has shape {ops['W_router'].shape}, expected ({d_model}, {n_exp}): one column per expert")
@@ -111,7 +112,7 @@ def moe_options(data: Mapping[str, Any], mode: str, operand: Callable) -> tuple[
         if "bias" in table:
             raw = table["bias"]
             raw = [raw] if isinstance(raw, list) and raw and not isinstance(raw[0], (list, dict)) else raw
-            ops["router_bias"] = operand(raw, "router_bias", mode, None, MOE_OPERANDS["router_bias"][2])
+            ops["router_bias"] = operand(raw, "router_bias", mode, None, MOE_OPERANDS["router_bias"][1])
             if ops["router_bias"].shape != (1, n_exp):
                 raise BadInput(f"moe.bias has shape {ops['router_bias'].shape}, expected (1, {n_exp}): one per expert")
     else:

@@ -42,7 +42,7 @@ class OptionReader:
 
     def matrix(self, raw: Any, name: str, symbol: str) -> Operand:
         value, shape, sym = to_matrix(raw, mode=self.mode, name=name, default_symbol=symbol)
-        # the entry names go by `symbol` in every mode (reports name g^{q}_{1j}, not a default x_{1j})
+        # the entry names go by `symbol` in every mode (reports name \gamma^{q}_{1j}, not a default x_{1j})
         return Operand(name=name, head=None, value=value, shape=shape, symbol=sym or symbol)
 
     def share(self, op: Operand) -> Operand:

@@ -44,8 +44,11 @@ def parse_mask_options(data: Mapping[str, Any]) -> dict[str, Any]:
 LOSSES = ("sum_squares", "sum")
 
 
-def parse_backward(value, mode: str):
+def parse_backward(value, mode: str, entry: str = "g^{O}"):
     """The spec's `backward`: true (the loss sum_squares), {loss = "..."} or {dO = [[...]]}.
+
+    `entry`: the name of the given gradient's entries in symbolic mode, the one the gradient of
+    the output goes by (g^{O} after an output projection, else g^{Z}), so they have one name.
 
     Returns {"loss": name} or {"dO": Operand}; None when absent or false."""
     if value is None or value is False:
@@ -63,7 +66,7 @@ def parse_backward(value, mode: str):
         if value["loss"] not in LOSSES:
             raise BadInput(f"backward loss must be \"sum_squares\" or \"sum\", not {str(value['loss'])[:40]!r}")
         return {"loss": value["loss"]}
-    m, shape, symbol = to_matrix(value["dO"], mode=mode, name="backward dO", default_symbol="g")
+    m, shape, symbol = to_matrix(value["dO"], mode=mode, name="backward dO", default_symbol=entry)
     return {"dO": Operand("dO", None, m, shape, symbol)}
 
 

@@ -1,12 +1,12 @@
 """ALiBi (Press et al., "Train Short, Test Long"): a linear bias by distance, T-hat = T + B.
 
-Head h adds b_ij = -m_h (i - j) to its (scaled) scores: each step back in the sequence costs
-m_h, so the head prefers near keys, more strongly the larger its slope. The slopes are the
+Head h adds b_ij = -lambda_h (i - j) to its (scaled) scores: each step back in the sequence costs
+lambda_h, so the head prefers near keys, more strongly the larger its slope. The slopes are the
 paper's geometric sequence 2^(-8/H), 2^(-16/H), ..., 2^(-8) for H heads (a power of 2), with
 the paper's rule for other head counts (`attntrace.inputs.positional.paper_slopes`), or given
 one per head. The bias comes after the scaling and before the mask: the entries j > i that it
-makes positive are the ones a causal mask removes. Bloom's variant adds m_h j instead, which
-differs per row by the constant m_h i and so gives the same weights.
+makes positive are the ones a causal mask removes. Bloom's variant adds lambda_h j instead, which
+differs per row by the constant lambda_h i and so gives the same weights.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from __future__ import annotations
 from fractions import Fraction
 
 from attntrace.inputs.positional import paper_slopes
-from attntrace.kinds.base import Kind, plain_math, plain_sup, sup
+from attntrace.kinds.base import Kind
+from attntrace.model.formula import Paren, Parts, Space, sym
 
 
 class Biased(Kind):
@@ -22,9 +23,11 @@ class Biased(Kind):
     id = "biased"
     reads, writes = ("S",), "S"
     starts = ("X", "QKV", "scores")
-    letter, plain_letter, entry = "\\hat{T}", "T'", "\\hat{t}"
+    letter, entry = sym("T", accent="hat"), sym("t", accent="hat")
     view, prose = "alibi", "alibi"
     mistakes = ("alibi_slope_sign",)
+    meaning = "biased"
+    symbols = (("\\lambda", "lambda", "alibi_slope", "scalar"), ("B", "B", "score_bias", "step"))
 
     def enabled(self, problem) -> bool:
         return super().enabled(problem) and "alibi" in problem.extra
@@ -43,12 +46,11 @@ class Biased(Kind):
         bias = ctx.alg.distance_bias(slope, rows, cols, offset)
         result = ctx.alg.plus(t.value, bias)
         details = {"slope": slope, "exponent": exponent, "bias": bias, "heads": len(ctx.p.heads), "head_index": k + 1, "offset": offset}
-        h, ph = sup(head), plain_sup(head)
-        m = t.letter
-        i = f"i + {offset}" if offset else "i"
-        formula = f"\\hat{{T}}{h} = {m}{h} + B{h}, \\quad b{h}_{{ij}} = -m{h} \\, ({i} - j)"
-        plain = f"T'{ph} = {plain_math(t.letter)}{ph} + B{ph},  b{ph}_ij = -m{ph} ({i} - j)"
-        return ctx.emit(self, head, [t.ref], formula, plain, result, t.shape, details)
+        i = sym("i") + offset if offset else sym("i")
+        slope = -sym("lambda").head(head)
+        formula = Parts((self.letter.head(head).eq(t.letter.head(head) + sym("B").head(head)),
+                         sym("b").head(head).at("i", "j").eq(slope * Space() * Paren(i - sym("j")))))
+        return ctx.emit(self, head, [t.ref], formula, result, t.shape, details)
 
     def json_details(self, details):
         slope = details["slope"]
@@ -58,8 +60,8 @@ class Biased(Kind):
             out["slope_exact"] = f"2^(-{e.numerator}/{e.denominator})" if e.denominator != 1 else f"2^(-{e.numerator})"
         return {"alibi": out}
 
-    def intro(self, tex, plain, steps):
-        return tex + " + B", plain + " + B"
+    def intro(self, term, steps):
+        return term + sym("B")
 
     def overflow_how(self, inputs, details) -> str:
         return f"{inputs[0]} plus the ALiBi bias"

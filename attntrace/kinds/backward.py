@@ -28,15 +28,12 @@ from __future__ import annotations
 from attntrace.inputs.expr import to_plain
 from attntrace.inputs.options import SpecOption
 from attntrace.inputs.stepoptions import parse_backward
-from attntrace.kinds.base import Flow, Kind, plain_sup, sup
+from attntrace.kinds.base import Flow, Kind, Symbol
 from attntrace.model.errors import BadInput
+from attntrace.model.formula import ONES, Add, Diff, Dots, Frac, Hcat, Node, Op, Paren, Partial, Seq, Slice, Sqrt, Sum, Sym, node, sym
+
 #: The spec's `backward`: true, {loss = "sum_squares" | "sum"} or {dO = [[...]]} (Problem.extra["backward"]).
-SPEC_OPTIONS = (SpecOption("backward", lambda value, reader: parse_backward(value, reader.mode), "true or {loss = ...} or {dO = [[...]]}"),)
-
-
-def _tr(letter: str, head) -> str:
-    """A^{(2)\\top}: the head and the transpose in one superscript."""
-    return f"{letter}^{{{'' if head is None else f'({head})'}\\top}}"
+SPEC_OPTIONS = (SpecOption("backward", lambda value, reader: parse_backward(value, reader.mode, "g^{O}" if "W_O" in reader.data else "g^{Z}"), "true or {loss = ...} or {dO = [[...]]}"),)
 
 
 def _find(ctx, step_id: str, head):
@@ -53,13 +50,13 @@ class Grad(Kind):
     view, prose = "grad", "backward"
     starts = ("X", "QKV", "scores", "weights", "Z")
     backward = True
-    #: the forward matrix this is the gradient of (its LaTeX and plain names)
-    of: str = ""
+    #: the forward matrix this is the gradient of
+    of: Node = sym("")
 
-    def __init__(self, id: str, of: str, symbol: str, per_head: bool = True, plain_of: str | None = None):
+    def __init__(self, id: str, of: Sym | str, symbol: str, per_head: bool = True):
         self.id = self.writes = id
-        self.of, self.plain_of = of, plain_of or of
-        self.letter, self.plain_letter = f"\\mathrm{{d}}{of}", f"d{self.plain_of}"
+        self.of = node(of)
+        self.letter = Diff(self.of)
         self.symbol = self.entry = symbol
         self.per_head = per_head
 
@@ -69,14 +66,10 @@ class Grad(Kind):
     def runs(self, problem) -> bool:
         return True
 
-    def name(self, head) -> tuple[str, str]:
-        return self.letter + sup(head), self.plain_letter + plain_sup(head)
+    def emit(self, ctx, head, inputs, rhs: Node, result, shape, rule: str, **details) -> Flow:
+        return ctx.emit(self, head, inputs, self.letter.head(head).eq(rhs), result, shape, {"rule": rule, **details})
 
-    def emit(self, ctx, head, inputs, rhs: str, plain_rhs: str, result, shape, rule: str, **details) -> Flow:
-        lhs, plhs = self.name(head)
-        return ctx.emit(self, head, inputs, f"{lhs} = {rhs}", f"{plhs} = {plain_rhs}", result, shape, {"rule": rule, **details})
-
-    def product(self, ctx, head, a: Flow, b: Flow, ta: bool, tb: bool, names: tuple[str, str], plains: tuple[str, str]) -> Flow:
+    def product(self, ctx, head, a: Flow, b: Flow, ta: bool, tb: bool, names: tuple[Node, Node]) -> Flow:
         """op(a) op(b) with op = transpose where asked: shape-checked, recorded with its factors."""
         sa, sb = (a.shape[::-1] if ta else a.shape), (b.shape[::-1] if tb else b.shape)
         if sa[1] != sb[0]:
@@ -85,24 +78,32 @@ class Grad(Kind):
         av = alg.transpose(a.value) if ta else a.value
         bv = alg.transpose(b.value) if tb else b.value
         result = alg.grad_matmul(av, bv)
-        return self.emit(ctx, head, [a.ref, b.ref], f"{names[0]} {names[1]}", f"{plains[0]} {plains[1]}", result, (sa[0], sb[1]),
+        return self.emit(ctx, head, [a.ref, b.ref], names[0] * names[1], result, (sa[0], sb[1]),
                          "product", transposed=(ta, tb), factor_shapes=(sa, sb))
 
     def seed(self, ctx, head, out: Flow) -> Flow:
         """The first gradient: dO given, or the loss's derivative at the last forward output."""
         b = ctx.p.extra["backward"]
-        o, po = out.letter + sup(head), out.letter + plain_sup(head)
-        partial = f"\\frac{{\\partial L}}{{\\partial {o}}}"
+        o = out.letter.head(head)
+        partial = Partial(sym("L"), o)
         if "dO" in b:
             op = b["dO"]
             if op.shape != tuple(out.shape):
                 raise BadInput(f"backward: dO has shape {op.shape} but the output {out.ref} it is the gradient of is {tuple(out.shape)}")
-            return self.emit(ctx, head, [], partial, f"dL/d{po}", op.value, out.shape, "given")
+            return self.emit(ctx, head, [], partial, op.value, out.shape, "given")
         if b["loss"] == "sum":
-            return self.emit(ctx, head, [out.ref], f"{partial} = \\mathbf{{1}}", f"dL/d{po} = 1", ctx.alg.constant(out.shape, 1),
+            return self.emit(ctx, head, [out.ref], partial.eq(ONES), ctx.alg.constant(out.shape, 1),
                              out.shape, "sum")
-        return self.emit(ctx, head, [out.ref], f"{partial} = 2 {o}", f"dL/d{po} = 2 {po}", ctx.alg.times(out.value, 2), out.shape,
+        return self.emit(ctx, head, [out.ref], partial.eq(2 * o), ctx.alg.times(out.value, 2), out.shape,
                          "sum_squares")
+
+    def notation(self, step):
+        """dM with its entries g^{M}_{ij}; the loss L where the backward pass starts; r_i through the softmax."""
+        rule = step.details.get("rule")
+        extra = {"given": [Symbol("L", "L", "loss", "scalar")], "sum": [Symbol("L", "L", "loss", "scalar")],
+                 "sum_squares": [Symbol("L", "L", "loss", "scalar")],
+                 "softmax": [Symbol("r_i", "r_i", "softmax_grad_mean", (step.shape[0], 1))]}.get(rule, [])
+        return super().notation(step) + extra
 
     def json_details(self, details):
         out = {"rule": details.get("rule")}
@@ -125,7 +126,7 @@ class OutputWeightGrad(Grad):
     """dW_O = Z^T dO (Z the concatenated heads), db_O = the column sums of dO."""
 
     def __init__(self, id, of, symbol, bias: bool):
-        super().__init__(id, of, symbol, per_head=False, plain_of=of.replace("_{", "_").replace("}", ""))
+        super().__init__(id, of, symbol, per_head=False)
         self.bias = bias
 
     def runs(self, problem):
@@ -136,9 +137,9 @@ class OutputWeightGrad(Grad):
         if do is None:
             return None
         if self.bias:
-            return self.emit(ctx, None, ["doutput"], "\\mathbf{1}^{\\top} \\mathrm{d}O", "1^T dO", ctx.alg.colsum(do.value),
+            return self.emit(ctx, None, ["doutput"], ONES.T() * Diff(sym("O")), ctx.alg.colsum(do.value),
                              (1, do.shape[1]), "colsum", factor_shapes=(do.shape,))
-        return self.product(ctx, None, top["Z"], do, True, False, ("Z^{\\top}", "\\mathrm{d}O"), ("Z^T", "dO"))
+        return self.product(ctx, None, top["Z"], do, True, False, (sym("Z").T(), Diff(sym("O"))))
 
 
 class ConcatGrad(Grad):
@@ -154,7 +155,7 @@ class ConcatGrad(Grad):
         if do is None:
             return self.seed(ctx, None, top["Z"])
         w = ctx.operand(ctx.p.shared["W_O"])
-        return self.product(ctx, None, do, w, False, True, ("\\mathrm{d}O", "W_O^{\\top}"), ("dO", "W_O^T"))
+        return self.product(ctx, None, do, w, False, True, (Diff(sym("O")), sym("W", "O").T()))
 
 
 class HeadOutputGrad(Grad):
@@ -171,12 +172,11 @@ class HeadOutputGrad(Grad):
             dc = top["dconcat"]
             blocks = _find(ctx, "concat", None).details["blocks"]
             _, first, last = blocks[head - 1]
-            cols = f"{first}\\ldots{last}" if last > first else f"{first}"
-            return self.emit(ctx, head, ["dconcat"], f"\\mathrm{{d}}Z_{{:,\\,{cols}}}", f"dZ[:, {first}..{last}]",
+            return self.emit(ctx, head, ["dconcat"], Slice(Diff(sym("Z")), None, (first, last)),
                              ctx.alg.columns(dc.value, first - 1, last), (dc.shape[0], last - first + 1), "block", block=(first, last))
         if top.get("doutput") is not None:
             w = ctx.operand(ctx.p.shared["W_O"])
-            return self.product(ctx, head, top["doutput"], w, False, True, ("\\mathrm{d}O", "W_O^{\\top}"), ("dO", "W_O^T"))
+            return self.product(ctx, head, top["doutput"], w, False, True, (Diff(sym("O")), sym("W", "O").T()))
         return self.seed(ctx, head, state["Z"])
 
 
@@ -189,8 +189,7 @@ class ValueGrad(Grad):
         dz, a = state.get("dZ"), state.get("A")
         if dz is None or a is None or state.get("V") is None:
             return None
-        h, ph = sup(head), plain_sup(head)
-        return self.product(ctx, head, a, dz, True, False, (_tr("A", head), f"\\mathrm{{d}}Z{h}"), (f"A{ph}^T", f"dZ{ph}"))
+        return self.product(ctx, head, a, dz, True, False, (sym("A").head(head).T(), Diff(sym("Z")).head(head)))
 
 
 class WeightsGrad(Grad):
@@ -200,8 +199,7 @@ class WeightsGrad(Grad):
         dz, v = state.get("dZ"), state.get("V")
         if dz is None or v is None:
             return None
-        h, ph = sup(head), plain_sup(head)
-        return self.product(ctx, head, dz, v, False, True, (f"\\mathrm{{d}}Z{h}", _tr("V", head)), (f"dZ{ph}", f"V{ph}^T"))
+        return self.product(ctx, head, dz, v, False, True, (Diff(sym("Z")).head(head), sym("V").head(head).T()))
 
 
 class SoftmaxGrad(Grad):
@@ -215,11 +213,9 @@ class SoftmaxGrad(Grad):
             return None
         result, details = ctx.alg.softmax_backward(a.value, da.value)
         jacobian = None if ctx.alg.mode == "shape" else ctx.alg.softmax_jacobian(a.value, 0)
-        h, ph = sup(head), plain_sup(head)
-        rhs = f"A{h} \\circ \\left(\\mathrm{{d}}A{h} - r{h} \\mathbf{{1}}^{{\\top}}\\right)"
-        plain = f"A{ph} o (dA{ph} - r{ph} 1^T)"
+        rhs = Op("circ", sym("A").head(head), Paren(Diff(sym("A")).head(head) - sym("r").head(head) * ONES.T(), sized=True))
         masked = _find(ctx, "masked", head) is not None
-        return self.emit(ctx, head, [a.ref, da.ref], rhs, plain, result, a.shape, "softmax", jacobian=jacobian, masked=masked, **details)
+        return self.emit(ctx, head, [a.ref, da.ref], rhs, result, a.shape, "softmax", jacobian=jacobian, masked=masked, **details)
 
     def json_details(self, details):
         out = super().json_details(details)
@@ -253,9 +249,8 @@ class ScoresGrad(SoftmaxGrad):
         scaled = _find(ctx, "scaled", head)
         factor = scaled.details["factor"]
         by_sqrt = scaled.details.get("by_sqrt_dk", True)
-        h, ph = sup(head), plain_sup(head)
-        divisor, pdiv = ("\\sqrt{d_k}", "sqrt(d_k)") if by_sqrt else ("c", "c")
-        return self.emit(ctx, head, ["dscaled"], f"\\frac{{\\mathrm{{d}}T{h}}}{{{divisor}}}", f"dT{ph} / {pdiv}",
+        divisor = Sqrt(sym("d", "k")) if by_sqrt else sym("c")
+        return self.emit(ctx, head, ["dscaled"], Frac(Diff(sym("T")).head(head), divisor),
                          ctx.alg.grad_divide(dt.value, factor), dt.shape, "scale", factor=factor, d_k=scaled.details.get("d_k"),
                          by_sqrt_dk=by_sqrt)
 
@@ -269,10 +264,10 @@ class QueryKeyGrad(Grad):
         ds = state.get("dscores")
         if ds is None:
             return None
-        h, ph = sup(head), plain_sup(head)
+        d_s = Diff(sym("S")).head(head)
         if self.id == "dQ":
-            return self.product(ctx, head, ds, state["K"], False, False, (f"\\mathrm{{d}}S{h}", f"K{h}"), (f"dS{ph}", f"K{ph}"))
-        return self.product(ctx, head, ds, state["Q"], True, False, (_tr("\\mathrm{d}S", head), f"Q{h}"), (f"dS{ph}^T", f"Q{ph}"))
+            return self.product(ctx, head, ds, state["K"], False, False, (d_s, sym("K").head(head)))
+        return self.product(ctx, head, ds, state["Q"], True, False, (d_s.T(), sym("Q").head(head)))
 
 
 def _split(problem) -> bool:
@@ -284,22 +279,19 @@ def _source(ctx, which: str) -> str:
     return "X_kv" if which in ("K", "V") and "X_kv" in ctx.p.shared else "X"
 
 
-def new_rows(ctx, which: str, d: Flow, head) -> tuple[Flow, str, str]:
-    """(the rows of dK or dV that the projection made, their LaTeX and plain names).
+def new_rows(ctx, which: str, d: Flow, head) -> tuple[Flow, Node]:
+    """(the rows of dK or dV that the projection made, their name in formulas).
 
     With a KV cache, K is [K_past; X W_K]: dK = dS^T Q is the gradient of every cached key,
     but only the last rows (the new tokens') depend on W_K and X; the past rows are given
     numbers. Without a cache, dK itself."""
-    h, ph = sup(head), plain_sup(head)
+    name = Diff(sym(which)).head(head)
     rows = ctx.p.shared[_source(ctx, which)].shape[0]
     past = d.shape[0] - rows
     if which == "Q" or past <= 0:
-        return d, f"\\mathrm{{d}}{which}{h}", f"d{which}{ph}"
+        return d, name
     value = ctx.alg.block(d.value, past, d.shape[0], 0, d.shape[1])
-    span = f"{past + 1}" if rows == 1 else f"{past + 1}{{:}}{past + rows}"
-    pspan = f"{past + 1}" if rows == 1 else f"{past + 1}..{past + rows}"
-    return (Flow(value, (rows, d.shape[1]), d.ref, d.letter, d.entry),
-            f"\\mathrm{{d}}{which}{h}_{{{span},\\,:}}", f"d{which}{ph}[{pspan}, :]")
+    return Flow(value, (rows, d.shape[1]), d.ref, d.letter, d.entry), Slice(name, (past + 1, past + rows), None)
 
 
 class ProjectionGrad(Grad):
@@ -310,8 +302,8 @@ class ProjectionGrad(Grad):
     starts = ("X",)
 
     def __init__(self, which: str, bias: bool, full: bool):
-        sym = f"g^{{{'b' if bias else 'W'}{which}}}"
-        super().__init__(f"d{'b' if bias else 'W'}_{which}", f"{'b' if bias else 'W'}_{which}", sym, per_head=not full)
+        kind = "b" if bias else "W"
+        super().__init__(f"d{kind}_{which}", sym(kind, which), f"g^{{{kind}{which}}}", per_head=not full)
         self.which, self.bias, self.full = which, bias, full
 
     def runs(self, problem):
@@ -322,7 +314,7 @@ class ProjectionGrad(Grad):
     def compute(self, ctx, head, state):
         g = f"d{self.which}"
         src = _source(ctx, self.which)
-        src_tex = "X_{kv}" if src == "X_kv" else "X"
+        x_t = (sym("X", "kv") if src == "X_kv" else sym("X")).T()
         if self.full:
             flows = [s.get(g) for s in state["states"]]
             if any(f is None for f in flows):
@@ -330,27 +322,26 @@ class ProjectionGrad(Grad):
             flows = [new_rows(ctx, self.which, f, i)[0] for i, f in enumerate(flows, start=1)]
             n = len(flows)
             stacked = ctx.alg.hstack([f.value for f in flows])
-            parts = f"\\mathrm{{d}}{self.which}^{{(1)}}, \\ldots, \\mathrm{{d}}{self.which}^{{({n})}}" if n > 2 else \
-                ", ".join(f"\\mathrm{{d}}{self.which}^{{({i})}}" for i in range(1, n + 1))
-            pparts = ", ".join(f"d{self.which}({i})" for i in range(1, n + 1))
+            grad = Diff(sym(self.which))
+            parts = Hcat((grad.head(1), Dots(), grad.head(n)) if n > 2 else tuple(grad.head(i) for i in range(1, n + 1)))
             inputs = [src] + [f"{g}@{i}" for i in range(1, n + 1)]
             shape = (flows[0].shape[0], sum(f.shape[1] for f in flows))
             if self.bias:
-                return self.emit(ctx, None, inputs[1:], f"\\mathbf{{1}}^{{\\top}} \\left[{parts}\\right]", f"1^T [{pparts}]",
+                return self.emit(ctx, None, inputs[1:], ONES.T() * parts,
                                  ctx.alg.colsum(stacked), (1, shape[1]), "colsum", factor_shapes=(shape,))
             x = ctx.operand(ctx.p.shared[src])
-            return self.emit(ctx, None, inputs, f"{src_tex}^{{\\top}} \\left[{parts}\\right]", f"{src}^T [{pparts}]",
+            return self.emit(ctx, None, inputs, x_t * parts,
                              ctx.alg.grad_matmul(ctx.alg.transpose(x.value), stacked), (x.shape[1], shape[1]), "stack",
                              factor_shapes=(x.shape[::-1], shape))
         d = state.get(g)
         if d is None:
             return None
-        d, name, pname = new_rows(ctx, self.which, d, head)
+        d, name = new_rows(ctx, self.which, d, head)
         if self.bias:
-            return self.emit(ctx, head, [d.ref], f"\\mathbf{{1}}^{{\\top}} {name}", f"1^T {pname}",
+            return self.emit(ctx, head, [d.ref], ONES.T() * name,
                              ctx.alg.colsum(d.value), (1, d.shape[1]), "colsum", factor_shapes=(d.shape,))
         x = ctx.operand(ctx.p.shared[src])
-        return self.product(ctx, head, x, d, True, False, (f"{src_tex}^{{\\top}}", name), (f"{src}^T", pname))
+        return self.product(ctx, head, x, d, True, False, (x_t, name))
 
 
 class InputGrad(Grad):
@@ -359,7 +350,7 @@ class InputGrad(Grad):
     starts = ("X",)
 
     def __init__(self, id, of, symbol, kv: bool):
-        super().__init__(id, of, symbol, per_head=False, plain_of="X_kv" if kv else "X")
+        super().__init__(id, of, symbol, per_head=False)
         self.kv = kv
 
     def runs(self, problem):
@@ -370,7 +361,7 @@ class InputGrad(Grad):
         which = ("K", "V") if self.kv else (("Q",) if cross else ("Q", "K", "V"))
         states = top["states"]
         multi = len(states) > 1
-        grads, weights, inputs, terms, pterms = [], [], [], [], []
+        grads, weights, inputs = [], [], []
         for i, st in enumerate(states, start=1):
             hd = i if multi else None
             for w in which:
@@ -384,23 +375,22 @@ class InputGrad(Grad):
         # one product: [dQ dK dV ...] times [W_Q W_K W_V ...]^T sums every path's contribution
         alg = ctx.alg
         total = alg.grad_matmul(alg.hstack(grads), alg.transpose(alg.hstack(weights))) if alg.mode != "shape" else None
-        for w in which:
-            terms.append(f"\\mathrm{{d}}{w}{'^{(i)}' if multi else ''} W_{w}^{{{'(i)' if multi else ''}\\top}}")
-            pterms.append(f"d{w}{'(i)' if multi else ''} W_{w}{'(i)' if multi else ''}^T")
-        rhs, prhs = " + ".join(terms), " + ".join(pterms)
         if multi:  # every head i and every projection M the input feeds
-            ms = ", ".join(which)
-            rhs = "\\sum_{i,\\,M} \\mathrm{d}M^{(i)} W_M^{(i)\\top}"
-            prhs = f"sum_i sum_(M in {{{ms}}}) dM(i) W_M(i)^T"
+            i, m = sym("i"), sym("M")
+            rhs: Node = Sum(Seq((i, Op("in", m, Seq(tuple(sym(w) for w in which), braces=True)))),
+                            Diff(m).head(i) * sym("W", m).head(i).T())
+        else:
+            terms = [Diff(sym(w)) * sym("W", w).T() for w in which]
+            rhs = terms[0] if len(terms) == 1 else Add(tuple(terms))
         x = ctx.p.shared["X_kv" if self.kv else "X"]
         d_first = new_rows(ctx, which[0], states[0][f"d{which[0]}"], None)[0].shape  # the shapes of one term of the sum
-        return self.emit(ctx, None, inputs, rhs, prhs, total, x.shape, "paths", heads=len(states), projections=which,
+        return self.emit(ctx, None, inputs, rhs, total, x.shape, "paths", heads=len(states), projections=which,
                          factor_shapes=(d_first, (d_first[1], x.shape[1])))
 
 
 DOUTPUT = OutputGrad("doutput", "O", "g^{O}", per_head=False)
-DW_O = OutputWeightGrad("dW_O", "W_O", "g^{WO}", bias=False)
-DB_O = OutputWeightGrad("db_O", "b_O", "g^{bO}", bias=True)
+DW_O = OutputWeightGrad("dW_O", sym("W", "O"), "g^{WO}", bias=False)
+DB_O = OutputWeightGrad("db_O", sym("b", "O"), "g^{bO}", bias=True)
 DCONCAT = ConcatGrad("dconcat", "Z", "g^{Z}", per_head=False)
 DZ = HeadOutputGrad("dZ", "Z", "g^{Z}")
 DV = ValueGrad("dV", "V", "g^{V}")
@@ -413,7 +403,7 @@ DK.mistakes = ("dK_missing_transpose",)  # dQ = dS K has no transpose to miss
 HEAD_PARAMS = tuple(ProjectionGrad(w, b, full=False) for b in (False, True) for w in "QKV")
 FULL_PARAMS = tuple(ProjectionGrad(w, b, full=True) for b in (False, True) for w in "QKV")
 DX = InputGrad("dX", "X", "g^{X}", kv=False)
-DX_KV = InputGrad("dX_kv", "X_{kv}", "g^{Y}", kv=True)
+DX_KV = InputGrad("dX_kv", sym("X", "kv"), "g^{Y}", kv=True)
 
 #: Before the heads (the output projection and the concatenation), per head, after the heads.
 BACKWARD_COMBINE: tuple[Kind, ...] = (DOUTPUT, DW_O, DB_O, DCONCAT)

@@ -2,7 +2,7 @@
 
 A kind says which values of a head's state it reads and which it writes, whether it runs
 for a problem, how it computes (through the algebra interface, so one body serves numeric,
-exact, symbolic and shape mode), its general formula in LaTeX and plain math, the names
+exact, symbolic and shape mode), its general formula (a tree, `attntrace.model.formula`), the names
 its matrix and entries go by, how reports lay it out (`view`), which prose templates
 explain it (`templates/prose/{lang}/{prose}.j2`, block `Kind.templates`: `steps/{id}.j2`, else `steps/view/{view}.j2`, else `steps/default.j2`), its
 extra JSON fields, the checker mistakes that change it (`Mistake`: code, when it can be
@@ -15,9 +15,24 @@ declarations; adding a kind touches no other kind and no registry.
 
 from __future__ import annotations
 
-import re
-from functools import lru_cache
+from dataclasses import dataclass
 from typing import Any, ClassVar
+
+from attntrace.model.formula import Expr, Node, node
+
+
+@dataclass(frozen=True)
+class Symbol:
+    """One row of a trace's notation table: a symbol (LaTeX and plain), the key of its meaning
+    (words in templates/prose/{lang}/notation.j2), its shape (rows, cols) or a word key
+    ("scalar", ...), and its entries' name when it is a matrix (q_{ij} of Q)."""
+
+    tex: str
+    plain: str
+    meaning: str
+    shape: tuple[int, int] | str | None = None
+    entry: str | None = None
+    plain_entry: str | None = None
 
 
 class Flow:
@@ -26,9 +41,10 @@ class Flow:
 
     __slots__ = ("value", "shape", "ref", "letter", "entry")
 
-    def __init__(self, value, shape, ref: str, letter: str, entry: str | None = None):
+    def __init__(self, value, shape, ref: str, letter: Expr, entry: Expr | None = None):
         self.value, self.shape, self.ref = value, tuple(shape), ref
-        self.letter, self.entry = letter, entry
+        self.letter: Node = node(letter)
+        self.entry: Node | None = None if entry is None else node(entry)
 
 
 class Mistake(str):
@@ -69,10 +85,10 @@ class Kind:
     writes: ClassVar[str] = ""
     #: Problem starts (spec's first given matrices) at which this kind still runs.
     starts: ClassVar[tuple[str, ...]] = ("X",)
-    #: LaTeX and plain name of its matrix; base of its entry names (q, s, \tilde{t}).
-    letter: ClassVar[str] = ""
-    plain_letter: ClassVar[str | None] = None
-    entry: ClassVar[str] = ""
+    #: The name of its matrix and the base of its entry names, as formula symbols (T-tilde and
+    #: t-tilde; a plain string is a symbol of that name: "S", "s").
+    letter: ClassVar[Expr] = ""
+    entry: ClassVar[Expr] = ""
     #: Symbolic mode names this step's entries with this base (None: keeps computed entries).
     symbol: ClassVar[str | None] = None
     #: How reports lay the step out (a StepView builder): product, scaled, masked, softmax, concat.
@@ -87,9 +103,15 @@ class Kind:
     replaces: tuple[str, ...] = ()
     #: Its values may be infinite on purpose (masked scores are -inf): no overflow check.
     infinite_ok: ClassVar[bool] = False
+    #: The key of what its matrix means in the notation table (default: its id); two kinds that
+    #: make the same quantity (the ALiBi and the given bias) share one.
+    meaning: ClassVar[str | None] = None
+    #: The other symbols its formula introduces, (tex, plain, meaning key, shape): shape is
+    #: "scalar", "rows" (one per row of the step: n x 1), "step" (the step's shape), "pairs" (1 x half its columns) or a word key of the notation templates.
+    symbols: ClassVar[tuple[tuple[str, str, str, str], ...]] = ()
     #: How its two inputs meet in the shape line when they meet entry by entry (a broadcast, not
-    #: a product): ("+", "+") for a sum, ("\\odot", "*") for a product; None: the usual line.
-    elementwise: ClassVar[tuple[str, str] | None] = None
+    #: a product): "add" for a sum, "hadamard" for a product; None: the usual line.
+    elementwise: ClassVar[str | None] = None
 
     def enabled(self, problem) -> bool:
         """Whether this kind runs for the problem (start, scale, mask settings, ...)."""
@@ -99,6 +121,19 @@ class Kind:
         """Compute the step from the head's state and record it with `ctx.emit` (`ctx`: an
         `attntrace.kinds.context.Context`, not imported here since that module imports this one)."""
         raise NotImplementedError
+
+    def notation(self, step) -> list[Symbol]:
+        """The symbols this step introduces (its matrix with its entries, and `symbols`)."""
+        out = []
+        if self.letter:
+            letter = node(self.letter)
+            entry = node(self.entry).at("i", "j") if self.entry and node(self.entry) != letter else None
+            out.append(Symbol(letter.text("tex"), letter.text("plain"), self.meaning or self.id, tuple(step.shape),
+                              entry.text("tex") if entry else None, entry.text("plain") if entry else None))
+        for tex, plain, meaning, shape in self.symbols:
+            sized = {"rows": (step.shape[0], 1), "step": tuple(step.shape), "pairs": (1, step.shape[1] // 2)}
+            out.append(Symbol(tex, plain, meaning, sized.get(shape, shape)))
+        return out
 
     #: How the checker recomputes the step from the student's own earlier values, over intervals
     #: (None: no rule, the step is taken at its true value and nothing is carried through it).
@@ -118,10 +153,11 @@ class Kind:
         """Numbers the sentences of this kind's mistakes quote (as `d.<name>`), from its step."""
         return {}
 
-    def intro(self, tex: str, plain: str, steps) -> tuple[str, str]:
+    def intro(self, term: Node, steps) -> Node:
         """The report's one-line formula softmax(...) V: this kind's change to the score term
-        (tex, plain) when the trace has its `steps` (e.g. ALiBi adds + B). Default: none."""
-        return tex, plain
+        (a formula tree, Q K^T at first) when the trace has its `steps` (e.g. ALiBi adds + B).
+        Default: none."""
+        return term
 
     def json_details(self, details) -> dict[str, Any]:
         """Extra fields of the step in the JSON export (beyond id, head, shape, inputs, formula)."""
@@ -138,37 +174,6 @@ class Kind:
         return (f"steps/{self.id}.j2", f"steps/view/{self.view}.j2", "steps/default.j2")
 
 
-def sup(head: int | None) -> str:
-    """The head superscript of a matrix name: Q^{(2)}."""
-    return "" if head is None else f"^{{({head})}}"
-
-
 def label(name: str, head: int | None) -> str:
     """A step as error messages name it: 'scores' or 'scores (head 2)'."""
     return name if head is None else f"{name} (head {head})"
-
-
-#: How an accent over a letter is written in plain text, after the letter: T~, T', Tbar.
-PLAIN_ACCENTS = {"tilde": "~", "hat": "'", "bar": "bar"}
-_ACCENTED = re.compile(r"\\(" + "|".join(PLAIN_ACCENTS) + r")\{(\w)\}")
-
-
-def plain_accents(name: str) -> str:
-    """Each accented letter of a LaTeX name in plain text: \\tilde{q}_{11} -> q~_{11}."""
-    return _ACCENTED.sub(lambda m: m.group(2) + PLAIN_ACCENTS[m.group(1)], name)
-
-
-@lru_cache(maxsize=512)  # the same few letters, once per step of every trace
-def plain_math(name: str) -> str:
-    """A matrix or entry name in plain text: an accent follows its letter (\\tilde{T} -> T~, \\hat{t} -> t')."""
-    name = re.sub(r"_\{\\text\{(\w+)\}\}", r"_\1", name)  # K_{\text{cache}} -> K_cache (attntrace.kinds.cache)
-    return plain_accents(name)
-
-
-def plain_braces(letter: str) -> str:
-    """A block matrix's name in plain text: its braces dropped (R^{f} -> R^f, W_{gate} -> W_gate)."""
-    return letter.replace("{", "").replace("}", "")
-
-
-def plain_sup(head: int | None) -> str:
-    return "" if head is None else f"({head})"

@@ -11,8 +11,9 @@ split a torch float mask into its -inf entries (the mask) and the rest (this bia
 
 from __future__ import annotations
 
-from attntrace.kinds.base import Kind, label, plain_math, plain_sup, sup
+from attntrace.kinds.base import Kind, label
 from attntrace.model.errors import BadInput
+from attntrace.model.formula import sym
 
 
 class ScoreBias(Kind):
@@ -20,8 +21,10 @@ class ScoreBias(Kind):
     id = "bias"
     reads, writes = ("S",), "S"
     starts = ("X", "QKV", "scores")
-    letter, plain_letter, entry = "\\hat{T}", "T'", "\\hat{t}"
+    letter, entry = sym("T", accent="hat"), sym("t", accent="hat")
     view, prose = "bias", "bias"
+    meaning = "biased"
+    symbols = (("B", "B", "score_bias", "step"),)
 
     def enabled(self, problem) -> bool:
         return super().enabled(problem) and "attn_bias" in problem.extra
@@ -34,13 +37,11 @@ class ScoreBias(Kind):
             raise BadInput(f"step {label(self.id, head)}: attn_bias is {b.shape[0]} x {b.shape[1]} but the scores are "
                            f"{t.shape[0]} x {t.shape[1]}")
         result = ctx.alg.plus(t.value, b.value)
-        h, ph = sup(head), plain_sup(head)
-        formula = f"\\hat{{T}}{h} = {t.letter}{h} + B{h}"
-        plain = f"T'{ph} = {plain_math(t.letter)}{ph} + B{ph}"
-        return ctx.emit(self, head, [t.ref], formula, plain, result, t.shape, {"bias": b.value})
+        formula = self.letter.head(head).eq(t.letter.head(head) + sym("B").head(head))
+        return ctx.emit(self, head, [t.ref], formula, result, t.shape, {"bias": b.value})
 
-    def intro(self, tex, plain, steps):
-        return tex + " + B", plain + " + B"
+    def intro(self, term, steps):
+        return term + sym("B")
 
     def overflow_how(self, inputs, details) -> str:
         return f"{inputs[0]} plus the given bias"

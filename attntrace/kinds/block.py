@@ -28,23 +28,24 @@ from attntrace.kinds.moe import MOE_KINDS
 from attntrace.kinds.norm import Norm
 from attntrace.kinds.position import EMBED, POS_ENC
 from attntrace.kinds.residual import Residual
+from attntrace.model.formula import sym
 
 ARRANGEMENTS = ("post_ln", "pre_ln", "llama")
 
-RESIDUAL1 = Residual("residual1", "X", "O", "R1", "R", "r")
+RESIDUAL1 = Residual("residual1", "X", "O", "R1", sym("R"), sym("r"), "r")
 FFN_HIDDEN = Linear("ffn_hidden", "ffn_in", "H", "H", "h", ("W_1", "W_gate"), "b_1", "ffn_hidden")
 FFN_UP = Linear("ffn_up", "ffn_in", "U", "U", "u", ("W_up", "W_up"), None, "ffn_up", swiglu_only=True)
 FFN_OUT = Linear("ffn_out", "G", "F", "F", "f", ("W_2", "W_down"), "b_2", "ffn_out")
 FFN = (FFN_HIDDEN, FFN_UP, FFN_ACT, FFN_OUT)
 
 # post-LN: the norms follow the residual additions
-NORM1_POST = Norm("norm1", "R1", "ffn_in", "N", "n", 1)
-RESIDUAL2_POST = Residual("residual2", "ffn_in", "F", "R2", "R^{f}", "r^{f}")
-NORM2_POST = Norm("norm2", "R2", "Y", "N^{f}", "n^{f}", 2)
+NORM1_POST = Norm("norm1", "R1", "ffn_in", sym("N"), sym("n"), "n", 1)
+RESIDUAL2_POST = Residual("residual2", "ffn_in", "F", "R2", sym("R", sup="f"), sym("r", sup="f"), "r^{f}")
+NORM2_POST = Norm("norm2", "R2", "Y", sym("N", sup="f"), sym("n", sup="f"), "n^{f}", 2)
 # pre-LN: the norms come first in each sublayer
-NORM1_PRE = Norm("norm1", "X", "attn_in", "N", "n", 1)
-NORM2_PRE = Norm("norm2", "R1", "ffn_in", "N^{f}", "n^{f}", 2)
-RESIDUAL2_PRE = Residual("residual2", "R1", "F", "Y", "R^{f}", "r^{f}")
+NORM1_PRE = Norm("norm1", "X", "attn_in", sym("N"), sym("n"), "n", 1)
+NORM2_PRE = Norm("norm2", "R1", "ffn_in", sym("N", sup="f"), sym("n", sup="f"), "n^{f}", 2)
+RESIDUAL2_PRE = Residual("residual2", "R1", "F", "Y", sym("R", sup="f"), sym("r", sup="f"), "r^{f}")
 
 POSITION: tuple[Kind, ...] = (POS_ENC, EMBED)
 #: arrangement -> (PRE, POST): the kinds before attention and after the output projection.

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from attntrace.kinds.base import Kind, label, plain_math, plain_sup, sup
+from attntrace.kinds.base import Kind, label
 from attntrace.kinds.projection import kv_head
 from attntrace.model.errors import BadInput
+from attntrace.model.formula import Stack, Word, sym
 
 
 def has_cache(problem) -> bool:
@@ -46,9 +47,8 @@ class CacheAppend(Kind):
         self.id = f"{which}_cache"
         self.after = ("K_rope",) if which == "K" else ("K_cache",)
         self.reads, self.writes = (which,), which
-        self.letter = f"{which}_{{\\text{{cache}}}}"
-        self.plain_letter = f"{which}_cache"
-        self.entry = f"{which.lower()}^{{c}}"
+        self.letter = sym(which, Word("cache"))
+        self.entry = sym(which.lower(), sup="c")
 
     def enabled(self, problem) -> bool:
         if not has_cache(problem):
@@ -83,12 +83,9 @@ class CacheAppend(Kind):
                            "the cache holds one key and one value per past token")
         result = ctx.alg.vstack([old.value, new.value])
         shape = (old.shape[0] + new.shape[0], old.shape[1])
-        h, ph = sup(own), plain_sup(own)
-        cache, past_tex = f"{w}_{{\\text{{cache}}}}{h}", f"{w}_{{\\text{{past}}}}{h}"
-        formula = f"{cache} = \\begin{{bmatrix}} {past_tex} \\\\ {new.letter}{h} \\end{{bmatrix}}"
-        plain = f"{w}_cache{ph} = [{w}_past{ph}; {plain_math(new.letter)}{ph}]"
+        formula = self.letter.head(own).eq(Stack((sym(w, Word("past")).head(own), new.letter.head(own))))
         details = {"past_rows": old.shape[0], "new_rows": new.shape[0]}
-        flow = ctx.emit(self, own, [past_name, new.ref], formula, plain, result, shape, details)
+        flow = ctx.emit(self, own, [past_name, new.ref], formula, result, shape, details)
         if (p.extra or {}).get("num_kv_heads") is not None and own is not None:
             flow.ref = f"{self.id}@{own}"  # read by a group of query heads: named with its head, as K@j
         memo[(self.id, own)] = flow

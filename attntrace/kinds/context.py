@@ -22,6 +22,7 @@ from attntrace.algebra.modes import algebra_for
 from attntrace.inputs.spec import Problem
 from attntrace.kinds.base import Flow, Kind, label
 from attntrace.model.errors import BadInput
+from attntrace.model.formula import PRINTERS, Node
 from attntrace.model.trace import Operand, Step
 
 #: Matrix and entry names, in formulas, of the operands that stand in for a step (a trace that starts mid-way).
@@ -96,9 +97,10 @@ class Context:
         letter, entry = _OPERAND_NAMES.get(op.name, (op.name, None))
         return Flow(op.value, op.shape, op.name, letter, entry)
 
-    def emit(self, kind: Kind, head, inputs, formula: str, plain: str, result, shape, details=None, *, checked=False) -> Flow:
-        """Record the step `kind` computed and return its value in flight (`checked`: the kind
-        has already checked the value for overflow, e.g. once for a full-width product)."""
+    def emit(self, kind: Kind, head, inputs, formula: Node, result, shape, details=None, *, checked=False) -> Flow:
+        """Record the step `kind` computed, with its general formula (a tree), and return its
+        value in flight (`checked`: the kind has already checked the value for overflow, e.g.
+        once for a full-width product)."""
         value, expansion = self.alg.finish(result, symbol=kind.symbol, head=head, shape=shape)
         details = details or {}
         if self.numeric:
@@ -108,8 +110,8 @@ class Context:
         key = kind.id if head is None else f"{kind.id}@{head}"
         self.last_kept = self.keep is None or kind.id in self.keep or key in self.keep
         if self.last_kept:
-            self.steps.append(Step(id=kind.id, head=head, inputs=tuple(inputs), formula=formula, value=value, shape=tuple(shape),
-                                   symbol=kind.symbol, expansion=expansion, details=details, plain=plain))
+            self.steps.append(Step(id=kind.id, head=head, inputs=tuple(inputs), expr=formula, value=value, shape=tuple(shape),
+                                   symbol=kind.symbol, expansion=expansion, details=details))
         else:
             self.not_kept.append(key)
             self.not_kept_shapes.append(tuple(shape))
@@ -137,3 +139,4 @@ class Context:
         if bias.shape != (1, shape[1]):
             raise BadInput(f"step {label(id, head)}: bias {bias.name} has shape {bias.shape}, expected (1, {shape[1]})")
         return self.alg.add_row(result, bias.value)
+

@@ -1,14 +1,15 @@
 """The position-wise feed-forward network, applied to each row (token) alone.
 
-ReLU/GELU (Vaswani et al. 2017, 3.3; GPT-2 and BERT use GELU): H = N W_1 + b_1, G = act(H),
-F = G W_2 + b_2. SwiGLU (Shazeer 2020, Llama): H = N W_gate, U = N W_up, G = SiLU(H) * U
-entry by entry, F = G W_down (no biases). Weights are (in, out), rows as vectors, like W_Q;
+ReLU/GELU (Vaswani et al. 2017, 3.3; GPT-2 and BERT use GELU): H = N W_1 + b_1, H~ = act(H),
+F = H~ W_2 + b_2. SwiGLU (Shazeer 2020, Llama): H = N W_gate, U = N W_up, H~ = SiLU(H) * U
+entry by entry, F = H~ W_down (no biases); H~ is the role G of the block's state. Weights are (in, out), rows as vectors, like W_Q;
 `nn.Linear.weight` is (out, in) and is transposed on import.
 """
 
 from __future__ import annotations
 
-from attntrace.kinds.base import Kind, plain_braces
+from attntrace.kinds.base import Kind
+from attntrace.model.formula import Frac, Func, Num, Op, Paren, Parts, Power, Sqrt, Space, node, sym
 from attntrace.inputs.blockspec import BLOCK_OPERANDS
 from attntrace.kinds.exactsize import check_exact_size
 from attntrace.model.errors import BadInput
@@ -25,7 +26,7 @@ class Linear(Kind):
 
     def __init__(self, id, reads, writes, letter, entry, weights: tuple[str, str], bias: str | None, prose: str, swiglu_only=False):
         self.id, self.reads, self.writes = id, (reads,), writes
-        self.letter, self.entry, self.symbol = letter, entry, entry
+        self.letter, self.entry, self.symbol = node(letter), node(entry), entry
         self.weights, self.bias, self.prose, self.swiglu_only = weights, bias, prose, swiglu_only
         self.mistakes = ()
 
@@ -44,42 +45,43 @@ class Linear(Kind):
             raise BadInput(f"step {self.id}: bias {bias.name} has shape {bias.shape}, expected (1, {shape[1]})")
         result = ctx.alg.linear(a.value, w.value, None if bias is None else bias.value)
         check_exact_size(ctx, self.id, result)
-        tail = f" + {bias.name}" if bias is not None else ""
-        formula = f"{self.letter} = {a.letter} {BLOCK_OPERANDS[w_name][0]}{tail}"
-        plain = f"{plain_braces(self.letter)} = {plain_braces(a.letter)} {w_name}{tail}"
-        return ctx.emit(self, None, [a.ref, w_name] + ([bias.name] if bias is not None else []), formula, plain, result, shape)
+        product = a.letter * BLOCK_OPERANDS[w_name][0]
+        formula = self.letter.eq(product + BLOCK_OPERANDS[bias.name][0] if bias is not None else product)
+        return ctx.emit(self, None, [a.ref, w_name] + ([bias.name] if bias is not None else []), formula, result, shape)
 
 
 class Activation(Kind):
     id = "ffn_act"
     per_head = False
     reads, writes = ("H",), "G"
-    letter, entry, symbol = "G", "g", "g"
+    letter, entry, symbol = sym("H", accent="tilde"), sym("h", accent="tilde"), "\\tilde{h}"
     view, prose = "activation", "ffn_act"
     mistakes = ("gelu_relu_confused",)
 
     def compute(self, ctx, head, state):
         h = state["H"]
+        hij = sym("h").at("i", "j")
         act = ctx.p.extra.get("activation", "relu")
         if act == "swiglu":
             u = state["U"]
             result = ctx.alg.hadamard(ctx.alg.activation(h.value, "silu"), u.value)
             check_exact_size(ctx, self.id, result)
-            formula = "G = \\operatorname{SiLU}(H) \\odot U, \\quad g_{ij} = \\frac{h_{ij}}{1 + e^{-h_{ij}}}\\, u_{ij}"
-            plain = "G = SiLU(H) * U (entry by entry),  g_ij = h_ij / (1 + e^(-h_ij)) u_ij"
-            return ctx.emit(self, None, [h.ref, u.ref], formula, plain, result, h.shape, {"activation": act})
+            silu = Op("hadamard", Func("SiLU", (sym("H"),)), sym("U"))
+            formula = Parts((sym("H", accent="tilde").eq(silu), sym("h", accent="tilde").at("i", "j").eq(hij / (1 + Power(sym("e"), -hij)) * Space() * sym("u").at("i", "j"))))
+            return ctx.emit(self, None, [h.ref, u.ref], formula, result, h.shape, {"activation": act})
         result = ctx.alg.activation(h.value, act)
         check_exact_size(ctx, self.id, result)
-        entry = {
-            "relu": ("\\max(0, h_{ij})", "max(0, h_ij)"),
-            "gelu": ("\\tfrac{1}{2} h_{ij} \\left(1 + \\operatorname{erf}\\frac{h_{ij}}{\\sqrt{2}}\\right)", "h_ij/2 (1 + erf(h_ij / sqrt(2)))"),
-            "gelu_tanh": ("\\tfrac{1}{2} h_{ij} \\left(1 + \\tanh\\left(\\sqrt{2/\\pi}\\, (h_{ij} + 0.044715\\, h_{ij}^3)\\right)\\right)",
-                          "h_ij/2 (1 + tanh(sqrt(2/pi) (h_ij + 0.044715 h_ij^3)))"),
-        }[act]
+        half = Frac(Num(1), Num(2), small=True)
+        if act == "relu":
+            entry = Func("max", (Num(0), hij))
+        elif act == "gelu":
+            entry = half * hij * Paren(1 + Func("erf", (hij / Sqrt(Num(2)),), bare=True), sized=True)
+        else:
+            inner = Sqrt(Frac(Num(2), sym("pi"), inline=True)) * Space() * Paren(hij + Num(0.044715) * Space() * Power(hij, Num(3)))
+            entry = half * hij * Paren(1 + Func("tanh", (inner,), sized=True), sized=True)
         op = "GELU" if act.startswith("gelu") else "ReLU"
-        formula = f"G = \\operatorname{{{op}}}(H), \\quad g_{{ij}} = {entry[0]}"
-        plain = f"G = {op}(H),  g_ij = {entry[1]}"
-        return ctx.emit(self, None, [h.ref], formula, plain, result, h.shape, {"activation": act})
+        formula = Parts((sym("H", accent="tilde").eq(Func(op, (sym("H"),))), sym("h", accent="tilde").at("i", "j").eq(entry)))
+        return ctx.emit(self, None, [h.ref], formula, result, h.shape, {"activation": act})
 
     def json_details(self, details):
         return {"activation": details["activation"]}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from attntrace.kinds.base import Kind
 from attntrace.model.errors import BadInput
+from attntrace.model.formula import Dots, Func, Seq, sym
 
 
 class Concat(Kind):
@@ -33,14 +34,11 @@ class Concat(Kind):
             blocks.append((i, col, col + z.shape[1] - 1))
             col += z.shape[1]
         n = len(zs)
-        if n <= 3:
-            parts = ", ".join(f"Z^{{({i})}}" for i in range(1, n + 1))
-        else:
-            parts = f"Z^{{(1)}}, Z^{{(2)}}, \\ldots, Z^{{({n})}}"
-        formula = f"Z = \\operatorname{{Concat}}\\left({parts}\\right)"
-        plain = "Z = Concat(" + ", ".join(f"Z({i})" for i in range(1, n + 1)) + ")"
+        z = sym("Z")
+        heads = [z.head(i) for i in range(1, n + 1)] if n <= 3 else [z.head(1), z.head(2), Dots(), z.head(n)]
+        formula = z.eq(Func("Concat", (Seq(tuple(heads)),), sized=True))
         result = ctx.alg.hstack([z.value for z in zs])
-        return ctx.emit(self, None, [f"Z@{i}" for i in range(1, n + 1)], formula, plain, result, (rows, col - 1),
+        return ctx.emit(self, None, [f"Z@{i}" for i in range(1, n + 1)], formula, result, (rows, col - 1),
                         {"blocks": tuple(blocks)})
 
     def json_details(self, details):
@@ -71,8 +69,9 @@ class Output(Kind):
         bias = ctx.p.shared.get("b_O")
         result = ctx.add_bias(self.id, None, result, shape, bias)
         inputs = [z.ref, "W_O"] + (["b_O"] if bias else [])
-        tail = " + b_O" if bias else ""
-        return ctx.emit(self, None, inputs, "O = Z W_O" + tail, "O = Z W_O" + tail, result, shape)
+        product = sym("Z") * sym("W", "O")
+        formula = sym("O").eq(product + sym("b", "O") if bias else product)
+        return ctx.emit(self, None, inputs, formula, result, shape)
 
 
 CONCAT, OUTPUT = Concat(), Output()

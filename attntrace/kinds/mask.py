@@ -25,16 +25,18 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from attntrace.kinds.base import Kind, plain_math, plain_sup, sup
+from attntrace.kinds.base import Kind
 from attntrace.model.errors import BadInput
+from attntrace.model.formula import Cases, Infinity, Neg, sym
 
 class Masked(Kind):
     pipeline, after = "head", ("bias",)
     id = "masked"
     reads, writes = ("S",), "S"
     starts = ("X", "QKV", "scores")
-    letter, plain_letter, entry = "\\tilde{T}", "T~", "\\tilde{t}"
+    letter, entry = sym("T", accent="tilde"), sym("t", accent="tilde")
     view, prose = "masks", "masked"
+    symbols = (("M", "M", "mask", "step"),)
     mistakes = ("mask_ignored", "mask_wrong_triangle", "mask_not_infinite", "window_off_by_one", "causal_top_left_decoding")
     infinite_ok = True
 
@@ -48,12 +50,10 @@ class Masked(Kind):
         result = ctx.alg.mask(t.value, keep)
         details = {"keep": keep, "kind": mask_kind(ctx.p.mask), "window": opts.get("window"),
                    "key_padding": opts.get("key_padding"), "offset": offset(ctx.p.mask, t.shape)}
-        h, ph = sup(head), plain_sup(head)
-        m = t.letter
-        formula = (f"\\tilde{{T}}{h}_{{ij}} = \\begin{{cases}} {m}{h}_{{ij}} & M{h}_{{ij}} = 1 \\\\ "
-                   f"-\\infty & M{h}_{{ij}} = 0 \\end{{cases}}")
-        plain = f"T~{ph}_ij = {plain_math(t.letter)}{ph}_ij (M_ij = 1), -inf (M_ij = 0)"
-        return ctx.emit(self, head, [t.ref], formula, plain, result, t.shape, details)
+        m = sym("M").head(head).at("i", "j")
+        cases = Cases(((t.letter.head(head).at("i", "j"), m.eq(1)), (Neg(Infinity()), m.eq(0))))
+        formula = self.letter.head(head).at("i", "j").eq(cases)
+        return ctx.emit(self, head, [t.ref], formula, result, t.shape, details)
 
     def json_details(self, details) -> dict[str, Any]:
         keep = details.get("keep")

@@ -30,9 +30,12 @@ The layer-wide steps (head None) run once, in the first head's pipeline, and are
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
-from attntrace.kinds.base import Flow, Kind, Mistake, plain_braces
+from attntrace.kinds.base import Flow, Kind, Mistake
+from attntrace.model.formula import Add, Frac, Func, Hcat, Neg, Num, Paren, Parts, Power, Sqrt, Stack, Sym, Word, sym
 from attntrace.kinds.exactsize import check_exact_size
 from attntrace.kinds.rope import rope_pairs, rope_positions
 from attntrace.model.trace import Operand
@@ -46,19 +49,20 @@ def _memo(ctx) -> dict:
     return ctx.cache.setdefault("mla", {})
 
 
-def _hs(head) -> str:
+def _hs_unused(head) -> str:
     return "" if head is None else f"({head})"
 
 
-def _name(letter: str, head) -> str:
-    """Q^{C} with head 2 -> Q^{C(2)}; a letter without a superscript gets one: Q^{(2)}."""
-    if head is None:
-        return letter
-    return f"{letter[:-1]}({head})}}" if letter.endswith("}") and "^{" in letter else f"{letter}^{{({head})}}"
+_NAME = re.compile(r"^(?:\\(hat|tilde)\{(\w)\}|(\w))(?:\^\{(\w+)\})?(?:_\{\\text\{(\w+)\}\})?$")
 
 
-def _plain(letter: str, head) -> str:
-    return plain_braces(letter).replace("\\hat", "").replace("\\tilde", "") + ("" if head is None else f"({head})")
+def tex_sym(tex: str) -> Sym:
+    """The formula symbol of a name written as TeX here: C^{KV}, \\hat{C}^{Q}, \\tilde{K}^{R}, K^{R}_{\\text{cache}}."""
+    m = _NAME.match(tex)
+    if m is None:
+        raise ValueError(tex)
+    accent, accented, plain, sup, sub = m.groups()
+    return sym(accented or plain, Word(sub) if sub else None, sup, accent=accent)
 
 
 class MlaKind(Kind):
@@ -110,8 +114,7 @@ class MlaProduct(MlaKind):
 
     def __init__(self, id, reads, weight, writes, letter, entry, layer=False, enabled=None):
         self.id, self.reads, self.writes, self.weight = id, (reads,), writes, weight
-        self.letter, self.entry, self.symbol, self.layer = letter, entry, entry, layer
-        self.plain_letter = _plain(letter, None)
+        self.letter, self.entry, self.symbol, self.layer = tex_sym(letter), tex_sym(entry), entry, layer
         self.per_head = not layer
         self._enabled = enabled
 
@@ -129,10 +132,8 @@ class MlaProduct(MlaKind):
         h = None if self.layer else head
         from attntrace.inputs.mlaspec import MLA_OPERANDS
 
-        wl, wp = MLA_OPERANDS[self.weight][:2]
-        formula = f"{_name(self.letter, h)} = {a.letter} {_name(wl, h)}"  # what it reads is the layer's
-        plain = f"{_plain(self.letter, h)} = {_plain(a.letter, None)} {wp}{_hs(h)}"
-        flow = ctx.emit(self, h, [a.ref, self.weight], formula, plain, result, shape)
+        formula = self.letter.head(h).eq(a.letter * MLA_OPERANDS[self.weight][0].head(h))  # what it reads is the layer's
+        flow = ctx.emit(self, h, [a.ref, self.weight], formula, result, shape)
         self.made(ctx)
         return self.put(ctx, state, flow)
 
@@ -141,14 +142,13 @@ class MlaNorm(MlaKind):
     """Ĉ = RMSNorm(C): DeepSeek-V2/V3 normalise the compressed query and latent (q_a_layernorm, kv_a_layernorm)."""
 
     view = "norm"
-    elementwise = ("\\odot", "*")
+    elementwise = "hadamard"
     per_head = False
     layer = True
 
     def __init__(self, id, reads, writes, letter, entry, which, enabled=None):
         self.id, self.reads, self.writes, self.which = id, (reads,), writes, which
-        self.letter, self.entry, self.symbol = letter, entry, entry
-        self.plain_letter = _plain(letter, None)
+        self.letter, self.entry, self.symbol = tex_sym(letter), tex_sym(entry), entry
         self._enabled = enabled
 
     def enabled(self, problem) -> bool:
@@ -157,26 +157,21 @@ class MlaNorm(MlaKind):
     def compute(self, ctx, head, state):
         if self.done(ctx):
             return None
-        from attntrace.kinds.norm import _eps  # the eps in the algebra's numbers
-
         r = self.flow_in(ctx, state, self.reads[0])
         key = "q_norm" if self.which == "Q" else "kv_norm"
         eps = ctx.p.extra["mla"][f"{key}_eps"]
         gain = ctx.p.shared.get(f"gamma_{self.which}")
         result, details = ctx.alg.norm(r.value, None if gain is None else gain.value, None, _eps(ctx, eps), True)
         check_exact_size(ctx, self.id, result)
-        g = "\\gamma_j " if gain is not None else ""
-        e = r.entry
-        args = f"{r.letter};\\ \\gamma^{{{self.which}}}" if gain is not None else r.letter
-        pargs = _plain(r.letter, None) + (f"; gamma^{self.which}" if gain is not None else "")
-        pentry = _plain(self.entry, None)
-        formula = (f"{self.letter} = \\operatorname{{RMSNorm}}({args}), \\quad "
-                   f"{self.entry}_{{ij}} = {g}\\frac{{{e}_{{ij}}}}{{\\sqrt{{\\nu_i + \\varepsilon}}}}")
-        plain = (f"{_plain(self.letter, None)} = RMSNorm({pargs}),  "
-                 f"{pentry}_ij = {'gamma_j ' if gain is not None else ''}{_plain(e, None)}_ij / sqrt(nu_i + eps)")
+        entry = r.entry.at("i", "j") / Sqrt(sym("nu", "i") + sym("varepsilon"))
+        gsym = sym("gamma", sup=self.which)
+        if gain is not None:
+            entry = sym("gamma", "j") * entry
+        function = Func("RMSNorm", (r.letter,), params=(gsym,) if gain is not None else ())
+        formula = Parts((self.letter.eq(function), self.entry.at("i", "j").eq(entry)))
         inputs = [r.ref] + ([gain.name] if gain is not None else [])
         details = {**details, "norm": "rms", "eps": eps, "which": self.which}
-        flow = ctx.emit(self, None, inputs, formula, plain, result, r.shape, details)
+        flow = ctx.emit(self, None, inputs, formula, result, r.shape, details)
         self.made(ctx)
         return self.put(ctx, state, flow)
 
@@ -196,8 +191,7 @@ class MlaRope(MlaKind):
 
     def __init__(self, id, reads, writes, letter, entry, layer):
         self.id, self.reads, self.writes, self.layer = id, (reads,), writes, layer
-        self.letter, self.entry, self.symbol = letter, entry, entry
-        self.plain_letter = _plain(letter, None)
+        self.letter, self.entry, self.symbol = tex_sym(letter), tex_sym(entry), entry
         self.per_head = not layer
 
     def compute(self, ctx, head, state):
@@ -212,11 +206,12 @@ class MlaRope(MlaKind):
         result = ctx.alg.rotate_pairs(x.value, pairs, angles)
         h = None if self.layer else head
         base = rope["base"]
-        base_tex = str(int(base)) if isinstance(base, float) and base == int(base) else str(base)
-        formula = f"{_name(self.letter, h)} = \\operatorname{{RoPE}}({_name(x.letter, h)}), \\quad \\theta_i = {base_tex}^{{-2(i-1)/d_k}}"
-        plain = f"{_plain(self.letter, h)} = RoPE({_plain(x.letter, h)}),  theta_i = {base}^(-2(i-1)/d_k)"
+        from attntrace.kinds.rope import base_text
+
+        angle = Power(Num(base_text(base)), Frac(-(Num(2) * Paren(Add((sym("i"), Neg(Num(1))), tight=True))), sym("d", "k"), inline=True))
+        formula = Parts((self.letter.head(h).eq(Func("RoPE", (x.letter.head(h),))), sym("theta", "i").eq(angle)))
         details = {"layout": rope["layout"], "base": base, "positions": positions, "pairs": pairs, "angles": angles, "d": d}
-        flow = ctx.emit(self, h, [x.ref], formula, plain, result, x.shape, details)
+        flow = ctx.emit(self, h, [x.ref], formula, result, x.shape, details)
         self.made(ctx)
         return self.put(ctx, state, flow)
 
@@ -240,8 +235,7 @@ class MlaCache(MlaKind):
 
     def __init__(self, id, reads, past, writes, letter, entry):
         self.id, self.reads, self.past, self.writes = id, (reads,), past, writes
-        self.letter, self.entry = letter, entry
-        self.plain_letter = _plain(letter, None)
+        self.letter, self.entry = tex_sym(letter), tex_sym(entry)
 
     def enabled(self, problem) -> bool:
         return super().enabled(problem) and problem.extra["mla"]["past"] > 0
@@ -255,10 +249,9 @@ class MlaCache(MlaKind):
         old = ctx.operand(ctx.p.shared[self.past])
         result = ctx.alg.vstack([old.value, new.value])
         shape = (old.shape[0] + new.shape[0], old.shape[1])
-        formula = f"{self.letter} = \\begin{{bmatrix}} {MLA_OPERANDS[self.past][0]} \\\\ {new.letter} \\end{{bmatrix}}"
-        plain = f"{_plain(self.letter, None)} = [{MLA_OPERANDS[self.past][1]}; {_plain(new.letter, None)}]"
+        formula = self.letter.eq(Stack((MLA_OPERANDS[self.past][0], new.letter)))
         details = {"past_rows": old.shape[0], "new_rows": new.shape[0]}
-        flow = ctx.emit(self, None, [self.past, new.ref], formula, plain, result, shape, details)
+        flow = ctx.emit(self, None, [self.past, new.ref], formula, result, shape, details)
         self.made(ctx)
         return self.put(ctx, state, flow)
 
@@ -283,19 +276,18 @@ class MlaConcat(MlaKind):
 
     def __init__(self, id, parts, writes, letter, entry):
         self.id, self.reads, self.writes = id, parts, writes
-        self.letter, self.entry = letter, entry
+        self.letter, self.entry = tex_sym(letter), tex_sym(entry)
 
     def compute(self, ctx, head, state):
         a, b = (self.flow_in(ctx, state, r) for r in self.reads)
         result = ctx.alg.hstack([a.value, b.value])
         shape = (a.shape[0], a.shape[1] + b.shape[1])
         hb = None if self.reads[1] in ("kr",) else head
-        formula = f"{_name(self.letter, head)} = \\begin{{bmatrix}} {_name(a.letter, head)} & {_name(b.letter, hb)} \\end{{bmatrix}}"
-        plain = f"{_plain(self.letter, head)} = [{_plain(a.letter, head)}  {_plain(b.letter, hb)}]"
+        formula = self.letter.head(head).eq(Hcat((a.letter.head(head), b.letter.head(hb))))
         rope = ctx.p.extra["rope"]
         details = {"parts": (a.shape[1], b.shape[1]), "layout": rope["layout"], "base": rope["base"],
                    "positions": rope_positions(ctx.p, "Q", a.shape[0])}  # what the checker's planted mistake turns by
-        flow = ctx.emit(self, head, [a.ref, b.ref], formula, plain, result, shape, details)
+        flow = ctx.emit(self, head, [a.ref, b.ref], formula, result, shape, details)
         return flow
 
     def carry(self, iv, step, args, mistake):
@@ -319,11 +311,10 @@ class MlaAbsorbProduct(MlaKind):
 
     view = "product"
 
-    def __init__(self, id, a, b, transposed, letter, entry, formula_rhs, plain_rhs):
+    def __init__(self, id, a, b, transposed, letter, entry, rhs):
         self.id, self.reads, self.writes, self.transposed = id, (a, b), id, transposed
-        self.letter, self.entry, self.symbol = letter, entry, entry
-        self.plain_letter = _plain(letter, None)
-        self.formula_rhs, self.plain_rhs = formula_rhs, plain_rhs
+        self.letter, self.entry, self.symbol = tex_sym(letter), tex_sym(entry), entry
+        self.rhs = rhs  # head -> the right side, a formula
 
     def enabled(self, problem) -> bool:
         return super().enabled(problem) and problem.extra["mla"].get("absorb", True)
@@ -336,20 +327,17 @@ class MlaAbsorbProduct(MlaKind):
         a, b = (self._operand(ctx, state, r) for r in self.reads)
         result, shape = ctx.product(self.id, head, a, b, b_transposed=self.transposed)
         check_exact_size(ctx, self.id, result)
-        h = _hs(head)
-        formula = f"{_name(self.letter, head)} = " + self.formula_rhs.replace("(i)", h)
-        plain = f"{_plain(self.letter, head)} = " + self.plain_rhs.replace("(i)", h)
-        return ctx.emit(self, head, [a.ref, b.ref], formula, plain, result, shape, {"transposed": self.transposed})
+        formula = self.letter.head(head).eq(self.rhs(head))
+        return ctx.emit(self, head, [a.ref, b.ref], formula, result, shape, {"transposed": self.transposed})
 
 
 class MlaAbsorbed(MlaKind):
     """S^A(i) = S^C(i) + S^R(i): the scores without K, and how far they are from S = Q K^T."""
 
     view = "absorbed"
-    elementwise = ("+", "+")
+    elementwise = "add"
     reads, writes = ("scores_C", "scores_R"), "scores_absorbed"
-    letter, entry, symbol = "S^{A}", "s^{A}", "s^{A}"
-    plain_letter = "S^A"
+    letter, entry, symbol = sym("S", sup="A"), sym("s", sup="A"), "s^{A}"
     id = "scores_absorbed"
 
     def enabled(self, problem) -> bool:
@@ -358,11 +346,9 @@ class MlaAbsorbed(MlaKind):
     def compute(self, ctx, head, state):
         c, r, s = state["scores_C"], state["scores_R"], state["S"]
         result = ctx.alg.plus(c.value, r.value)
-        h = _hs(head)
-        formula = f"{_name(self.letter, head)} = {_name(c.letter, head)} + {_name(r.letter, head)}"
-        plain = f"S^A{h} = S^C{h} + S^R{h}"
+        formula = self.letter.head(head).eq(c.letter.head(head) + r.letter.head(head))
         gap = _gap(ctx, result, s.value)
-        return ctx.emit(self, head, [c.ref, r.ref], formula, plain, result, s.shape, {"gap": gap, "scores": s.ref})
+        return ctx.emit(self, head, [c.ref, r.ref], formula, result, s.shape, {"gap": gap, "scores": s.ref})
 
     def carry(self, iv, step, args, mistake):
         if args[0].shape != args[1].shape:
@@ -405,6 +391,15 @@ def rotate_box(iv, x, layout: str, positions, base: float):
     return iv.stack(out, axis=0)
 
 
+def _eps(ctx, eps: float):
+    """eps in the algebra's numbers: float64, or the exact rational of its decimal text."""
+    if ctx.numeric or ctx.p.mode == "shape":
+        return float(eps)
+    import sympy
+
+    return sympy.Rational(repr(float(eps)))
+
+
 def _q_lora(problem) -> bool:
     return problem.extra["mla"]["q_lora"]
 
@@ -434,10 +429,14 @@ K_MLA = MlaConcat("K_mla", ("KC", "kr"), "K", "K", "k")
 Q_MLA.replaces, K_MLA.replaces, V_C.replaces = ("Q", "Q_rope"), ("K", "K_rope"), ("V",)
 
 # -- absorption, after the scores: the same scores from the latents, K never built ---------------
-W_ABSORBED = MlaAbsorbProduct("W_absorbed", "W_UQ", "W_UK", True, "W^{QK}", "w^{QK}", "W^{UQ(i)} W^{UK(i)\\top}", "W^UQ(i) W^UK(i)^T")
-Q_ABSORBED = MlaAbsorbProduct("Q_absorbed", "cq", "W_absorbed", False, "Q^{L}", "q^{L}", "\\hat{C}^{Q} W^{QK(i)}", "C^Q W^QK(i)")
-SCORES_C = MlaAbsorbProduct("scores_C", "Q_absorbed", "ckv", True, "S^{C}", "s^{C}", "Q^{L(i)} \\hat{C}^{KV\\top}", "Q^L(i) C^KV^T")
-SCORES_R = MlaAbsorbProduct("scores_R", "QR", "kr", True, "S^{R}", "s^{R}", "\\tilde{Q}^{R(i)} \\tilde{K}^{R\\top}", "Q~^R(i) K~^R^T")
+_UQ, _UK, _QK = sym("W", sup="UQ"), sym("W", sup="UK"), sym("W", sup="QK")
+W_ABSORBED = MlaAbsorbProduct("W_absorbed", "W_UQ", "W_UK", True, "W^{QK}", "w^{QK}", lambda h: _UQ.head(h) * _UK.head(h).T())
+Q_ABSORBED = MlaAbsorbProduct("Q_absorbed", "cq", "W_absorbed", False, "Q^{L}", "q^{L}",
+                              lambda h: sym("C", sup="Q", accent="hat") * _QK.head(h))
+SCORES_C = MlaAbsorbProduct("scores_C", "Q_absorbed", "ckv", True, "S^{C}", "s^{C}",
+                            lambda h: sym("Q", sup="L").head(h) * sym("C", sup="KV", accent="hat").T())
+SCORES_R = MlaAbsorbProduct("scores_R", "QR", "kr", True, "S^{R}", "s^{R}",
+                            lambda h: sym("Q", sup="R", accent="tilde").head(h) * sym("K", sup="R", accent="tilde").T())
 SCORES_ABSORBED = MlaAbsorbed()
 #: After the scores (they read S to compare).
 MLA_ABSORB_KINDS: tuple[Kind, ...] = (W_ABSORBED, Q_ABSORBED, SCORES_C, SCORES_R, SCORES_ABSORBED)

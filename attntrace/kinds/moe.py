@@ -25,6 +25,10 @@ from __future__ import annotations
 import numpy as np
 
 from attntrace.kinds.base import Kind, Mistake
+from attntrace.model.formula import Cases, Frac, Func, Hcat, Neg, Op, Paren, Parts, Power, Sum, Word, node, sym
+
+_T = sym("T", "i")  # T_i: the experts token i chose
+_WR = sym("W", "r")
 from attntrace.kinds.exactsize import check_exact_size
 from attntrace.model.errors import BadInput
 
@@ -64,7 +68,7 @@ class RouterLogits(MoeKind):
         return _matmul(iv, args[0], args[1])
 
     reads, writes = ("ffn_in",), "router_L"
-    letter, entry, symbol = "L", "l", "l"
+    letter, entry, symbol = sym("L"), sym("l"), "l"
     view = "product"
 
     def compute(self, ctx, head, state):
@@ -78,8 +82,7 @@ class RouterLogits(MoeKind):
         shape = (n.shape[0], w.shape[1])
         result = ctx.alg.linear(n.value, w.value, None)  # as the feed-forward network's products (exact forms kept small)
         check_exact_size(ctx, self.id, result)
-        return ctx.emit(self, None, [n.ref, "W_router"], f"L = {n.letter} W_{{r}}", f"L = {n.letter.replace('{', '').replace('}', '')} W_r",
-                        result, shape)
+        return ctx.emit(self, None, [n.ref, "W_router"], self.letter.eq(n.letter * _WR), result, shape)
 
 
 class RouterScores(MoeKind):
@@ -87,9 +90,8 @@ class RouterScores(MoeKind):
 
     id = "router_scores"
     reads, writes = ("router_L",), "router_S"
-    letter, entry, symbol = "S^{r}", "s^{r}", "s^{r}"
-    plain_letter = "S^r"
-    view = "activation"
+    letter, entry, symbol = sym("S", sup="r"), sym("s", sup="r"), "s^{r}"
+    view = "elementwise"
 
     def enabled(self, problem) -> bool:
         return super().enabled(problem) and _moe(problem)["router"] == "sigmoid"
@@ -98,9 +100,15 @@ class RouterScores(MoeKind):
         lg = state["router_L"]
         result = ctx.alg.activation(lg.value, "sigmoid")
         check_exact_size(ctx, self.id, result)
-        formula = "S^{r} = \\sigma(L), \\quad s^{r}_{ij} = \\frac{1}{1 + e^{-l_{ij}}}"
-        plain = "S^r = sigmoid(L),  s^r_ij = 1 / (1 + e^(-l_ij))"
-        return ctx.emit(self, None, [lg.ref], formula, plain, result, lg.shape, {"activation": "sigmoid"})
+        formula = self.letter.eq(Func("sigma", (lg.letter,)))
+        return ctx.emit(self, None, [lg.ref], formula, result, lg.shape, {"activation": "sigmoid"})
+
+    def entry_form(self, x, details):
+        """One entry of the sigmoid: 1 / (1 + e^(-x))."""
+        return Frac(node(1), node(1) + Power(sym("e"), Neg(node(x))))
+
+    def view_numbers(self, details):
+        return {}
 
     def carry(self, iv, step, args, mistake):
         return iv.monotone(args[0], lambda x: 1.0 / (1.0 + np.exp(-x)))  # increasing
@@ -147,7 +155,7 @@ class RouterGates(MoeKind):
 
     id = "router_gates"
     reads, writes = ("router_L",), "router_G"
-    letter, entry, symbol = "G", "g", "g"
+    letter, entry, symbol = sym("G"), sym("g", sup="r"), "g^{r}"  # g alone is a gradient's entry
     view = "routing"
     #: the chosen weights not divided by their sum: Mixtral's softmax over all E experts kept at
     #: the top k, DeepSeek-V3's sigmoid scores as they are (times the scaling)
@@ -217,18 +225,17 @@ class RouterGates(MoeKind):
             result, soft = ctx.alg.softmax(ctx.alg.mask(lg.value, keep))
             details["keep"] = keep
         check_exact_size(ctx, self.id, result)
+        g, k = sym("g", sup="r").at("i", "j"), sym("k")
         if sig:
-            norm = "\\frac{s^{r}_{ij}}{\\sum_{k \\in \\mathcal{T}_i} s^{r}_{ik}}" if moe["normalize"] else "s^{r}_{ij}"
-            c = "" if moe["scaling"] == 1 else f"{moe['scaling']} \\cdot "
-            formula = f"g_{{ij}} = {c}{norm} \\text{{ for }} j \\in \\mathcal{{T}}_i, \\quad 0 \\text{{ otherwise}}"
-            plain = (f"g_ij = {'' if moe['scaling'] == 1 else str(moe['scaling']) + ' '}"
-                     f"{'s^r_ij / (sum of s^r_ik over k in T_i)' if moe['normalize'] else 's^r_ij'} for j in T_i, 0 otherwise")
+            s_ij, s_ik = sym("s", sup="r").at("i", "j"), sym("s", sup="r").at("i", "k")
+            w = Frac(s_ij, Sum(Op("in", k, _T), s_ik)) if moe["normalize"] else s_ij
+            w = w if moe["scaling"] == 1 else node(moe["scaling"]) * w
             inputs = [s.ref, lg.ref] + (["router_bias"] if bias is not None else [])
         else:
-            formula = "g_{ij} = \\frac{e^{l_{ij}}}{\\sum_{k \\in \\mathcal{T}_i} e^{l_{ik}}} \\text{ for } j \\in \\mathcal{T}_i, \\quad 0 \\text{ otherwise}"
-            plain = "g_ij = e^(l_ij) / (sum of e^(l_ik) over k in T_i) for j in T_i, 0 otherwise"
+            w = Frac(Power(sym("e"), sym("l").at("i", "j")), Sum(Op("in", k, _T), Power(sym("e"), sym("l").at("i", "k"))))
             inputs = [lg.ref]
-        return ctx.emit(self, None, inputs, formula, plain, result, shape, details)
+        formula = g.eq(Cases(((w, Op("in", sym("j"), _T)), (node(0), Word("otherwise")))))
+        return ctx.emit(self, None, inputs, formula, result, shape, details)
 
     def json_details(self, details):
         out = {"router": details["router"], "top_k": details["top_k"],
@@ -261,7 +268,7 @@ class Experts(MoeKind):
 
     id = "experts"
     reads, writes = ("ffn_in",), "moe_Y"
-    letter, entry, symbol = "Y", "y", "y"
+    letter, entry, symbol = sym("Y"), sym("y"), "y"
     view = "experts"
 
     def compute(self, ctx, head, state):
@@ -276,10 +283,11 @@ class Experts(MoeKind):
         result = None if parts[0] is None else ctx.alg.hstack(parts)
         check_exact_size(ctx, self.id, result)
         d = x.shape[1]
-        formula = ("Y = \\begin{bmatrix} Y^{(1)} & \\cdots & Y^{(" + str(n_exp) + ")} \\end{bmatrix}, \\quad Y^{(e)} = "
-                   "\\bigl(\\operatorname{SiLU}(N^{f} W^{(e)}_{\\mathrm{gate}}) \\odot N^{f} W^{(e)}_{\\mathrm{up}}\\bigr) W^{(e)}_{\\mathrm{down}}")
-        plain = f"Y = [Y(1) ... Y({n_exp})],  Y(e) = (SiLU(N^f W_gate(e)) * N^f W_up(e)) W_down(e)"
-        return ctx.emit(self, None, inputs, formula, plain, result, (x.shape[0], n_exp * d), {"experts": n_exp, "width": d})
+        y_e = sym("Y", sup="(e)")
+        w = lambda part: sym("W", Word(part, roman=True), "(e)")  # noqa: E731
+        expert = Paren(Op("hadamard", Func("SiLU", (x.letter * w("gate"),)), x.letter * w("up"))) * w("down")
+        formula = Parts((self.letter.eq(Hcat((sym("Y", sup="(1)"), Word("..."), sym("Y", sup=f"({n_exp})")))), y_e.eq(expert)))
+        return ctx.emit(self, None, inputs, formula, result, (x.shape[0], n_exp * d), {"experts": n_exp, "width": d})
 
     def carry(self, iv, step, args, mistake):
         x, ws = args[0], args[1:]
@@ -301,8 +309,7 @@ class SharedExpert(MoeKind):
 
     id = "shared_expert"
     reads, writes = ("ffn_in",), "moe_Ys"
-    letter, entry, symbol = "Y^{s}", "y^{s}", "y^{s}"
-    plain_letter = "Y^s"
+    letter, entry, symbol = sym("Y", sup="s"), sym("y", sup="s"), "y^{s}"
     view = "experts"
 
     def enabled(self, problem) -> bool:
@@ -314,9 +321,9 @@ class SharedExpert(MoeKind):
         _check(ctx, self.id, x, ops[0])
         result = _swiglu(ctx, self.id, x.value, *(o.value for o in ops))
         check_exact_size(ctx, self.id, result)
-        formula = ("Y^{s} = \\bigl(\\operatorname{SiLU}(N^{f} W^{s}_{\\mathrm{gate}}) \\odot N^{f} W^{s}_{\\mathrm{up}}\\bigr) W^{s}_{\\mathrm{down}}")
-        plain = "Y^s = (SiLU(N^f W^s_gate) * N^f W^s_up) W^s_down"
-        return ctx.emit(self, None, [x.ref, "S_gate", "S_up", "S_down"], formula, plain, result, x.shape,
+        w = lambda part: sym("W", Word(part, roman=True), "s")  # noqa: E731
+        formula = self.letter.eq(Paren(Op("hadamard", Func("SiLU", (x.letter * w("gate"),)), x.letter * w("up"))) * w("down"))
+        return ctx.emit(self, None, [x.ref, "S_gate", "S_up", "S_down"], formula, result, x.shape,
                         {"experts": 1, "width": x.shape[1]})
 
     def carry(self, iv, step, args, mistake):
@@ -331,7 +338,7 @@ class MoeOut(MoeKind):
 
     id = "moe_out"
     reads, writes = ("router_G", "moe_Y"), "F"
-    letter, entry, symbol = "F", "f", "f"
+    letter, entry, symbol = sym("F"), sym("f"), "f"
     view = "moe_sum"
 
     def compute(self, ctx, head, state):
@@ -348,12 +355,14 @@ class MoeOut(MoeKind):
             if ys is not None:
                 total = alg.plus(total, ys.value)
         check_exact_size(ctx, self.id, total)
-        tail = " + Y^{s}" if ys is not None else ""
-        formula = f"F = \\sum_{{e=1}}^{{{n_exp}}} \\operatorname{{diag}}(g_{{:,e}})\\, Y^{{(e)}}{tail}, \\quad f_{{i}} = \\sum_{{e \\in \\mathcal{{T}}_i}} g_{{ie}}\\, y^{{(e)}}_{{i}}" + (" + y^{s}_{i}" if ys is not None else "")
-        plain = f"F = sum over e of diag(g_:e) Y(e){' + Y^s' if ys is not None else ''},  f_i = sum over e in T_i of g_ie y(e)_i{' + y^s_i' if ys is not None else ''}"
+        e = sym("e")
+        row = Sum(Op("in", e, _T), sym("g", sup="r").at("i", "e") * sym("y", sup="(e)").at("i"))
+        if ys is not None:
+            row = row + sym("y", sup="s").at("i")
+        formula = sym("f").at("i").eq(row)
         inputs = [g.ref, y.ref] + ([ys.ref] if ys is not None else [])
         gates = next(s for s in reversed(ctx.steps) if s.id == "router_gates")
-        return ctx.emit(self, None, inputs, formula, plain, total, (g.shape[0], d),
+        return ctx.emit(self, None, inputs, formula, total, (g.shape[0], d),
                         {"chosen": gates.details["chosen"], "experts": n_exp, "width": d, "shared": ys is not None})
 
     def carry(self, iv, step, args, mistake):

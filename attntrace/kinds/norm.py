@@ -4,15 +4,20 @@ LayerNorm (Ba et al. 2016, as torch.nn.LayerNorm): n_ij = gamma_j (r_ij - mu_i) 
 + beta_j with the row mean mu_i and the *biased* variance sigma_i^2 = (1/d) sum_k (r_ik - mu_i)^2.
 RMSNorm (Zhang & Sennrich 2019, as torch.nn.RMSNorm and Llama): n_ij = gamma_j r_ij / sqrt(nu_i + eps)
 with the mean square nu_i = (1/d) sum_k r_ik^2, no centring and no bias. The gain and bias are
-the spec's norm1/norm2 tables (operands gamma_1, beta_1, gamma_2, beta_2); without them the gain
+the spec's norm1/norm2 tables (operands gamma_1, beta_1, gamma_2, beta_2, written gamma, beta, gamma^f,
+beta^f as N and N^f are); without them the gain
 is 1 and the bias 0, and the formula leaves them out.
 """
 
 from __future__ import annotations
 
-from attntrace.kinds.base import Kind, plain_braces
+import dataclasses
+
+from attntrace.inputs.blockspec import BLOCK_OPERANDS
+from attntrace.kinds.base import Kind, Symbol
 from attntrace.kinds.exactsize import check_exact_size
 from attntrace.model.errors import BadInput
+from attntrace.model.formula import Func, Parts, Power, Sqrt, Sym, sym
 
 
 class Norm(Kind):
@@ -20,11 +25,10 @@ class Norm(Kind):
     view, prose = "norm", "norm"
     mistakes = ("norm_unbiased_variance", "norm_wrong_axis")
 
-    def __init__(self, id: str, reads: str, writes: str, letter: str, entry: str, which: int):
+    def __init__(self, id: str, reads: str, writes: str, letter: Sym, entry: Sym, symbol: str, which: int):
         self.id, self.reads, self.writes = id, (reads,), writes
-        self.letter, self.entry, self.symbol = letter, entry, entry
+        self.letter, self.entry, self.symbol = letter, entry, symbol
         self.which = which  # 1 or 2: gamma_1/beta_1 or gamma_2/beta_2, eps of norm1 or norm2
-        self.plain_letter = plain_braces(letter)
 
     def compute(self, ctx, head, state):
         r = state[self.reads[0]]
@@ -41,25 +45,31 @@ class Norm(Kind):
         result, details = value
         _check_spread(self.id, r, details, eps, rms)
         check_exact_size(ctx, self.id, result)
-        g = "\\gamma_j " if gain is not None else ""
-        b = " + \\beta_j" if bias is not None else ""
-        e, m = r.entry or "x", r.letter
-        name = "RMSNorm" if rms else "LayerNorm"
+        e = (r.entry or sym("x")).at("i", "j")
+        eps_ = sym("varepsilon")
         if rms:
-            entry = f"{g}\\frac{{{e}_{{ij}}}}{{\\sqrt{{\\nu_i + \\varepsilon}}}}{b}"
-            pentry = f"{'gamma_j ' if gain is not None else ''}{e}_ij / sqrt(nu_i + eps)"
+            entry = e / Sqrt(sym("nu", "i") + eps_)
         else:
-            entry = f"{g}\\frac{{{e}_{{ij}} - \\mu_i}}{{\\sqrt{{\\sigma_i^2 + \\varepsilon}}}}{b}"
-            pentry = f"{'gamma_j ' if gain is not None else ''}({e}_ij - mu_i) / sqrt(sigma_i^2 + eps)"
-        pentry += " + beta_j" if bias is not None else ""
-        params = [f"\\{n}_{self.which}" for n, op in (("gamma", gain), ("beta", bias)) if op is not None]
-        args = m + "".join(f";\\ {x}" if k == 0 else f", {x}" for k, x in enumerate(params))
-        pargs = plain_braces(m) + "".join(f"; {x[1:]}" if k == 0 else f", {x[1:]}" for k, x in enumerate(params))
-        formula = f"{self.letter} = \\operatorname{{{name}}}({args}), \\quad {self.entry}_{{ij}} = {entry}"
-        plain = f"{plain_braces(self.letter)} = {name}({pargs}),  {plain_braces(self.entry)}_ij = {pentry}"
+            entry = (e - sym("mu", "i")) / Sqrt(Power(sym("sigma", "i"), 2) + eps_)
+        # the gain and bias go by their operands' names: gamma, beta for norm 1, gamma^f, beta^f for norm 2
+        gl, bl = BLOCK_OPERANDS[f"gamma_{self.which}"][0], BLOCK_OPERANDS[f"beta_{self.which}"][0]
+        if gain is not None:
+            entry = dataclasses.replace(gl, sub="j") * entry
+        if bias is not None:
+            entry = entry + dataclasses.replace(bl, sub="j")
+        params = tuple(s for s, op in ((gl, gain), (bl, bias)) if op is not None)
+        function = Func("RMSNorm" if rms else "LayerNorm", (r.letter,), params=params)
+        formula = Parts((self.letter.eq(function), self.entry.at("i", "j").eq(entry)))
         inputs = [r.ref] + [op.name for op in (gain, bias) if op is not None]
         details = {**details, "norm": "rms" if rms else "layer", "eps": eps, "which": self.which}
-        return ctx.emit(self, None, inputs, formula, plain, result, r.shape, details)
+        return ctx.emit(self, None, inputs, formula, result, r.shape, details)
+
+    def notation(self, step):
+        """N, n_ij, and the row statistics and eps its formula names."""
+        rows = (step.shape[0], 1)
+        stats = ([Symbol("\\nu_i", "nu_i", "mean_square", rows)] if step.details["norm"] == "rms"
+                 else [Symbol("\\mu_i", "mu_i", "row_mean", rows), Symbol("\\sigma_i^2", "sigma_i^2", "row_variance", rows)])
+        return super().notation(step) + stats + [Symbol("\\varepsilon", "eps", "norm_eps", "scalar")]
 
     def json_details(self, details):
         out = {"norm": details["norm"], "eps": details["eps"]}

@@ -13,7 +13,8 @@ output O:
 from m^(0) = -inf, l^(0) = 0, O^(0) = 0 (block 1's factor e^(m^(0) - m^(1)) is 0: its formulas
 are written in full and then as what they reduce to); at the end Z = diag(l^(Tc))^-1 O^(Tc)
 and the log-sum-exp L = m^(Tc) + log l^(Tc) (what the backward pass keeps). The letters are
-the paper's (m, l, P-tilde, O, L); its S^(j) is the block T_j of the scaled (masked) scores. The steps online_max, online_exp, online_sum,
+the paper's (m, l, P-tilde, L), and O-tilde for its O (the tilde says unnormalised, as on P-tilde,
+and leaves O to the output projection's result: one notation per trace, attntrace.kinds.notation); its S^(j) is the block T_j of the scaled (masked) scores. The steps online_max, online_exp, online_sum,
 online_out carry `block` (j) and `query_block` (i) in their details and JSON; the final step
 keeps the id Z, so the concatenation and output projection after it are unchanged, and a
 step lse holds L. The ordinary softmax still runs before (scores, scaled, masked, weights):
@@ -24,11 +25,14 @@ Numeric, exact and shape mode. Not symbolic: a running maximum of symbols cannot
 
 from __future__ import annotations
 
+import numpy as np
+
 from attntrace.inputs.options import SpecOption
 from attntrace.inputs.stepoptions import parse_online
-from attntrace.kinds.base import Kind, plain_math
+from attntrace.kinds.base import Kind
 from attntrace.kinds.weighted_sum import WeightedSum
 from attntrace.model.errors import BadInput
+from attntrace.model.formula import Func, Num, Power, Slice, Sym, sym
 
 #: The spec's `online = {block_keys = Bc, block_queries = Br}` (Problem.extra["online"]).
 SPEC_OPTIONS = (SpecOption("online", lambda value, reader: parse_online(value), "a table {block_keys = Bc, block_queries = Br}"),)
@@ -42,12 +46,18 @@ class OnlineStep(Kind):
     starts = ("X", "QKV", "scores")
     infinite_ok = True  # a row that has seen only masked keys has m = -inf
 
-    def __init__(self, id: str, letter: str, plain: str):
+    def __init__(self, id: str, letter: Sym):
         self.id = self.writes = id
-        self.letter, self.plain_letter, self.entry = letter, plain, letter
+        self.letter = self.entry = letter
 
     def enabled(self, problem) -> bool:
         return False
+
+    # -- the checker ---------------------------------------------------------------------------
+    def carry(self, iv, step, args, mistake):
+        """The step from the student's own earlier blocks (its inputs: the scores, V, and the
+        blocks by address), over intervals; see `carry_block` and `carry_lse`."""
+        return carry_lse(iv, step, args, mistake) if self.id == "lse" else carry_block(iv, step, args, mistake)
 
     def json_details(self, details):
         out = {k: details[k] for k in ("block", "query_block") if k in details}
@@ -57,12 +67,87 @@ class OnlineStep(Kind):
         return out
 
 
-ONLINE_MAX = OnlineStep("online_max", "m", "m")
-ONLINE_EXP = OnlineStep("online_exp", "\\tilde{P}", "P~")
-ONLINE_SUM = OnlineStep("online_sum", "\\ell", "l")
-ONLINE_OUT = OnlineStep("online_out", "O", "O")
-LSE = OnlineStep("lse", "L", "L")
+ONLINE_MAX = OnlineStep("online_max", sym("m"))
+ONLINE_EXP = OnlineStep("online_exp", sym("P", accent="tilde"))
+ONLINE_SUM = OnlineStep("online_sum", sym("ell"))
+ONLINE_OUT = OnlineStep("online_out", sym("O", accent="tilde"))
+LSE = OnlineStep("lse", sym("L"))
 ONLINE_OUT.mistakes, LSE.mistakes = ("online_no_rescale",), ("lse_without_max",)
+ONLINE_MAX.meaning = "row_max"  # the row maximum so far: after the last block, the softmax's m_i
+
+
+def address(step_id: str, block: int, query_block: int, query_blocks: int) -> str:
+    """A block step's address as `Trace.step` reads it: online_max#2, or online_max#1.2 with
+    several query blocks. Block steps name what they read by address, so every block's inputs
+    point at the blocks they were computed from."""
+    return f"{step_id}#{block}" if query_blocks == 1 else f"{step_id}#{query_block}.{block}"
+
+
+def carry_block(iv, step, args, mistake):
+    """m^(j), P^(j), l^(j) or O^(j) from the student's values (every bound a valid enclosure):
+    max is monotone; exp(a - b) increases with a and falls with b (`iv.exp_diff`); products
+    and quotients by their end points, P V by midpoint and radius. Block j >= 2 of l and O also
+    reads m^(j-1) and m^(j), the factor e^(m^(j-1) - m^(j)). online_no_rescale: the factor dropped."""
+    det = step.details
+    rows = det["rows"][1] - det["rows"][0] + 1
+
+    def column(b):
+        if b.shape != (rows, 1):
+            raise iv.Impossible()
+        return b
+
+    def scores(b):
+        if b.shape[0] < det["rows"][1] or b.shape[1] < det["cols"][1]:
+            raise iv.Impossible()
+        return iv.block(b, det["rows"], det["cols"])
+
+    if step.id == "online_max":
+        top = iv.row_max(scores(args[0]))
+        return top if len(args) == 1 else iv.maximum(column(args[1]), top)
+    if step.id == "online_exp":
+        return iv.exp_diff(scores(args[0]), column(args[1]))
+    p = args[0]
+    if p.shape[0] != rows:
+        raise iv.Impossible()
+    if step.id == "online_sum":
+        new = iv.rowsum(p)
+    else:
+        v = args[1]
+        if v.shape[0] < det["cols"][1] or p.shape[1] != det["cols"][1] - det["cols"][0] + 1:
+            raise iv.Impossible()
+        new = iv.matmul(p, iv.block(v, det["cols"]))
+    if det["block"] == 1:
+        return new
+    old = args[-3]
+    if old.shape != new.shape:
+        raise iv.Impossible()
+    if mistake == "online_no_rescale":
+        return iv.plus(old, new)
+    return iv.plus(iv.times(iv.exp_diff(column(args[-2]), column(args[-1])), old), new)
+
+
+def carry_lse(iv, step, args, mistake):
+    """L = m^(Tc) + log l^(Tc) over the query blocks' last blocks (m's first, then l's);
+    lse_without_max: log l alone."""
+    half = len(args) // 2
+    m, l_ = iv.stack(list(args[:half]), axis=0), iv.stack(list(args[half:]), axis=0)
+    if m.shape != l_.shape or m.shape != tuple(step.shape) or (l_.lo <= 0).any():
+        raise iv.Impossible()
+    if mistake == "lse_without_max":
+        return iv.log(l_)
+    if not (np.isfinite(m.lo).all() and np.isfinite(m.hi).all()):
+        raise iv.Impossible()  # a row that saw only masked keys has no log-sum-exp
+    return iv.plus(m, iv.log(l_))
+
+
+def carry_z(iv, step, args):
+    """Z = diag(l^(Tc))^-1 O^(Tc) from the query blocks' last O's and l's (the checker's rule
+    for an online Z; an ordinary Z is A V, the checker's own)."""
+    half = len(args) // 2
+    o, l_ = iv.stack(list(args[:half]), axis=0), iv.stack(list(args[half:]), axis=0)
+    if o.shape != tuple(step.shape) or l_.shape != (o.shape[0], 1):
+        raise iv.Impossible()
+    return iv.quotient(o, l_)
 
 
 def _rng(a: int, b: int) -> str:
@@ -88,13 +173,12 @@ class OnlineWeightedSum(WeightedSum):
         bc, br = online["block_keys"], online.get("block_queries") or n
         weights = next(s for s in reversed(ctx.steps) if s.id == "weights" and s.head == head)
         row_max, row_sum = weights.details.get("row_max"), weights.details.get("row_sum")
-        t_name = t.letter
         z_parts, lse_parts = [], []
         n_qblocks, n_kblocks = -(-n // br), -(-keys // bc)
         for qb, r0 in enumerate(range(0, n, br), start=1):
             r1 = min(n, r0 + br)
-            q = f"_{{{qb}}}" if n_qblocks > 1 else ""
-            pq = f"_{qb}" if n_qblocks > 1 else ""
+            of_block = (lambda s: s.at(qb)) if n_qblocks > 1 else (lambda s: s)  # noqa: E731
+            m_, l_sym, o_sym, p_sym = (of_block(k.letter) for k in (ONLINE_MAX, ONLINE_SUM, ONLINE_OUT, ONLINE_EXP))
             rows = (r0 + 1, r1)
             m = l_ = o = None
             for kb, c0 in enumerate(range(0, keys, bc), start=1):
@@ -104,34 +188,30 @@ class OnlineWeightedSum(WeightedSum):
                 vb = alg.block(v.value, c0, c1, 0, dv)
                 u = alg.online_update(m, l_, o, tb, vb)
                 info = {"block": kb, "query_block": qb, "rows": rows, "cols": cols, "blocks": n_kblocks, "query_blocks": n_qblocks}
-                j, pj = f"^{{({kb})}}", f"({kb})"
-                prev, pprev = f"^{{({kb - 1})}}", f"({kb - 1})"
-                tsub = f"{t_name}_{{{_rng(*rows)},\\,{_rng(*cols)}}}" if n_qblocks > 1 else f"{t_name}_{{:,\\,{_rng(*cols)}}}"
-                ptsub = f"{plain_math(t.letter)}[{rows[0]}..{rows[1]}, {cols[0]}..{cols[1]}]"
-                vsub, pvsub = f"V_{{{_rng(*cols)},\\,:}}", f"V[{cols[0]}..{cols[1]}, :]"
+                tsub = Slice(t.letter, rows if n_qblocks > 1 else None, cols)
+                vsub = Slice(sym("V"), cols, None)
                 first = kb == 1
+                at = lambda sid, b=kb: address(sid, b, qb, n_qblocks)  # noqa: E731 - a block's address
+                rescale = [] if first else [at("online_max", kb - 1), at("online_max")]  # e^(m^(j-1) - m^(j))
                 ordinary_m = None if row_max is None else _column(alg, row_max, r0, r1)
                 ordinary_l = None if row_sum is None else _column(alg, row_sum, r0, r1)
                 # FlashAttention-2's updates, block 1 too: from m^(0) = -inf, l^(0) = 0, O^(0) = 0 the
                 # factor e^(m^(0) - m^(1)) is 0, so each block-1 formula ends in what it reduces to
-                rowmax, prowmax = f"\\operatorname{{rowmax}}({tsub})", f"rowmax({ptsub})"
-                ctx.emit(ONLINE_MAX, head, [t.ref] + ([] if first else ["online_max"]),
-                         f"m{q}{j} = \\max\\left(m{q}{prev}, {rowmax}\\right)" + (f" = {rowmax}" if first else ""),
-                         f"m{pq}{pj} = max(m{pq}{pprev}, {prowmax})" + (f" = {prowmax}" if first else ""),
+                rowmax = Func("rowmax", (tsub,))
+                then = (lambda value: (value,)) if first else (lambda value: ())  # noqa: E731
+                ctx.emit(ONLINE_MAX, head, [t.ref] + ([] if first else [at("online_max", kb - 1)]),
+                         m_.head(kb).eq(Func("max", (m_.head(kb - 1), rowmax), sized=True), *then(rowmax)),
                          u["m"], (r1 - r0, 1), {**info, "ordinary": ordinary_m})
-                p_tex, p_plain = f"\\tilde{{P}}{q}{j}", f"P~{pq}{pj}"
-                ctx.emit(ONLINE_EXP, head, [t.ref, "online_max"], f"{p_tex} = \\exp\\left({tsub} - m{q}{j}\\right)",
-                         f"{p_plain} = exp({ptsub} - m{pq}{pj})", u["P"], (r1 - r0, c1 - c0), info)
-                alpha, palpha = f"e^{{m{q}{prev} - m{q}{j}}}", f"e^(m{pq}{pprev} - m{pq}{pj})"
-                rowsum, prowsum = f"\\operatorname{{rowsum}}({p_tex})", f"rowsum({p_plain})"
-                ctx.emit(ONLINE_SUM, head, ["online_exp"] + ([] if first else ["online_sum", "online_max"]),
-                         f"\\ell{q}{j} = {alpha} \\ell{q}{prev} + {rowsum}" + (f" = {rowsum}" if first else ""),
-                         f"l{pq}{pj} = {palpha} l{pq}{pprev} + {prowsum}" + (f" = {prowsum}" if first else ""),
+                ctx.emit(ONLINE_EXP, head, [t.ref, at("online_max")], p_sym.head(kb).eq(Func("exp", (tsub - m_.head(kb),), sized=True)),
+                         u["P"], (r1 - r0, c1 - c0), info)
+                alpha = Power(sym("e"), m_.head(kb - 1) - m_.head(kb))
+                rowsum = Func("rowsum", (p_sym.head(kb),))
+                ctx.emit(ONLINE_SUM, head, [at("online_exp")] + ([] if first else [at("online_sum", kb - 1)] + rescale),
+                         l_sym.head(kb).eq(alpha * l_sym.head(kb - 1) + rowsum, *then(rowsum)),
                          u["l"], (r1 - r0, 1), {**info, "alpha": None if first else u["alpha"], "ordinary": ordinary_l})
-                pv, ppv = f"{p_tex} {vsub}", f"{p_plain} {pvsub}"
-                ctx.emit(ONLINE_OUT, head, ["online_exp", v.ref] + ([] if first else ["online_out", "online_max"]),
-                         f"O{q}{j} = \\operatorname{{diag}}\\left({alpha}\\right) O{q}{prev} + {pv}" + (f" = {pv}" if first else ""),
-                         f"O{pq}{pj} = diag({palpha}) O{pq}{pprev} + {ppv}" + (f" = {ppv}" if first else ""),
+                pv = p_sym.head(kb) * vsub
+                ctx.emit(ONLINE_OUT, head, [at("online_exp"), v.ref] + ([] if first else [at("online_out", kb - 1)] + rescale),
+                         o_sym.head(kb).eq(Func("diag", (alpha,), sized=True) * o_sym.head(kb - 1) + pv, *then(pv)),
                          u["O"], (r1 - r0, dv), {**info, "alpha": None if first else u["alpha"]})
                 m, l_, o = u["m"], u["l"], u["O"]
             z_q, lse_q = alg.online_finish(m, l_, o)
@@ -140,13 +220,14 @@ class OnlineWeightedSum(WeightedSum):
         shape_mode = alg.mode == "shape"
         lse = None if shape_mode else alg.vstack(lse_parts)
         z = None if shape_mode else alg.vstack(z_parts)
-        last = f"^{{({n_kblocks})}}"
+        m_last, l_last, o_last = (k.letter.head(n_kblocks) for k in (ONLINE_MAX, ONLINE_SUM, ONLINE_OUT))
         ordinary_lse = None if row_max is None or row_sum is None else _lse(alg, row_max, row_sum)
-        ctx.emit(LSE, head, ["online_max", "online_sum"], f"L = m{last} + \\log \\ell{last}", f"L = m({n_kblocks}) + log l({n_kblocks})",
+        last_of = lambda sid: [address(sid, n_kblocks, i, n_qblocks) for i in range(1, n_qblocks + 1)]  # noqa: E731
+        ctx.emit(LSE, head, last_of("online_max") + last_of("online_sum"), sym("L").eq(m_last + Func("log", (l_last,), bare=True)),
                  lse, (n, 1), {"blocks": n_kblocks, "query_blocks": n_qblocks, "ordinary": ordinary_lse})
         ordinary = None if shape_mode else alg.matmul(a.value, v.value)
-        return ctx.emit(self, head, ["online_out", "online_sum"], f"Z = \\operatorname{{diag}}\\left(\\ell{last}\\right)^{{-1}} O{last}",
-                        f"Z = diag(l({n_kblocks}))^-1 O({n_kblocks})", z, (n, dv),
+        formula = sym("Z").eq(Power(Func("diag", (l_last,), sized=True), Num(-1)) * o_last)
+        return ctx.emit(self, head, last_of("online_out") + last_of("online_sum"), formula, z, (n, dv),
                         {"online": True, "blocks": n_kblocks, "query_blocks": n_qblocks, "block_keys": bc, "block_queries": br,
                          "ordinary": ordinary, "max_diff": None if shape_mode else _max_diff(z, ordinary)})
 
@@ -159,8 +240,6 @@ class OnlineWeightedSum(WeightedSum):
 def _column(alg, values, r0, r1):
     """Rows r0..r1 of a per-row softmax detail (row_max, row_sum) as a column."""
     if alg.mode == "numeric":
-        import numpy as np
-
         return np.asarray(values[r0:r1], dtype=float).reshape(-1, 1)
     import sympy as sp
 
@@ -171,8 +250,6 @@ def _column(alg, values, r0, r1):
 def _lse(alg, row_max, row_sum):
     """The ordinary log-sum-exp of each row, m_i + log of the shifted exponentials' sum."""
     if alg.mode == "numeric":
-        import numpy as np
-
         return (np.asarray(row_max, dtype=float) + np.log(np.asarray(row_sum, dtype=float))).reshape(-1, 1)
     import sympy as sp
 
@@ -183,8 +260,6 @@ def _lse(alg, row_max, row_sum):
 
 def _max_diff(z, ordinary) -> float:
     """max |Z_online - A V| over the entries (evaluated to 30 digits in exact mode)."""
-    import numpy as np
-
     if isinstance(z, np.ndarray):
         return float(np.max(np.abs(z - ordinary))) if z.size else 0.0
     import sympy as sp

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from attntrace.kinds.base import Kind
 from attntrace.model.errors import BadInput
+from attntrace.model.formula import Add, Frac, Func, Neg, Num, Paren, Parts, Power, sym
 
 
 class PosEnc(Kind):
@@ -27,13 +28,16 @@ class PosEnc(Kind):
         n, d = x.shape
         base = ctx.p.extra.get("position_base", 10000)
         result = ctx.alg.sinusoid(n, d, base)
-        b = f"{base:g}" if isinstance(base, float) else str(base)
+        b = Num(f"{base:g}" if isinstance(base, float) else str(base))
         # rows and columns both count from 1, as the entries p_{21} do: row i is position i - 1,
         # columns 2k - 1 and 2k (k = 1, ..., d/2) share the frequency 1 / base^{2(k-1)/d}
-        formula = (f"P = \\operatorname{{PE}}, \\quad p_{{i,2k-1}} = \\sin\\frac{{i - 1}}{{{b}^{{2(k-1)/d}}}},\\ "
-                   f"p_{{i,2k}} = \\cos\\frac{{i - 1}}{{{b}^{{2(k-1)/d}}}}")
-        plain = f"P = PE,  p_(i,2k-1) = sin((i-1) / {b}^(2(k-1)/d)),  p_(i,2k) = cos((i-1) / {b}^(2(k-1)/d))"
-        return ctx.emit(self, None, [x.ref], formula, plain, result, (n, d), {"base": base, "d": d})
+        exponent = Frac(Num(2) * Paren(Add((sym("k"), Neg(Num(1))), tight=True)), sym("d"), inline=True)
+        angle = (sym("i") - 1) / Power(b, exponent)
+        p = sym("p")
+        formula = Parts((sym("P").eq(Func("PE", ())),
+                         Parts((p.at("i", "2k-1").eq(Func("sin", (angle,), bare=True)),
+                                p.at("i", "2k").eq(Func("cos", (angle,), bare=True))), narrow=True)))
+        return ctx.emit(self, None, [x.ref], formula, result, (n, d), {"base": base, "d": d})
 
     def json_details(self, details):
         return {"base": details["base"]}
@@ -56,7 +60,7 @@ class Embed(Kind):
         if p.shape != x.shape:
             raise BadInput(f"step embed: the position table P is {p.shape} but X is {x.shape}; give one row per token, d_model columns")
         result = ctx.alg.plus(x.value, p.value)
-        return ctx.emit(self, None, [x.ref, p.ref], "E = X + P", "E = X + P", result, x.shape)
+        return ctx.emit(self, None, [x.ref, p.ref], sym("E").eq(sym("X") + sym("P")), result, x.shape)
 
 
 POS_ENC, EMBED = PosEnc(), Embed()

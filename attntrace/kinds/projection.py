@@ -21,8 +21,9 @@ them name them with their head: scores@i has inputs ("Q", "K@j") and Z@i ("weigh
 
 from __future__ import annotations
 
-from attntrace.kinds.base import Flow, Kind, label, plain_sup, sup
+from attntrace.kinds.base import Flow, Kind, label
 from attntrace.kinds.context import check_finite, sum_finite
+from attntrace.model.formula import sym
 
 
 def kv_head(problem, head: int | None) -> int | None:
@@ -84,14 +85,12 @@ class Projection(Kind):
             result, shape = ctx.product(self.id, head, x, ctx.operand(w_op))
             result = ctx.add_bias(self.id, head, result, shape, bias)
         inputs = [x.ref, w_name] + ([b_name] if bias else [])
-        h, ph = sup(own), plain_sup(own)
-        src_tex = "X_{kv}" if src == "X_kv" else x.letter
-        formula = f"{self.which}{h} = {src_tex} W_{self.which}{h}" + (f" + b_{self.which}{h}" if bias else "")
-        plain = f"{self.which}{ph} = {src if src == 'X_kv' else x.letter} W_{self.which}{ph}" + (f" + b_{self.which}{ph}" if bias else "")
+        product = (sym("X", "kv") if src == "X_kv" else x.letter) * sym("W", self.which).head(own)
+        formula = sym(self.which).head(own).eq(product + sym("b", self.which).head(own) if bias else product)
         details = {"bias": bias.name} if bias else {}
         if shared_kv:
             details["query_heads"] = tuple(i for i in range(1, len(ctx.p.heads) + 1) if kv_head(ctx.p, i) == own)
-        flow = ctx.emit(self, own, inputs, formula, plain, result, shape, details or None, checked=checked)
+        flow = ctx.emit(self, own, inputs, formula, result, shape, details or None, checked=checked)
         if shared_kv:
             flow.ref = f"{self.which}@{own}"
         made[own] = flow

@@ -20,10 +20,11 @@ from __future__ import annotations
 
 from attntrace.inputs.numbers import real_number
 from attntrace.inputs.options import SpecOption, table
-from attntrace.kinds.base import Kind, Mistake, plain_math, plain_sup, sup
+from attntrace.kinds.base import Kind, Mistake
 from attntrace.kinds.exactsize import check_exact_size
 from attntrace.kinds.projection import kv_head
 from attntrace.model.errors import BadInput
+from attntrace.model.formula import Func, Parts, Sqrt, sym
 
 GAINS = {"Q": "g_q", "K": "g_k"}
 
@@ -38,7 +39,7 @@ def _parse(value, reader):
         if key in settings:
             raw = settings[key]
             row = [raw] if isinstance(raw, (list, tuple)) and raw and not isinstance(raw[0], (list, tuple, dict)) else raw
-            op = reader.share(reader.matrix(row, key, f"g^{{{key[-1]}}}"))
+            op = reader.share(reader.matrix(row, key, f"\\gamma^{{{key[-1]}}}"))
             if op.shape[0] != 1:
                 raise BadInput(f"qk_norm.{key} must be one row of gains, one per feature of a head (d_k), not {op.shape[0]} rows")
     return {"eps": eps}
@@ -60,15 +61,16 @@ class QKNorm(Kind):
     pipeline = "head"
     starts = ("X", "QKV")
     view, prose = "norm", "qk_norm"
-    elementwise = ("\\odot", "*")  # the gain multiplies each row
+    elementwise = "hadamard"  # the gain multiplies each row
+    symbols = (("\\nu_i", "nu_i", "mean_square", "rows"), ("\\varepsilon", "eps", "norm_eps", "scalar"))
 
     def __init__(self, which: str):
         self.which = which
         self.id = f"{which}_norm"
         self.after, self.before = ("V",) if which == "Q" else ("Q_norm",), ("Q_rope",)
         self.reads, self.writes = (which,), which
-        self.letter, self.plain_letter = f"\\hat{{{which}}}", f"{which}'"
-        self.entry = self.symbol = f"\\hat{{{which.lower()}}}"
+        self.letter, self.entry = sym(which, accent="hat"), sym(which.lower(), accent="hat")
+        self.symbol = f"\\hat{{{which.lower()}}}"  # SymPy's name of its entries
         self.gain = GAINS[which]
         self.mistakes = (Mistake("qk_norm_mean_subtracted", also=("K_norm",)),) if which == "Q" else ("qk_norm_mean_subtracted",)
 
@@ -93,24 +95,24 @@ class QKNorm(Kind):
                 if v is not None and not getattr(v, "free_symbols", None) and v == 0:
                     raise BadInput(f"step {self.id}: row {i + 1} of {x.ref} is zero and qk_norm.eps = 0, so RMSNorm divides 0 by 0; give eps > 0")
         check_exact_size(ctx, self.id, result)
-        h, ph, w, e = sup(own), plain_sup(own), self.which, self.which.lower()
-        g, pg = (f"g^{{{e}}}_{{j}} ", f"g^{e}_j ") if gain is not None else ("", "")
-        formula = (f"\\hat{{{w}}}{h} = \\operatorname{{RMSNorm}}({x.letter}{h}), \\quad "
-                   f"\\hat{{{e}}}_{{ij}} = {g}\\frac{{{e}_{{ij}}}}{{\\sqrt{{\\nu_i + \\varepsilon}}}}")
-        plain = f"{w}'{ph} = RMSNorm({plain_math(x.letter)}{ph}),  {e}'_ij = {pg}{e}_ij / sqrt(nu_i + eps)"
+        e = self.which.lower()
+        entry = sym(e).at("i", "j") / Sqrt(sym("nu", "i") + sym("varepsilon"))
+        if gain is not None:
+            entry = sym("gamma", sup=e).at("j") * entry
+        formula = Parts((self.letter.head(own).eq(Func("RMSNorm", (x.letter.head(own),))), self.entry.at("i", "j").eq(entry)))
         details = {**details, "norm": "rms", "eps": eps, "gain_operand": self.gain if gain is not None else None}
         grouped = self.which == "K" and ctx.p.extra.get("num_kv_heads") is not None and own is not None
         if grouped:  # the report shows it with the first query head of its group
             details["query_heads"] = tuple(i for i in range(1, len(ctx.p.heads) + 1) if kv_head(ctx.p, i) == own)
         inputs = [x.ref] + ([self.gain] if gain is not None else [])
-        flow = ctx.emit(self, own, inputs, formula, plain, result, x.shape, details)
+        flow = ctx.emit(self, own, inputs, formula, result, x.shape, details)
         if grouped:
             flow.ref = f"{self.id}@{own}"  # read by every query head of the group, as K@j
         memo[(self.id, own)] = flow
         return flow
 
-    def intro(self, tex, plain, steps):
-        return ("\\hat{Q} \\hat{K}^{\\top}", "Q' K'^T") if self.which == "Q" else (tex, plain)
+    def intro(self, term, steps):
+        return sym("Q", accent="hat") * sym("K", accent="hat").T() if self.which == "Q" else term
 
     def json_details(self, details):
         out = {"norm": "rms", "eps": float(details["eps"])}

@@ -22,7 +22,7 @@ from types import ModuleType
 from attntrace.inputs.options import SpecOption
 from attntrace.kinds.base import Kind, Mistake
 
-_SKIP = {"registry", "base", "context"}
+_SKIP = {"registry", "base", "context", "notation"}  # notation: collects what the kinds declare
 
 
 def _modules() -> list[ModuleType]:

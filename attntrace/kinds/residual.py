@@ -4,9 +4,10 @@ arrangement (`attntrace.kinds.block`): the normalised one in post-LN, the stream
 
 from __future__ import annotations
 
-from attntrace.kinds.base import Kind, plain_braces
+from attntrace.kinds.base import Kind
 from attntrace.kinds.exactsize import check_exact_size
 from attntrace.model.errors import BadInput
+from attntrace.model.formula import Sym
 
 
 class Residual(Kind):
@@ -14,10 +15,9 @@ class Residual(Kind):
     view, prose = "sum", "residual"
     mistakes = ("forgot_residual",)
 
-    def __init__(self, id: str, a: str, b: str, writes: str, letter: str, entry: str):
+    def __init__(self, id: str, a: str, b: str, writes: str, letter: Sym, entry: Sym, symbol: str):
         self.id, self.reads, self.writes = id, (a, b), writes
-        self.letter, self.entry, self.symbol = letter, entry, entry
-        self.plain_letter = plain_braces(letter)
+        self.letter, self.entry, self.symbol = letter, entry, symbol
 
     def json_details(self, details):
         return {"block": details["block"]} if details.get("block") else {}
@@ -29,6 +29,4 @@ class Residual(Kind):
                            f"d_model = {a.shape[1]} columns (give W_O of {b.shape[1]} x {a.shape[1]})"[:300])
         result = ctx.alg.plus(a.value, b.value)
         check_exact_size(ctx, self.id, result)
-        formula = f"{self.letter} = {a.letter} + {b.letter}"
-        plain = f"{plain_braces(self.letter)} = {plain_braces(a.letter)} + {plain_braces(b.letter)}"
-        return ctx.emit(self, None, [a.ref, b.ref], formula, plain, result, a.shape, {"block": ctx.p.extra.get("block")})
+        return ctx.emit(self, None, [a.ref, b.ref], self.letter.eq(a.letter + b.letter), result, a.shape, {"block": ctx.p.extra.get("block")})

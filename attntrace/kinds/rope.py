@@ -1,11 +1,11 @@
 """Rotary position embeddings: Q-tilde and K-tilde, the queries and keys turned by their positions.
 
 RoPE (Su et al., RoFormer) splits a head's d_k columns into d_k/2 pairs and turns pair i of
-the token at position m by the angle m theta_i, theta_i = base^(-2(i-1)/d_k), i = 1..d_k/2.
+the token at position p by the angle p theta_i, theta_i = base^(-2(i-1)/d_k), i = 1..d_k/2.
 Which columns pair up is the layout: "interleaved" pairs adjacent columns (2i-1, 2i), as the
 paper and Meta's reference code (complex numbers); "half" pairs column i with i + d_k/2, as
 Hugging Face Llama's rotate_half. Both give the same scores up to a fixed permutation of the
-columns. A rotation preserves lengths, and q_m . k_n after rotation depends on m - n only:
+columns. A rotation preserves lengths, and q_p . k_p' after rotation depends on p - p' only:
 that is why RoPE encodes relative positions. V is never rotated.
 
 The kinds run after the projections (or from given Q and K) and write the rotated matrices
@@ -14,7 +14,8 @@ under the roles Q and K, so the scores read them: scores' inputs name Q_rope and
 
 from __future__ import annotations
 
-from attntrace.kinds.base import Kind, plain_math, plain_sup, sup
+from attntrace.kinds.base import Kind
+from attntrace.model.formula import Add, Frac, Func, Neg, Num, Paren, Parts, Power, sym
 from attntrace.kinds.projection import kv_head
 
 
@@ -46,14 +47,15 @@ class Rope(Kind):
     view, prose = "rotation", "rope"
     starts = ("X", "QKV")
     mistakes = ("rope_wrong_layout", "rope_positions_from_1")
+    symbols = (("\\theta_i", "theta_i", "rope_frequency", "pairs"), ("p", "p", "position", "scalar"))
 
     def __init__(self, which: str):
         self.which = which
         self.id = f"{which}_rope"
         self.after = ("V",) if which == "Q" else ("Q_rope",)
         self.reads, self.writes = (which,), which
-        self.letter, self.plain_letter = f"\\tilde{{{which}}}", f"{which}~"
-        self.entry = self.symbol = f"\\tilde{{{which.lower()}}}"
+        self.letter, self.entry = sym(which, accent="tilde"), sym(which.lower(), accent="tilde")
+        self.symbol = f"\\tilde{{{which.lower()}}}"  # SymPy's name of its entries
 
     def enabled(self, problem) -> bool:
         return super().enabled(problem) and "rope" in problem.extra
@@ -69,26 +71,23 @@ class Rope(Kind):
         rows, d = x.shape
         positions = rope_positions(ctx.p, self.which, rows)
         pairs = rope_pairs(rope["layout"], d)
-        angles = ctx.alg.rope_angles(positions, rope["base"], d)  # (rows, d/2): m_r theta_i
+        angles = ctx.alg.rope_angles(positions, rope["base"], d)  # (rows, d/2): p_r theta_i
         result = ctx.alg.rotate_pairs(x.value, pairs, angles)
         details = {"layout": rope["layout"], "base": rope["base"], "positions": positions, "pairs": pairs, "angles": angles, "d": d}
         grouped = self.which == "K" and ctx.p.extra.get("num_kv_heads") is not None and own is not None
         if grouped:  # the report shows it with the first query head of its group, as K
             details["query_heads"] = tuple(i for i in range(1, len(ctx.p.heads) + 1) if kv_head(ctx.p, i) == own)
-        h, ph = sup(own), plain_sup(own)
-        w = self.which
-        formula = (f"\\tilde{{{w}}}{h} = \\operatorname{{RoPE}}({x.letter}{h}), \\quad "
-                   f"\\theta_i = {_base_tex(rope['base'])}^{{-2(i-1)/d_k}}")
-        plain = f"{w}~{ph} = RoPE({plain_math(x.letter)}{ph}),  theta_i = {rope['base']}^(-2(i-1)/d_k)"
-        flow = ctx.emit(self, own, [x.ref], formula, plain, result, x.shape, details)
+        angle = Power(Num(base_text(rope["base"])), Frac(-(Num(2) * Paren(Add((sym("i"), Neg(Num(1))), tight=True))), sym("d", "k"), inline=True))
+        formula = Parts((self.letter.head(own).eq(Func("RoPE", (x.letter.head(own),))), sym("theta", "i").eq(angle)))
+        flow = ctx.emit(self, own, [x.ref], formula, result, x.shape, details)
         if grouped:
             flow.ref = f"{self.id}@{own}"  # read by every query head of the group, as K@j
         memo[(self.id, own)] = flow
         return flow
 
-    def intro(self, tex, plain, steps):
+    def intro(self, term, steps):
         """The scores read the rotated Q-tilde and K-tilde."""
-        return ("\\tilde{Q} \\tilde{K}^{\\top}", "Q~ K~^T") if self.which == "Q" else (tex, plain)
+        return sym("Q", accent="tilde") * sym("K", accent="tilde").T() if self.which == "Q" else term
 
     def json_details(self, details):
         base = details["base"]
@@ -99,7 +98,8 @@ class Rope(Kind):
         return f"{inputs[0]} rotated by its positions"
 
 
-def _base_tex(base) -> str:
+def base_text(base) -> str:
+    """The RoPE base as formulas write it: 10000, not 10000.0."""
     return str(int(base)) if isinstance(base, float) and base == int(base) else str(base)
 
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from attntrace.kinds.base import Kind, plain_sup, sup
+from attntrace.kinds.base import Kind, Symbol
 from attntrace.model.errors import BadInput
+from attntrace.model.formula import Frac, Sqrt, sym
 
 
 class Scaled(Kind):
@@ -14,6 +15,9 @@ class Scaled(Kind):
     letter, entry, symbol = "T", "t", "t"
     view, prose = "scaled", "scaled"
     mistakes = ("missing_scale", "scaled_by_dk", "wrong_dk", "scaled_by_dmodel")
+
+    def notation(self, step):
+        return super().notation(step) + ([Symbol("d_k", "d_k", "d_k", "scalar")] if step.details.get("by_sqrt_dk") else [])
 
     def enabled(self, problem) -> bool:
         return super().enabled(problem) and problem.scale is not False
@@ -27,15 +31,13 @@ class Scaled(Kind):
         factor = ctx.alg.factor(d_k, number)
         result = ctx.alg.divide(s.value, factor)
         details = {"d_k": d_k, "factor": factor, "by_sqrt_dk": number is None}
-        h, ph = sup(head), plain_sup(head)
-        divisor, plain_divisor = ("\\sqrt{d_k}", "sqrt(d_k)") if number is None else ("c", "c")
-        return ctx.emit(self, head, [s.ref], f"T{h} = \\frac{{{s.letter}{h}}}{{{divisor}}}",
-                        f"T{ph} = {s.letter}{ph} / {plain_divisor}", result, s.shape, details)
+        divisor = Sqrt(sym("d", "k")) if number is None else sym("c")
+        formula = sym("T").head(head).eq(s.letter.head(head) / divisor)
+        return ctx.emit(self, head, [s.ref], formula, result, s.shape, details)
 
-    def intro(self, tex, plain, steps):
-        if any(s.details.get("by_sqrt_dk", True) for s in steps):
-            return tex + "/\\sqrt{d_k}", plain + " / sqrt(d_k)"
-        return tex + "/c", plain + " / c"
+    def intro(self, term, steps):
+        by_sqrt = any(s.details.get("by_sqrt_dk", True) for s in steps)
+        return Frac(term, Sqrt(sym("d", "k")) if by_sqrt else sym("c"), inline=True)
 
     def overflow_how(self, inputs, details) -> str:
         return f"{inputs[0]} divided by {details['factor']:.6g}"

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from attntrace.kinds.base import Kind, label, plain_math, plain_sup, sup
+from attntrace.kinds.base import Kind, label
 from attntrace.kinds.projection import kv_head
 from attntrace.model.errors import BadInput
+from attntrace.model.formula import sym
 
 
 class Scores(Kind):
@@ -23,11 +24,9 @@ class Scores(Kind):
         if ctx.p.d_k is not None and ctx.p.d_k != d_k and ctx.p.scale is True:
             raise BadInput(f"d_k = {ctx.p.d_k} but the keys of {label('K', head)} are {d_k} wide")
         state["d_k"] = d_k
-        h = sup(head)
         j = kv_head(ctx.p, head)  # grouped-query attention: the key head this query head shares
-        inner = "" if j is None else f"({j})"
-        ph = plain_sup(head)
-        return ctx.emit(self, head, [q.ref, k.ref], f"S{h} = {q.letter}{h} {k.letter}^{{{inner}\\top}}", f"S{ph} = {plain_math(q.letter)}{ph} {plain_math(k.letter)}{plain_sup(j)}^T", result, shape)
+        formula = sym("S").head(head).eq(q.letter.head(head) * k.letter.head(j).T())
+        return ctx.emit(self, head, [q.ref, k.ref], formula, result, shape)
 
 
 SCORES = Scores()

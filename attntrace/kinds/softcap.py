@@ -21,7 +21,8 @@ import numpy as np
 
 from attntrace.inputs.options import SpecOption
 from attntrace.inputs.positional import positive_number
-from attntrace.kinds.base import Kind, Mistake, plain_math, plain_sup, sup
+from attntrace.kinds.base import Kind, Mistake
+from attntrace.model.formula import Frac, Func, Node, Value, sym
 
 
 def _parse(value, reader):
@@ -34,17 +35,9 @@ def _parse(value, reader):
 SPEC_OPTIONS = (SpecOption("softcap", _parse, "a positive number c"),)
 
 
-def _number_text(c, plain: bool) -> str:
-    """The cap as the spec gave it: 50, 2.5, 1/2 (an exact string's SymPy number)."""
-    if isinstance(c, float) and c == int(c):
-        return str(int(c))
-    if isinstance(c, (int, float)):
-        return repr(c)
-    if plain:
-        return str(c)
-    import sympy
-
-    return sympy.latex(c)
+def _capped(x, c) -> Node:
+    """c tanh(x / c): the map of one entry, or of the matrix (x its name or a number's text)."""
+    return c * Func("tanh", (Frac(x, c, inline=True, spaced=True),), sized=True)
 
 
 class SoftCap(Kind):
@@ -52,8 +45,9 @@ class SoftCap(Kind):
     pipeline, after, before = "head", ("scaled",), ("biased", "bias", "masked")
     reads, writes = ("S",), "S"
     starts = ("X", "QKV", "scores")
-    letter, plain_letter, entry, symbol = "\\bar{T}", "Tbar", "\\bar{t}", "\\bar{t}"
+    letter, entry, symbol = sym("T", accent="bar"), sym("t", accent="bar"), "\\bar{t}"
     view, prose = "elementwise", "softcap"
+    symbols = (("c", "c", "softcap_cap", "scalar"),)
     mistakes = (Mistake("softcap_not_divided", when=lambda steps: any(float(s.details["cap"]) != 1 for s in steps)),)
 
     def enabled(self, problem) -> bool:
@@ -64,26 +58,19 @@ class SoftCap(Kind):
         c = ctx.p.extra["softcap"]
         number = ctx.alg.number(c)
         result = ctx.alg.times(ctx.alg.tanh(ctx.alg.divide(t.value, number)), number)
-        h, ph = sup(head), plain_sup(head)
-        formula = f"\\bar{{T}}{h} = c \\tanh\\left({t.letter}{h} / c\\right)"
-        plain = f"Tbar{ph} = c tanh({plain_math(t.letter)}{ph} / c)"
-        details = {"cap": c, "cap_tex": _number_text(c, False), "cap_plain": _number_text(c, True)}
-        return ctx.emit(self, head, [t.ref], formula, plain, result, t.shape, details)
+        formula = self.letter.head(head).eq(_capped(t.letter.head(head), sym("c")))
+        return ctx.emit(self, head, [t.ref], formula, result, t.shape, {"cap": c})
 
     # -- the report ----------------------------------------------------------------------------
-    def entry_form(self, x: str, details, plain: bool) -> str:
-        """One entry of the map: c tanh(x / c) with the cap written out."""
-        if plain:
-            c = details["cap_plain"]
-            return f"{c} tanh({x} / {c})"
-        c = details["cap_tex"]
-        return f"{c} \\tanh\\left({x} / {c}\\right)"
+    def entry_form(self, x: str, details) -> Node:
+        """One entry of the map: c tanh(x / c) with the cap written out (x: the entry's name or number)."""
+        return _capped(x, Value(details["cap"]))
 
     def view_numbers(self, details) -> dict:
         return {"cap": float(details["cap"])}
 
-    def intro(self, tex, plain, steps):
-        return f"c \\tanh\\left({tex} / c\\right)", f"c tanh({plain} / c)"
+    def intro(self, term, steps):
+        return _capped(term, sym("c"))
 
     def exact_work(self, problem, dims, named):
         """Exact mode: each capped score c tanh(t / c) is a transcendental that nothing merges,
@@ -96,7 +83,8 @@ class SoftCap(Kind):
         return {"softcap": c if isinstance(c, (int, float)) else str(c)}
 
     def overflow_how(self, inputs, details) -> str:
-        return f"{inputs[0]} soft-capped at {details['cap_plain']}"
+        c = details["cap"]
+        return f"{inputs[0]} soft-capped at {int(c) if isinstance(c, float) and c == int(c) else c}"
 
     # -- the checker ---------------------------------------------------------------------------
     def carry(self, iv, step, args, mistake):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from attntrace.kinds.base import Kind, plain_math, plain_sup, sup
+from attntrace.kinds.base import Kind, Symbol
+from attntrace.model.formula import Frac, Func, Parts, Power, Sum, sym
 from attntrace.kinds.context import sum_finite
 from attntrace.model.errors import BadInput
 
@@ -18,19 +19,23 @@ class Weights(Kind):
     view, prose = "softmax", "weights"
     mistakes = ("skipped_softmax", "column_softmax", "softmax_without_exp", "rows_not_normalised")
 
+    def notation(self, step):
+        """A, a_ij, and the row maximum m_i the stable softmax subtracts (numbers only: symbols have no maximum)."""
+        row_max = step.details.get("row_max")
+        known = row_max is not None and any(x is not None for x in row_max)
+        return super().notation(step) + ([Symbol("m_i", "m_i", "row_max", (step.shape[0], 1))] if known else [])
+
     def compute(self, ctx, head, state):
         t = state["S"]
         result, details = ctx.alg.softmax(t.value)
         if ctx.numeric and ctx.float_trouble():  # NumPy reported an overflow (kinds.context.FloatWatch)
             _check_shift(ctx, head, t.value, details["shifted"])
-        h, ph = sup(head), plain_sup(head)
-        m, e = t.letter, t.entry
-        formula = (f"A{h} = \\operatorname{{softmax}}\\left({m}{h}\\right), \\quad a{h}_{{ij}} = "
-                   f"\\frac{{e^{{{e}{h}_{{ij}}}}}}{{\\sum_{{k}} e^{{{e}{h}_{{ik}}}}}}")
-        pe = plain_math(e)
-        plain = f"A{ph} = softmax({plain_math(m)}{ph}),  a_ij = e^({pe}_ij) / sum_k e^({pe}_ik)"
+        e, t_entry = sym("e"), t.entry.head(head)
+        entry = Power(e, t_entry.at("i", "j")) / Sum(sym("k"), Power(e, t_entry.at("i", "k")))
+        formula = Parts((sym("A").head(head).eq(Func("softmax", (t.letter.head(head),), sized=True)),
+                         sym("a").head(head).at("i", "j").eq(entry)))
         # weights of finite shifted scores lie in [0, 1]: no overflow check needed
-        return ctx.emit(self, head, [t.ref], formula, plain, result, t.shape, details, checked=True)
+        return ctx.emit(self, head, [t.ref], formula, result, t.shape, details, checked=True)
 
 
 def _check_shift(ctx, head, t, shifted) -> None:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from attntrace.kinds.base import Kind, plain_math, plain_sup, sup
+from attntrace.kinds.base import Kind
 from attntrace.kinds.projection import kv_head
+from attntrace.model.formula import sym
 
 
 class WeightedSum(Kind):
@@ -19,10 +20,9 @@ class WeightedSum(Kind):
         if v is None:  # a problem that stops at the weights
             return None
         result, shape = ctx.product(self.id, head, a, v)
-        h, ph = sup(head), plain_sup(head)
         j = kv_head(ctx.p, head)  # grouped-query attention: the value head this query head shares
-        return ctx.emit(self, head, [a.ref, v.ref], f"Z{h} = A{h} {v.letter}{sup(j)}",
-                        f"Z{ph} = A{ph} {plain_math(v.letter)}{plain_sup(j)}", result, shape)
+        formula = sym("Z").head(head).eq(sym("A").head(head) * v.letter.head(j))
+        return ctx.emit(self, head, [a.ref, v.ref], formula, result, shape)
 
 
 WEIGHTED_SUM = WeightedSum()

@@ -3,7 +3,7 @@
 A `Trace` is an ordered tuple of `Step`s plus the `Operand`s it started from. The tracer
 builds it; renderers, the checker and the JSON export only read it. Nothing here does
 arithmetic or writes prose: a step holds its value, its shape, the ids of its inputs, its
-general formula (a LaTeX math fragment written by its kind, see `attntrace.kinds`) and, in exact and symbolic
+general formula (a tree its kind built, `attntrace.model.formula`, printed in LaTeX and plain math) and, in exact and symbolic
 mode, the entry-wise expansion one level deep.
 """
 
@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
+
+from attntrace.model.formula import PRINTERS, Node
 
 #: The fixed step vocabulary shared by the JSON, the renderer and the checker, in trace order.
 STEP_IDS = ("Q", "K", "V", "scores", "scaled", "masked", "weights", "Z", "concat", "output")
@@ -81,19 +83,29 @@ class Step:
     details: step-specific extras, read-only. weights: row_max, exp, row_sum (numeric), and
     empty_rows never occurs (a fully masked row is refused); scaled: d_k, factor;
     masked: keep (0/1 matrix); concat: blocks = ((head, first_col, last_col), ...).
-    plain: the general formula in plain math, for text reports (`formula` is LaTeX).
+    expr: the general formula, a tree (`attntrace.model.formula`) its kind built once;
+    `formula` is it printed in LaTeX, `plain` in plain math (text reports).
     """
 
     id: str
     head: int | None
     inputs: tuple[str, ...]
-    formula: str
+    expr: Node
     value: Any
     shape: tuple[int, int]
     symbol: str | None = None
     expansion: Any = None
     details: Mapping[str, Any] = field(default_factory=dict)
-    plain: str = ""
+
+    @property
+    def formula(self) -> str:
+        """The general formula in LaTeX (reports, the JSON export)."""
+        return PRINTERS["tex"](self.expr)
+
+    @property
+    def plain(self) -> str:
+        """The general formula in plain math (text reports)."""
+        return PRINTERS["plain"](self.expr)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "details", _frozen(self.details))

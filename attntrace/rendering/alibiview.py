@@ -2,7 +2,7 @@
 T-hat = T + B) and a given bias (bias: B, T-hat = T + B).
 
 The slope is written as the paper writes it (2^(-8/H), ...: a power of two) with its value;
-B is shown whole (b_ij = -m (i - j): zero on the diagonal, -m, -2m, ... to the left); then
+B is shown whole (b_ij = -lambda (i - j): zero on the diagonal, -lambda, -2 lambda, ... to the left); then
 the sum with the scores and, entry by entry, the last row, the one whose keys all lie in the
 past and get the whole range of penalties.
 """
@@ -20,7 +20,7 @@ def _slope_chain(sv) -> list[str]:
     s, o = sv.s, sv.out
     d = s.details
     slope, exponent = d["slope"], d.get("exponent")
-    lhs = o.head_name("m", s.head)
+    lhs = o.head_name("\\lambda" if not o.plain else "lambda", s.head)
     value = o.num(float(slope))
     sides: list = []
     if exponent is not None:

@@ -13,34 +13,29 @@ from __future__ import annotations
 
 import numpy as np
 
+from attntrace.model import formula as F
 from attntrace.rendering.layout import Seq
 from attntrace.rendering.stepview import register_view
 from attntrace.rendering.viewparts import entry_columns, block, resolve, rows_to_expand
 
 
-def _fn(o, tex: str, plain: str, arg: str) -> str:
-    """f(arg) in the output's notation: \\max(0, x) / max(0, x)."""
-    return f"{plain}({arg})" if o.plain else f"{tex}\\left({arg}\\right)"
-
-
 def _rhs(sv, vm) -> str:
-    """The matrix form of the step's formula (before ', \\quad' and the entry formula)."""
-    f = vm["formula"].split(", \\quad")[0].split(",  ")[0]
-    return f.partition(" = ")[2]
+    """The matrix form of the step's formula (without the entry formula)."""
+    return sv.out.math(F.after_lhs(F.first_part(sv.s.expr)))
 
 
 def _entry_formula(sv, vm) -> list[str]:
     """The formula block: the matrix form, and under it the entry formula, aligned at =."""
-    o, f = sv.out, vm["formula"]
+    o, expr = sv.out, sv.s.expr
     if o.plain:
-        return [f]
-    head, _, entry = f.partition(", \\quad ")
-    lhs, _, rhs = head.partition(" = ")
-    lines = sv.fit(lhs, [rhs], align=True)
-    if entry:
-        elhs, _, erhs = entry.partition(" = ")
-        lines += sv.fit(elhs, [erhs], align=True)
-    return lines
+        return [vm["formula"]]
+    parts = expr.items if isinstance(expr, F.Parts) else (expr,)
+    return [line for part in parts[:2] for line in sv.fit(o.math(F.lhs(part)), [o.math(F.after_lhs(part))], align=True)]
+
+
+def _entry_rule(step) -> F.Node:
+    """The right side of a step's entry formula (g_ij = ...), to substitute an entry into."""
+    return F.after_lhs(step.expr.items[1])
 
 
 def _number(o, x, exact: bool) -> list:
@@ -51,7 +46,7 @@ def _number(o, x, exact: bool) -> list:
     if exact and getattr(x, "is_number", False):
         approx = o.num(float(x.evalf(17)))
         if approx != sides[0]:
-            sides.append(("\\approx" if not o.plain else "~", approx))
+            sides.append((o.rel("approx"), approx))
     return sides
 
 
@@ -152,23 +147,12 @@ def build_sum(sv, vm) -> None:
 
 
 # -- activations: ReLU, GELU (erf and tanh), SiLU(H) * U ---------------------------------
-def _act_entry(o, act: str, h: str, u: str | None) -> str:
-    """The activation of one entry h (and u for SwiGLU), in names or in numbers."""
-    if act == "relu":
-        return _fn(o, "\\max", "max", f"0, {h}")
-    if act == "sigmoid":
-        return f"1 / (1 + e^(-{h}))" if o.plain else f"\\frac{{1}}{{1 + e^{{-{h}}}}}"
-    if o.plain:
-        if act == "gelu":
-            return f"{h}/2 (1 + erf({h} / sqrt(2)))"
-        if act == "gelu_tanh":
-            return f"{h}/2 (1 + tanh(sqrt(2/pi) ({h} + 0.044715 {h}^3)))"
-        return f"{h} / (1 + e^(-{h})) {u}"
-    if act == "gelu":
-        return f"\\tfrac{{1}}{{2}} {h} \\left(1 + \\operatorname{{erf}}\\frac{{{h}}}{{\\sqrt{{2}}}}\\right)"
-    if act == "gelu_tanh":
-        return (f"\\tfrac{{1}}{{2}} {h} \\left(1 + \\tanh\\left(\\sqrt{{2/\\pi}}\\, \\left({h} + 0.044715\\, {h}^{{3}}\\right)\\right)\\right)")
-    return f"\\frac{{{h}}}{{1 + e^{{-{h}}}}}\\, {u}"
+_H, _U = F.sym("h").at("i", "j"), F.sym("u").at("i", "j")
+
+
+def _act_entry(o, rule: F.Node, h: str, u: str | None) -> str:
+    """The kind's entry formula with one entry h (and u for SwiGLU) in it, as names or numbers."""
+    return o.math(F.substitute(rule, {_H: h, _U: u}))
 
 
 @register_view("activation")
@@ -179,18 +163,19 @@ def build_activation(sv, vm) -> None:
     u = resolve(sv.t, s.inputs[1], None) if len(s.inputs) > 1 else None
     vm["extra"]["activation"] = act
     vm["formula_block"] = _entry_formula(sv, vm)
+    rule = _entry_rule(s)
 
     def entry(i, j):
-        names = _act_entry(o, act, sv.ename(h, i, j), u and sv.ename(u, i, j))
+        names = _act_entry(o, rule, sv.ename(h, i, j), u and sv.ename(u, i, j))
         hv = o.entry(h.value, i, j) if act == "relu" else o.factor(h.value, i, j)  # max(0, -1.2): no parentheses
-        nums = _act_entry(o, act, hv, u and o.factor(u.value, i, j))
+        nums = _act_entry(o, rule, hv, u and o.factor(u.value, i, j))
         return [names, nums]
 
     _lay_out(sv, vm, [_rhs(sv, vm)], entry)
 
 
 def _braced(name: str) -> str:
-    """An entry name that has a superscript of its own (c^{Q}_{11}) in braces before it is squared."""
+    """An entry name with a superscript of its own (c^{KV}_{11}) in braces before it is squared."""
     return f"{{{name}}}" if "^" in name else name
 
 
@@ -211,20 +196,19 @@ def build_norm(sv, vm) -> None:
     exact = sv.mode == "exact"
     width = s.shape[1]
     eps = _eps_text(o, d["eps"])
-    third = "1/" + str(width) if o.plain else f"\\tfrac{{1}}{{{width}}}"
+    third = o.math(F.Frac(F.Num(1), F.Num(width), small=True))
 
     def mean_of(term) -> Seq:
         seq = sv.sum_seq(width, term)
         items = list(seq.items)
-        if o.plain:
-            items[0], items[-1] = f"{third} ({items[0]}", f"{items[-1]})"
-        else:
-            items[0], items[-1] = f"{third} \\bigl({items[0]}", f"{items[-1]}\\bigr)"
+        items[0], items[-1] = f"{third} {o.big_open}{items[0]}", f"{items[-1]}{o.big_close}"
         return Seq(tuple(items), seq.joiner)
 
-    mu = lambda i: ("mu" if o.plain else "\\mu") + f"_{i + 1}"  # noqa: E731
-    sig = lambda i: (f"sigma_{i + 1}^2" if o.plain else f"\\sigma_{{{i + 1}}}^{{2}}")  # noqa: E731
-    nu = lambda i: ("nu" if o.plain else "\\nu") + f"_{i + 1}"  # noqa: E731
+    mu_ = lambda i: F.sym("mu", str(i + 1))  # noqa: E731
+    mu = lambda i: o.math(mu_(i))  # noqa: E731
+    sig = lambda i: o.math(F.Power(F.sym("sigma").at(i + 1), F.Num(2)))  # noqa: E731
+    nu = lambda i: o.math(F.sym("nu", str(i + 1)))  # noqa: E731
+    square = lambda x: o.math(F.Power(x, F.Num(2)))  # noqa: E731
 
     def stats(i) -> list[list[str]]:
         if sv.mode == "symbolic":
@@ -247,13 +231,13 @@ def build_norm(sv, vm) -> None:
             return []
         if rms:
             ms = d["mean_square"][i]
-            names = mean_of(lambda k: f"{_braced(sv.ename(r, i, k))}^{{2}}" if not o.plain else f"{sv.ename(r, i, k)}^2")
-            nums = mean_of(lambda k: f"{o.factor(r.value, i, k)}^{{2}}" if not o.plain else f"{o.factor(r.value, i, k)}^2")
+            names = mean_of(lambda k: square(_braced(sv.ename(r, i, k))))
+            nums = mean_of(lambda k: square(o.factor(r.value, i, k)))
             return [sv.fit(nu(i), [names, nums] + _number(o, ms, exact), align=True, lhs_width=sv.lw)]
         m, v = d["mean"][i], d["var"][i]
         mean_line = sv.fit(mu(i), [mean_of(lambda k: sv.ename(r, i, k)), mean_of(lambda k: o.entry(r.value, i, k))] + _number(o, m, exact),
                            align=True, lhs_width=sv.lw)
-        sq = (lambda x: f"({x})^2") if o.plain else (lambda x: f"\\left({x}\\right)^{{2}}")
+        sq = lambda x: square(F.Paren(x, sized=True))  # noqa: E731
         mt = _num(o, m)
         var_line = sv.fit(sig(i), [mean_of(lambda k: sq(f"{sv.ename(r, i, k)} - {mu(i)}")),
                                    mean_of(lambda k: sq(f"{o.entry(r.value, i, k)} - {o.paren(mt) if mt.startswith('-') else mt}"))]
@@ -261,20 +245,20 @@ def build_norm(sv, vm) -> None:
         return [mean_line, var_line]
 
     def entry(i, j):
-        centred_n = sv.ename(r, i, j) if rms else f"{sv.ename(r, i, j)} - {mu(i)}"
-        spread_n = f"{nu(i) if rms else sig(i)} + " + ("eps" if o.plain else "\\varepsilon")
-        names = o.frac(centred_n if not o.plain else o.paren(centred_n), o.sqrt(spread_n))
+        centred_n = sv.ename(r, i, j) if rms else F.Add((sv.ename(r, i, j), F.Neg(mu_(i))))
+        spread_n = F.Add((nu(i) if rms else sig(i), F.sym("varepsilon")))
+        names = o.math(F.Frac(centred_n, F.Sqrt(spread_n)))
         if rms:
             centred = o.entry(r.value, i, j)
-            spread = f"{_num(o, d['mean_square'][i])} + {eps}"
+            spread = F.Add((_num(o, d['mean_square'][i]), eps))
         else:
             mt = _num(o, d["mean"][i])
-            centred = f"{o.entry(r.value, i, j)} - {o.paren(mt) if mt.startswith('-') else mt}"
-            spread = f"{_num(o, d['var'][i])} + {eps}"
-        nums = o.frac(centred if not o.plain else o.paren(centred), o.sqrt(spread))
+            centred = F.Add((o.entry(r.value, i, j), F.Neg(o.paren(mt) if mt.startswith('-') else mt)))
+            spread = F.Add((_num(o, d['var'][i]), eps))
+        nums = o.math(F.Frac(centred, F.Sqrt(spread)))
         if gain is not None:
-            names = f"{sv.ename(gain, 0, j)} \\cdot {names}" if not o.plain else f"{sv.ename(gain, 0, j)} * {names}"
-            nums = f"{o.factor(gain.value, 0, j)} \\cdot {nums}" if not o.plain else f"{o.factor(gain.value, 0, j)} * {nums}"
+            names = o.math(F.Op("mul", sv.ename(gain, 0, j), names))
+            nums = o.math(F.Op("mul", o.factor(gain.value, 0, j), nums))
         if bias is not None:
             names = f"{names} + {sv.ename(bias, 0, j)}"
             nums = f"{nums} + {o.factor(bias.value, 0, j)}"
@@ -291,21 +275,20 @@ def build_posenc(sv, vm) -> None:
     d = s.details
     base, dim = d.get("base", 10000), s.shape[1]
     b = f"{base:g}" if isinstance(base, float) else str(base)
+    # the kind's p_{i,2k} = sin((i - 1) / b^{2k/d}), p_{i,2k+1} = cos(...), with this d
+    rules = F.substitute(s.expr.items[1], {F.sym("d"): F.Num(dim)})
     if o.plain:
         vm["formula_block"] = [vm["formula"]]
     else:
-        ang = lambda k: f"\\frac{{i - 1}}{{{b}^{{{k}/{dim}}}}}"  # noqa: E731
-        # rows and columns count from 1 like the entries below (p_{21}); k = 1, ..., d/2
-        vm["formula_block"] = (sv.fit("p_{i,2k-1}", [f"\\sin {ang('2(k-1)')}"], align=True)
-                               + sv.fit("p_{i,2k}", [f"\\cos {ang('2(k-1)')}"], align=True))
+        vm["formula_block"] = [line for rule in rules.items for line in sv.fit(o.math(F.lhs(rule)), [o.math(F.after_lhs(rule))], align=True)]
     vm["extra"].update(base=b, dim=str(dim))
+    # rows and columns count from 1 like the entries (p_{21}); k = 1, ..., d/2
+    i_minus_1 = F.sym("i") - 1
+    two_k = F.Num(2) * F.Paren(F.Add((F.sym("k"), F.Neg(F.Num(1))), tight=True))
 
     def entry(i, j):
-        k2 = 2 * (j // 2)
-        fn = "sin" if j % 2 == 0 else "cos"
-        if o.plain:
-            return [f"{fn}({i} / {b}^({k2}/{dim}))"]
-        return [f"\\{fn} \\frac{{{i}}}{{{b}^{{{k2}/{dim}}}}}"]
+        rule = F.after_lhs(rules.items[j % 2])
+        return [o.math(F.substitute(rule, {i_minus_1: F.Num(i), two_k: F.Num(2 * (j // 2))}))]
 
     lhs = sv.named(sv.ref)
     sides: list = []
@@ -340,25 +323,28 @@ def split_block(trace) -> tuple[list, list]:
     return pre, post
 
 
-def _ffn_line(trace, plain: bool) -> str | None:
+def _first_factor(product: F.Node) -> F.Node:
+    """X of X W_Q + b_Q (or of X W_Q)."""
+    product = product.terms[0] if isinstance(product, F.Add) else product
+    return product.factors[0] if isinstance(product, F.Juxt) else product
+
+
+def _ffn_line(trace) -> F.Node | None:
     """F = act(N W_1 + b_1) W_2 + b_2 (or SwiGLU's), from the FFN steps' own formulas."""
     steps = {s.id: s for s in trace.steps if s.id.startswith("ffn_")}
     if "ffn_out" not in steps:
         return None
-    hidden = (steps["ffn_hidden"].plain if plain else steps["ffn_hidden"].formula).partition(" = ")[2]
-    out = (steps["ffn_out"].plain if plain else steps["ffn_out"].formula).partition(" = ")[2]
+    hidden = F.after_lhs(steps["ffn_hidden"].expr)
     act = steps["ffn_act"].details.get("activation")
-    tail = out.partition(" ")[2]  # "W_2 + b_2" after the activation's letter
     if act == "swiglu":
-        up = (steps["ffn_up"].plain if plain else steps["ffn_up"].formula).partition(" = ")[2]
-        if plain:
-            return f"F = (SiLU({hidden}) * {up}) {tail}"
-        return f"F = \\left(\\operatorname{{SiLU}}({hidden}) \\odot {up}\\right) {tail}"
-    name = {"relu": "ReLU", "gelu": "GELU", "gelu_tanh": "GELU"}[act]
-    return f"F = {name}({hidden}) {tail}" if plain else f"F = \\operatorname{{{name}}}({hidden})\\, {tail}"
+        inner: F.Node = F.Paren(F.Op("hadamard", F.Func("SiLU", (hidden,)), F.after_lhs(steps["ffn_up"].expr)), sized=True)
+    else:
+        inner = F.Juxt((F.Func({"relu": "ReLU", "gelu": "GELU", "gelu_tanh": "GELU"}[act], (hidden,)), F.Space()))
+    # the activation's matrix G in F = G W_2 + b_2 becomes the activation itself
+    return F.substitute(steps["ffn_out"].expr, {_first_factor(F.after_lhs(steps["ffn_out"].expr)): inner})
 
 
-def block_flow(trace, plain: bool) -> list[str]:
+def block_flow(trace, out) -> list[str]:
     """The block's data flow, one equation per line (aligned at =): what the report derives."""
     lines: list[str] = []
     attention_done = False
@@ -366,18 +352,15 @@ def block_flow(trace, plain: bool) -> list[str]:
         if s.id in BLOCK_IDS:
             if s.id in ("pos_enc", "ffn_hidden", "ffn_up", "ffn_act"):
                 continue
-            text = (s.plain if plain else s.formula).split(", \\quad")[0].split(",  ")[0]
-            if s.id == "ffn_out":
-                text = _ffn_line(trace, plain) or text
-            lines.append(text)
+            tree = (_ffn_line(trace) if s.id == "ffn_out" else None) or F.first_part(s.expr)
+            lines.append(out.math(tree))
         elif not attention_done and s.id in ("Q", "Z", "output"):
             if s.id == "Q":
-                src = s.plain if plain else s.formula
-                x = src.partition(" = ")[2].split(" ")[0]
+                x = _first_factor(F.after_lhs(s.expr))
                 out_letter = "O" if any(t.id == "output" for t in trace.steps) else "Z"
                 name = "MultiHead" if trace.num_heads > 1 else "Attention"
-                lines.append(f"{out_letter} = {name}({x})" if plain else f"{out_letter} = \\operatorname{{{name}}}({x})")
+                lines.append(out.math(F.sym(out_letter).eq(F.Func(name, (x,)))))
                 attention_done = True
-    if plain:
+    if out.plain:
         return lines
     return [line.replace(" = ", " &= ", 1) for line in lines]

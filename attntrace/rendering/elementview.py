@@ -2,14 +2,15 @@
 
 The step is written like the scaling: the general formula, the result matrix, then the entries
 of the chosen rows, each as the kind's entry form in names, the same with numbers, and the
-value. The kind gives its entry form (`entry_form(x, details, plain)`: the map applied to the
-text x, e.g. c tanh(x / c) with its constant written out) and the numbers its prose quotes
+value. The kind gives its entry form (`entry_form(x, details)`: the map applied to x, as a
+formula tree, e.g. c tanh(x / c) with its constant written out) and the numbers its prose quotes
 (`view_numbers(details)`, formatted here); so a new element-wise kind needs no view of its own.
 """
 
 from __future__ import annotations
 
 from attntrace.kinds import kind_of
+from attntrace.model.formula import after_lhs
 from attntrace.rendering.printing import pick
 from attntrace.rendering.stepview import register_view
 from attntrace.rendering.viewparts import block, resolve, rows_to_expand
@@ -22,7 +23,7 @@ def build_elementwise(sv, vm) -> None:
     src = resolve(sv.t, s.inputs[0], s.head)
     vm["extra"].update({k: o.num(float(v)) for k, v in kind.view_numbers(s.details).items()})
     lhs = sv.named(sv.ref)
-    rhs = vm["formula"].partition(" = ")[2]
+    rhs = o.math(after_lhs(s.expr))
     if sv.mode == "symbolic":
         sides = [rhs, o.matrix(s.value, s.shape, sv.budget(lhs))]
     else:
@@ -38,8 +39,8 @@ def build_elementwise(sv, vm) -> None:
             if sv.mode == "symbolic":
                 chains.append(sv.fit(sv.entry_label(i, j), [sv.symbolic_sum(i, j)], align=True, lhs_width=sv.lw))
                 continue
-            names = kind.entry_form(sv.ename(src, i, j), s.details, o.plain)
-            nums = kind.entry_form(o.entry(src.value, i, j), s.details, o.plain)
+            names = o.math(kind.entry_form(sv.ename(src, i, j), s.details))
+            nums = o.math(kind.entry_form(o.entry(src.value, i, j), s.details))
             chains.append(sv.fit(sv.ename(sv.ref, i, j), [names, nums] + sv.entry_result(s.value, i, j), align=True,
                                  lhs_width=sv.lw))
     vm["entries"] = sv.blocks_of(chains)

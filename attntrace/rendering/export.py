@@ -15,6 +15,7 @@ import numpy as np
 from attntrace.version import __version__
 from attntrace.inputs.expr import to_plain
 from attntrace.kinds import kind_of
+from attntrace.kinds.notation import notation_of
 from attntrace.model.trace import block_address
 
 
@@ -82,7 +83,9 @@ def trace_to_dict(trace) -> dict:
     # "output": the key of the step holding the forward result (Trace.output_step), never a gradient
     kept_output = bool(trace.steps) and trace.settings.get("forward_steps", 1) != 0
     out = {"attntrace": __version__, "mode": trace.mode, "title": trace.title, "num_heads": trace.num_heads,
-           "output": trace.output_step.key if kept_output else None, "steps": steps, "operands": operands}
+           "output": trace.output_step.key if kept_output else None, "steps": steps, "operands": operands,
+           # one notation per trace: symbol, plain, meaning (a key), shape, entry (attntrace.kinds.notation)
+           "notation": notation_of(trace).to_list()}
     if "not_kept" in trace.settings:  # traced with keep=: the steps computed but not recorded
         out["not_kept"] = list(trace.settings["not_kept"])
     return out

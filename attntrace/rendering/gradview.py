@@ -11,23 +11,22 @@ from __future__ import annotations
 
 import numpy as np
 
+from attntrace.model.formula import to
 from attntrace.kinds import kind_of
 from attntrace.rendering.layout import Seq
 from attntrace.rendering.printing import pick, reproducing_precision
 from attntrace.rendering.stepview import register_view
-from attntrace.rendering.viewparts import SHAPE_LINES, Ref, block, resolve, rows_to_expand
+from attntrace.rendering.viewparts import SHAPE_LINES, Ref, block, resolve, rows_to_expand, shape_of, shapes_of
 
 
 def _shape_line(step, out):
     """op(A) op(B) -> C with the transposes applied (dV: (2 x 3) (3 x 2) for A^T, dZ); the seed: its shape."""
     d = step.details
-    shp = lambda shape: f"({out.shape(shape)})"  # noqa: E731
     if d.get("rule") == "given":
-        return shp(step.shape)
+        return out.math(shape_of(step.shape))
     if "factor_shapes" not in d:
         return None
-    arrow = " -> " if out.plain else " \\to "
-    return (" " if out.plain else "\\,").join(shp(x) for x in d["factor_shapes"]) + arrow + shp(step.shape)
+    return out.math(to(shapes_of(*d["factor_shapes"]), shape_of(step.shape)))
 
 
 SHAPE_LINES["grad"] = _shape_line
@@ -46,7 +45,7 @@ def build_grad(sv, vm) -> None:
     vm["extra"]["by_sqrt"] = bool(s.details.get("by_sqrt_dk", True))
     vm["extra"].update(softmax_rows=[], jacobian=None, jacobian_row=None)
     kind = kind_of(s.id)
-    vm["extra"]["of"] = o.head_name(kind.plain_of if o.plain else kind.of, s.head)
+    vm["extra"]["of"] = o.math(kind.of.head(s.head))
     vm["extra"]["projections"] = ", ".join(s.details.get("projections", ()))
     vm["extra"]["heads"] = s.details.get("heads", 1)
 
@@ -154,7 +153,7 @@ def _softmax_rows(sv, vm) -> None:
                 chain.append(sv.sum_seq(len(js), lambda k: o.mul(o.factor(a.value, i, js[k]), o.factor(da.value, i, js[k]))))
             chain.append(r_text)
             if sv.mode == "exact" and getattr(rowdot[i], "is_number", False):  # a given dO of symbols has no float
-                chain.append(("\\approx" if not o.plain else "~", o.num(float(rowdot[i].evalf(17)))))
+                chain.append((o.rel("approx"), o.num(float(rowdot[i].evalf(17)))))
         lines = [sv.fit(rname(i), _shown_sides(sv, chain), align=True)]
         for j in pick(cols, o.max_size):
             if j is None:

@@ -21,7 +21,7 @@ TOKENS_SHOWN = 2
 def _chosen_text(chosen, plain: bool) -> list[str]:
     if plain:
         return [f"T_{i + 1} = {{{', '.join(str(e + 1) for e in sorted(es))}}}" for i, es in enumerate(chosen)]
-    return [f"\\mathcal{{T}}_{{{i + 1}}} = \\{{{', '.join(str(e + 1) for e in sorted(es))}\\}}" for i, es in enumerate(chosen)]
+    return [f"T_{{{i + 1}}} = \\{{{', '.join(str(e + 1) for e in sorted(es))}\\}}" for i, es in enumerate(chosen)]
 
 
 def _tokens(sv, n: int) -> list[int]:
@@ -156,9 +156,9 @@ def build_moe_sum(sv, vm) -> None:
         es = sorted(s.details["chosen"][i])
         row = lambda v, e: o.matrix(v[i:i + 1, e * d:(e + 1) * d], (1, d))  # noqa: E731
         if o.plain:
-            names = " + ".join(f"g_{i + 1}{e + 1} y({e + 1})_{i + 1}" for e in es) + (f" + y^s_{i + 1}" if ys else "")
+            names = " + ".join(f"g^r_{i + 1}{e + 1} y({e + 1})_{i + 1}" for e in es) + (f" + y^s_{i + 1}" if ys else "")
         else:
-            names = " + ".join(f"g_{{{i + 1}{e + 1}}}\\, y^{{({e + 1})}}_{{{i + 1}}}" for e in es) + (f" + y^{{s}}_{{{i + 1}}}" if ys else "")
+            names = " + ".join(f"g^{{r}}_{{{i + 1}{e + 1}}}\\, y^{{({e + 1})}}_{{{i + 1}}}" for e in es) + (f" + y^{{s}}_{{{i + 1}}}" if ys else "")
         sides = [names]
         if sv.mode != "symbolic":
             terms = [f"{o.entry(g.value, i, e)} {row(y.value, e)}" for e in es] + ([row(ys.value, 0)] if ys else [])

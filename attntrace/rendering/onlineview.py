@@ -8,6 +8,7 @@ softmax's row maxima, sums and A V were all computed by the kind.
 
 from __future__ import annotations
 
+from attntrace.model import formula as F
 from attntrace.rendering.printing import scientific
 from attntrace.rendering.stepview import register_view
 from attntrace.rendering.viewparts import SHAPE_LINES, block
@@ -17,14 +18,12 @@ _ORDINARY = {"online_max": ("m", "m"), "online_sum": ("\\ell", "l"), "lse": ("\\
 
 
 def _name(sv, d) -> str:
-    o, kind_letter = sv.out, (sv.ref.plain_letter if sv.out.plain else sv.ref.letter)
+    name = sv.ref.matrix
     if "block" not in d:
-        return kind_letter
-    if o.plain:
-        q = f"_{d['query_block']}" if d.get("query_blocks", 1) > 1 else ""
-        return f"{kind_letter}{q}({d['block']})"
-    q = f"_{{{d['query_block']}}}" if d.get("query_blocks", 1) > 1 else ""
-    return f"{kind_letter}{q}^{{({d['block']})}}"
+        return sv.out.math(name)
+    if d.get("query_blocks", 1) > 1:
+        name = name.at(d["query_block"])
+    return sv.out.math(name.head(d["block"]))
 
 
 def _result(sv, value, shape, budget):
@@ -35,7 +34,7 @@ def _result(sv, value, shape, budget):
         if sv.out.plain or sv.out.measure(exact) <= budget:
             sides.append(exact)
         if approx:
-            sides.append(("\\approx" if not sv.out.plain else "~", approx))
+            sides.append((sv.out.rel("approx"), approx))
         return sides or [exact]
     return [sv.out.matrix(value, shape, budget)]
 
@@ -67,17 +66,16 @@ def build_online(sv, vm) -> None:
 
 def _shapes(o, s, d) -> str:
     """What a block step reads and makes: (rows x block keys) -> (rows x 1), and so on."""
-    arrow, times = (" -> ", " x ") if o.plain else (" \\to ", " \\times ")
-    shp = lambda r, c: f"({r}{times}{c})"  # noqa: E731
     n = s.shape[0]
+    made = F.Shape(*s.shape)
     if "rows" not in d:  # L from m and l; Z from l and O
         # L = m + log l: an addition; Z = diag(l)^-1 O: a product
-        return f"{shp(n, 1)}{' + ' if s.id == 'lse' else ' '}{shp(n, 1) if s.id == 'lse' else shp(*s.shape)}{arrow}{shp(*s.shape)}"
+        column = F.Shape(n, 1)
+        return o.math(F.to(column + column if s.id == "lse" else F.Juxt((column, made)), made))
     r, c = d["rows"][1] - d["rows"][0] + 1, d["cols"][1] - d["cols"][0] + 1
-    reads = {"online_max": [shp(r, c)], "online_exp": [shp(r, c), shp(r, 1)], "online_sum": [shp(r, c)],
-             "online_out": [shp(r, c), shp(c, s.shape[1])]}[s.id]
+    block_, reads = F.Shape(r, c), {"online_exp": F.Shape(r, 1), "online_out": F.Shape(c, s.shape[1])}.get(s.id)
     # the exponentials subtract the row maximum, a column broadcast across the block
-    return (" - " if s.id == "online_exp" else " ").join(reads) + arrow + shp(*s.shape)
+    return o.math(F.to(block_ if reads is None else block_ - reads if s.id == "online_exp" else F.Juxt((block_, reads)), made))
 
 
 @register_view("online_z")

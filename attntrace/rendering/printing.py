@@ -18,7 +18,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from attntrace.kinds.base import plain_accents
+from attntrace.model.formula import Node
+from attntrace.rendering.formulatext import RELATIONS, plain, tex
 
 #: How many entries (numbers or expressions) have been formatted; tests read and reset it.
 STATS = {"entries": 0}
@@ -104,6 +105,16 @@ def greek_name(name: str) -> str:
         base = m.group(1)
         return tex_greek_dictionary.get(base, "\\" + ("varepsilon" if base == "epsilon" else base)) + m.group(2)
     return name
+
+
+#: How an accent over a letter is written in plain text, after the letter: T~, T', Tbar.
+PLAIN_ACCENTS = {"tilde": "~", "hat": "'", "bar": "bar"}
+_ACCENTED = re.compile(r"\\(" + "|".join(PLAIN_ACCENTS) + r")\{(\w)\}")
+
+
+def plain_accents(name: str) -> str:
+    """Each accented letter of a LaTeX name in plain text: \\tilde{q}_{11} -> q~_{11}."""
+    return _ACCENTED.sub(lambda m: m.group(2) + PLAIN_ACCENTS[m.group(1)], name)
 
 
 def plain_name(name: str) -> str:
@@ -366,7 +377,15 @@ class _Out:
     def _numeric_cells(self, value, ri, ci, cells, true_log10, pad: bool, memo: dict | None = None):
         shown = [float(value[i, j]) for i, j in cells]
         inexact = {(i, j): true_log10(i, j) for i, j in cells} if true_log10 else {}
-        d = decimals_needed(shown, self.precision)
+        if memo is None:
+            d = decimals_needed(shown, self.precision)
+        else:  # each entry's decimals counted once across the column counts `widest` tries
+            d = 0
+            for (i, j), x in zip(cells, shown):
+                key = ("d", i, j)
+                if key not in memo:
+                    memo[key] = _decimals_printed([x], self.precision)
+                d = max(d, memo[key])
         if any(v is not None and float(value[i, j]) != 0 for (i, j), v in inexact.items()):
             d = self.precision  # a rounded 1.0000 must not read as an exact 1
         # a column of exact zeros (a masked key, an unused feature) needs no phantom decimals
@@ -590,6 +609,17 @@ class TexOut(_Out):
     def brackets(self, parts: list[str]) -> str:
         return "\\left[\\;" + " \\quad ".join(parts) + "\\;\\right]"
 
+    def math(self, tree: Node) -> str:
+        """A formula tree (`attntrace.model.formula`) in this output's notation."""
+        return tex(tree)
+
+    def rel(self, name: str) -> str:
+        """A relation sign for a side of a laid-out chain: \\approx, \\to, ..."""
+        return RELATIONS[name][0].strip()
+
+    #: Parentheses around a sum that a line may break inside (fixed size: \\left \\right cannot break).
+    big_open, big_close = "\\bigl(", "\\bigr)"
+
     def head_name(self, letter: str, head: int | None, transpose: bool = False) -> str:
         """K^{(2)\\top}: one superscript holding both the head and the transpose."""
         sup = ("" if head is None else f"({head})") + ("\\top" if transpose else "")
@@ -699,6 +729,14 @@ class PlainOut(_Out):
 
     def brackets(self, parts: list[str]) -> str:
         return "[ " + " | ".join(parts) + " ]"
+
+    def math(self, tree: Node) -> str:
+        return plain(tree)
+
+    def rel(self, name: str) -> str:
+        return RELATIONS[name][1].strip()
+
+    big_open, big_close = "(", ")"
 
     def head_name(self, letter: str, head: int | None, transpose: bool = False) -> str:
         return (letter if head is None else f"{letter}({head})") + ("^T" if transpose else "")

@@ -2,7 +2,7 @@
 
 What a textbook shows for rotary embeddings: the frequencies theta_i and the general 2x2
 rotation of one pair (which columns pair up is the layout), the positions and the table of
-angles m_r theta_i, the rotated matrix, and for the chosen rows each pair turned by its 2x2
+angles p_r theta_i, the rotated matrix, and for the chosen rows each pair turned by its 2x2
 rotation, written out with the numbers. By default the rows are row 1 and, when row 1 sits
 at position 0 (no rotation at all), the first row that really turns. Text output writes
 each rotated entry as a line (x cos - y sin) instead of 2x2 matrices.
@@ -13,6 +13,9 @@ from __future__ import annotations
 import numpy as np
 
 from attntrace.inputs.expr import accented_with_head
+from attntrace.kinds.rope import base_text
+from attntrace.model import formula as F
+
 from attntrace.rendering.printing import decimals_needed, pick, reproducing_precision
 from attntrace.rendering.stepview import register_view
 from attntrace.rendering.viewparts import block, pack, resolve, rows_to_expand
@@ -28,10 +31,10 @@ def _rows(sv, positions) -> list[int]:
     return rows
 
 
-def _pairs_text(pairs, plain: bool) -> str:
+def _pairs_text(pairs, o) -> str:
     shown = [None if p is None else pairs[p] for p in pick(len(pairs), 4)]
-    items = ["..." if p is None else f"({p[0] + 1}, {p[1] + 1})" for p in shown]
-    return ", ".join(items) if plain else ",\\ ".join("\\ldots" if i == "..." else i for i in items)
+    items = [F.Dots() if p is None else F.Paren(F.Seq((F.Num(p[0] + 1), F.Num(p[1] + 1)))) for p in shown]
+    return o.math(F.Seq(tuple(items), sep="wide"))
 
 
 class _Rotation:
@@ -50,11 +53,11 @@ class _Rotation:
         return self.o.num(float(a)) if self.numeric else self.o.expr(a)
 
     def trig(self, fn: str, r: int, p: int, sign: str = "") -> str:
-        """cos(m theta) as the report writes it: \\cos 1 (numeric angle), \\cos(1/100) (exact)."""
+        """cos(p theta) as the report writes it: \\cos 1 (numeric angle), \\cos(1/100) (exact)."""
         o = self.o
         if self.numeric or o.plain:
-            arg = self.angle(r, p)
-            return f"{sign}{fn}({arg})" if o.plain else f"{sign}\\{fn} {arg}"
+            trig = F.Func(fn, (self.angle(r, p),), bare=True)
+            return o.math(-trig if sign else trig)
         import sympy as sp
 
         e = (sp.cos if fn == "cos" else sp.sin)(self.angles[r, p])
@@ -64,24 +67,25 @@ class _Rotation:
     def rule(self) -> list[dict]:
         sv, o, s = self.sv, self.o, self.s
         head = s.head
-        base = s.formula.split("\\theta_i = ")[1].split("^")[0] if not o.plain else str(s.details["base"])
+        base = F.Num(base_text(s.details["base"]))
         half = self.d // 2
+        theta_i, i = F.sym("theta", "i"), F.sym("i")
+        ids = (1, 2) if half == 2 else (1,) if half == 1 else (1, F.Dots(), half)
+        rule = (F.Parts((theta_i.eq(F.Power(base, F.Frac(-(2 * F.Paren(F.Add((i, F.Neg(F.Num(1))), tight=True))), F.Num(self.d), inline=True))),
+                         i.eq(F.Seq(tuple(F.node(x) for x in ids))))) if half > 1
+                else F.sym("theta", "1").eq(F.Power(base, F.Num(0)), 1))  # one pair: no formula over i
+        theta = o.math(rule)
         if o.plain:
-            theta = (f"theta_i = {base}^(-2(i-1)/{self.d}),  i = 1, ..., {half}" if half > 1
-                     else f"theta_1 = {base}^0 = 1 (one pair)")
             a, b = self.index_tex()
             ph = "" if head is None else f"({head})"
-            e, x = f"{s.id[0].lower()}~{ph}", f"{self.src.plain_letter.lower()}{ph}"
-            rot = (f"{e}_r,{a} = {x}_r,{a} cos(m_r theta_i) - {x}_r,{b} sin(m_r theta_i),  "
-                   f"{e}_r,{b} = {x}_r,{a} sin(m_r theta_i) + {x}_r,{b} cos(m_r theta_i)")
+            e, x = f"{s.id[0].lower()}~{ph}", f"{o.math(self.src.matrix).lower()}{ph}"
+            rot = (f"{e}_r,{a} = {x}_r,{a} cos(p_r theta_i) - {x}_r,{b} sin(p_r theta_i),  "
+                   f"{e}_r,{b} = {x}_r,{a} sin(p_r theta_i) + {x}_r,{b} cos(p_r theta_i)")
             return [block([theta]), block([rot])]
-        ids = "1, 2" if half == 2 else ("1" if half == 1 else f"1, \\ldots, {half}")
-        theta = (f"\\theta_i = {base}^{{-2(i-1)/{self.d}}}, \\quad i = {ids}" if half > 1
-                 else f"\\theta_1 = {base}^{{0}} = 1")  # one pair: no formula over i
         a, b = self.index_tex()
         out_e, in_e = self.sv.ref.base, self.src.base
         vec = lambda e: o.layout([[f"{accented_with_head(e, head)}_{{r,{a}}}"], [f"{accented_with_head(e, head)}_{{r,{b}}}"]])  # noqa: E731
-        rot = o.layout([["\\cos m_r\\theta_i", "-\\sin m_r\\theta_i"], ["\\sin m_r\\theta_i", "\\cos m_r\\theta_i"]])
+        rot = o.layout([["\\cos p_r\\theta_i", "-\\sin p_r\\theta_i"], ["\\sin p_r\\theta_i", "\\cos p_r\\theta_i"]])
         lines = sv.fit(vec(out_e), [f"{rot} {vec(in_e)}"])
         return [block([theta]), block(lines)]
 
@@ -102,15 +106,15 @@ class _Rotation:
             cell = lambda i: o.fixed(thetas[i], dec, pad=False)  # noqa: E731
         else:
             cell = lambda i: o.expr(self.angles_theta(i))  # noqa: E731
-        dots = "..." if o.plain else "\\ldots"
-        theta = (lambda i: f"theta_{i}") if o.plain else (lambda i: f"\\theta_{{{i}}}")  # noqa: E731
+        dots = o.math(F.Dots())
+        theta = lambda i: o.math(F.sym("theta").at(i))  # noqa: E731
         names = [theta(1), dots, theta(half)] if half > 3 else [theta(i + 1) for i in range(half)]
         vals = [dots if i is None else cell(i) for i in shown]
         # a Seq: breaks after a comma when long; one pair's theta_1 = 1 is in the rule already
         chains = [sv.fit(o.row(names), [sv.vector_tex(vals)])] if half > 1 else []
         pos = [dots if r is None else str(self.positions[r]) for r in pick(len(self.positions), o.max_size)]
-        chains.append(sv.fit("m", [sv.vector_tex(pos)]))
-        lhs = "[m_r theta_i]" if o.plain else "\\left[m_r\\theta_i\\right]"
+        chains.append(sv.fit("p", [sv.vector_tex(pos)]))
+        lhs = o.math(F.Hcat((F.sym("p", "r") * F.sym("theta", "i"),)))
         if self.angles is not None:
             chains.append(sv.fit(lhs, [o.matrix(self.angles, self.angles.shape, sv.budget(lhs))]))
         return [block(c) for c in pack(chains, o)]
@@ -207,7 +211,7 @@ def build_rotation(sv, vm) -> None:
     s, o = sv.s, sv.out
     rot = _Rotation(sv)
     d = s.details
-    vm["extra"].update({"layout": d["layout"], "which": s.id[0], "pairs": _pairs_text(d["pairs"], o.plain),
+    vm["extra"].update({"layout": d["layout"], "which": s.id[0], "pairs": _pairs_text(d["pairs"], o),
                         "half": str(rot.d // 2), "d": str(rot.d), "source": sv.mname(rot.src)})
     vm["extra"]["rule"] = rot.rule()
     vm["extra"]["angle_blocks"] = rot.values()

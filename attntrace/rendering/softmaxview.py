@@ -15,9 +15,10 @@ import math
 
 import numpy as np
 
+from attntrace.model import formula as F
 from attntrace.rendering.layout import Seq, join_sum
-from attntrace.rendering.printing import decimals_needed, pick, plain_name
-from attntrace.rendering.viewparts import SATURATED, Ref, block, resolve, rows_to_expand
+from attntrace.rendering.printing import decimals_needed, pick
+from attntrace.rendering.viewparts import SATURATED, Ref, block, entry_base, resolve, rows_to_expand
 
 
 class SoftmaxView:
@@ -57,13 +58,9 @@ class SoftmaxView:
         cols = pick(s.shape[1], o.max_size)
         kept = [j is None or src.value[i, j] != -sympy.oo for j in cols]
         first = next(j for j in range(s.shape[1]) if src.value[i, j] != -sympy.oo)
-        base = o.entry(src.value, i, first).rsplit("_", 1)[0]
-        wide = max(src.shape) >= 10
-        sub = f"{i + 1},k" if wide else f"{i + 1}k"
-        if o.plain:
-            sigma = f"sum_k e^({plain_name(base)}_{sub.replace(',', '')})"
-        else:
-            sigma = f"\\textstyle\\sum_{{k}} e^{{{base}_{{{sub}}}}}"
+        named = src.value[i, first]  # the entries' own names when they have them (a masked step keeps the t's)
+        base = entry_base(named.name) if named.is_Symbol else src.symbol
+        sigma = o.math(F.Sum(F.sym("k"), F.Power(F.sym("e"), base.at(i + 1, "k")), small=True))
         terms = [o.ellipsis_term() if j is None else o.exp(o.expr(src.value[i, j])) for j, k in zip(cols, kept) if k]
         rows = [(sigma, [join_sum(terms)])]
         for j in cols:
@@ -80,12 +77,9 @@ class SoftmaxView:
         s, o, d = self.s, self.out, self.s.details
         cols = pick(s.shape[1], o.max_size)
         plain = o.plain
-        e = self.ename(src, i, 0).rsplit("_", 1)[0] if not plain else None
-        h = "" if s.head is None else (f"^{{({s.head})}}" if not plain else f"({s.head})")
-        m = f"m_{{{i + 1}}}" if not plain else f"m_{i + 1}"
-        tij = (f"{e}_{{{i + 1}j}}" if not plain else plain_name(self.ename(src, i, 0)).rsplit("_", 1)[0] + f"_{i + 1}j")
-        tik = tij.replace("j}", "k}") if not plain else tij[:-1] + "k"
-        aij = (f"a{h}_{{{i + 1}j}}" if not plain else f"a{h}_{i + 1}j")
+        m = F.sym("m").at(i + 1)
+        t_ij, t_ik = src.symbol.at(i + 1, "j"), src.symbol.at(i + 1, "k")
+        a_ij = F.sym("a").head(s.head).at(i + 1, "j")
         if self.mode == "numeric":
             t_row = np.asarray(src.value[i], dtype=float)
             shifted = d.get("shifted")
@@ -121,7 +115,7 @@ class SoftmaxView:
                 pass  # (1, 0, 0) is its own approximation: not written twice
             elif all(a is not None for a, j in zip(approx, cols) if j is not None):  # no approximation of symbols
                 dots = o.dots(0, None)
-                weights_side.append(("\\approx" if not plain else "~", self.vector_tex([dots if a is None else a for a in approx])))
+                weights_side.append((o.rel("approx"), self.vector_tex([dots if a is None else a for a in approx])))
                 room = o.limit - 9.0  # the row's left column and an indent
                 if not plain and any(o.measure(x) > room for x in weights_v.items):
                     weights_side = weights_side[1:]  # a weight wider than the page: its value, not its form
@@ -134,17 +128,16 @@ class SoftmaxView:
             if any(o.measure(x) > room for x in exp_v.items):
                 exp_v = ("\\approx", approx_of(d["exp"]))
                 total = ("\\approx", o.num(float(rs.evalf(17))))
-        maxf = (f"\\max_{{j}} {tij}" if not plain else f"max_j {tij}")
-        shift = f"{tij} - {m}" if m_val is not None else tij
-        expo = o.exp(shift)
-        sumf = (f"\\textstyle\\sum_{{k}} {o.exp(tik + (' - ' + m if m_val is not None else ''))}" if not plain
-                else f"sum_k e^({tik}{' - ' + m if m_val is not None else ''})")
+        e = F.sym("e")
+        shift = t_ij - m if m_val is not None else t_ij
+        expo = F.Power(e, shift)
+        sumf = F.Sum(F.sym("k"), F.Power(e, t_ik - m if m_val is not None else t_ik), small=True)
         rows = []
         if m_val is not None:
-            rows.append((m, [maxf, m_val]))
+            rows.append((o.math(m), [o.math(F.Sum(F.sym("j"), t_ij, op="max")), m_val]))
             if shifted_v is not None:
-                rows.append((shift, [shifted_v]))
-        rows += [(expo, [exp_v]), (sumf, [total]), (aij, [o.frac(expo, sumf)] + weights_side)]
+                rows.append((o.math(shift), [shifted_v]))
+        rows += [(o.math(expo), [exp_v]), (o.math(sumf), [total]), (o.math(a_ij), [o.math(expo / sumf)] + weights_side)]
         lw = max(o.measure(lhs) for lhs, _ in rows)  # the block's left column is as wide as its widest left side
         return [line for lhs, sides in rows for line in self.fit(lhs, sides, align=True, lhs_width=lw)]
 

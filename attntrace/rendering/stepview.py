@@ -15,6 +15,7 @@ from typing import Any, Callable
 import numpy as np
 
 from attntrace.model.errors import BadInput
+from attntrace.model.formula import Dots, after_lhs
 from attntrace.rendering.layout import Seq, fit_chain, join_sum
 from attntrace.rendering.printing import STATS, decimals_needed, pick, plain_name, reproducing_precision
 from attntrace.rendering.softmaxview import SoftmaxView
@@ -49,8 +50,7 @@ class StepView(SoftmaxView):
 
     # -- names and layout -----------------------------------------------------------
     def mname(self, ref: Ref, transpose: bool = False) -> str:
-        letter = ref.plain_letter if self.out.plain else ref.letter
-        return self.out.head_name(letter, ref.head, transpose)
+        return self.out.math(ref.named.T() if transpose else ref.named)
 
     def named(self, ref: Ref, transpose: bool = False) -> str:
         shape = ref.shape[::-1] if transpose else ref.shape
@@ -132,7 +132,7 @@ class StepView(SoftmaxView):
             "kind": s.id, "view": kind_of(s.id).view, "prose": kind_of(s.id).prose, "key": s.key, "head": s.head or 0, "mode": self.mode, "sup": sup,
             "psup": "" if s.head is None else f"({s.head})",
             "name": self.mname(self.ref),
-            "formula": s.plain if o.plain else s.formula,
+            "formula": o.math(s.expr),
             "shape": o.shape(s.shape), "rows": s.shape[0], "cols": s.shape[1],
             "elided": max(s.shape) > o.max_size, "main": [], "entries": [], "entry_rows": [], "softmax_rows": [],
             "notes": [], "shape_line": self.shape_line(), "extra": {}, "formula_block": [], "entry_form": "entries",
@@ -184,7 +184,7 @@ class StepView(SoftmaxView):
         if self.mode == "exact":
             approx = o.approx_matrix(value, shape, budget)
             if approx:
-                sides.append(("\\approx" if not o.plain else "~", approx))
+                sides.append((o.rel("approx"), approx))
                 if not o.plain and o.measure(exact) > budget:
                     sides = sides[1:]  # the exact entries do not fit even with dots: the entry lines show them
         return sides
@@ -214,7 +214,7 @@ class StepView(SoftmaxView):
         s, o = self.s, self.out
         a, b, tr, bias = self.operands()
         lhs = self.named(self.ref)
-        rhs = s.formula.partition(" = ")[2] if not o.plain else vm["formula"].partition(" = ")[2]
+        rhs = o.math(after_lhs(s.expr))
         small = all(max(r.shape) <= o.max_size for r in (a, b) + ((bias,) if bias else ()))
         budget = self.budget(lhs)
         sides: list = [rhs]
@@ -307,7 +307,7 @@ class StepView(SoftmaxView):
         if self.mode == "exact":
             approx = o.approx_entry(value, i, j)
             if approx is not None and approx != result:
-                sides.append(("\\approx" if not o.plain else "~", approx))
+                sides.append((o.rel("approx"), approx))
                 if not o.plain and o.measure(result) > o.limit - self.lw - 3.0:
                     sides = sides[1:]  # one fraction wider than the page: its value, not its form
         return sides
@@ -337,7 +337,7 @@ class StepView(SoftmaxView):
         factor = vm["extra"]["factor_tex"]
         lhs = self.named(self.ref)
         rhs = vm["formula"].partition(" = ")[2]
-        sides: list = [rhs, o.frac(self.mname(src), factor) if not o.plain else f"{self.mname(src)} / {factor}"]
+        sides: list = [rhs, o.frac(self.mname(src), factor)]
         if self.mode == "symbolic":
             vm["main"] = [block(self.fit(lhs, sides + [o.matrix(s.value, s.shape, self.budget(lhs))]))]
         else:
@@ -401,7 +401,7 @@ class StepView(SoftmaxView):
         vm["formula_block"] = self.fit_formula(vm["formula"]) if not o.plain else [vm["formula"]]
         lhs = self.named(self.ref)
         heads = pick(len(refs), max(2, o.max_size // 2))
-        dots = "\\cdots" if not o.plain else "..."
+        dots = o.math(Dots(centered=True))
         layout = [dots if h is None else o.block(self.mname(refs[h]), o.shape(refs[h].shape)) for h in heads]
         main = [self.fit(lhs, [o.brackets(layout)])]
         if s.value is not None:

@@ -14,7 +14,9 @@ from attntrace.rendering.layout import fit_chain
 from attntrace.inputs.textescape import escape_md, escape_tex, escape_text
 from attntrace.inputs.usertext import format_user_text, inline_math_for
 from attntrace.inputs.spec import KV_KEYS
-from attntrace.kinds import HEAD_PIPELINE, kind_of
+from attntrace.kinds import HEAD_PIPELINE, KINDS, kind_of
+from attntrace.kinds.notation import notation_of
+from attntrace.model import formula as F
 from attntrace.rendering.printing import PlainOut, TexOut
 from attntrace.rendering.stepview import StepView
 from attntrace.kinds.block import BLOCK_KINDS
@@ -42,8 +44,7 @@ def step_view(trace, step, fmt: str, precision: int, max_size: int, limit: float
 def operand_chain(trace, op, out) -> tuple[str, list[str]]:
     """`X = [...]` (and `\\approx [...]` in exact mode) for one operand, fitted to the page."""
     ref = operand_ref(op)
-    letter = ref.plain_letter if out.plain else ref.letter
-    name = out.head_name(letter, op.head)
+    name = out.math(ref.matrix.head(op.head))
     lhs = out.named(name, op.shape)
     if op.value is None:
         return name, [lhs]
@@ -52,7 +53,7 @@ def operand_chain(trace, op, out) -> tuple[str, list[str]]:
     if trace.mode == "exact":
         approx = out.approx_matrix(op.value, op.shape)
         if approx:
-            sides.append(("\\approx" if not out.plain else "~", approx))
+            sides.append((out.rel("approx"), approx))
     if out.plain:
         return name, [out.eq(lhs, *[x[1] if isinstance(x, tuple) else x for x in sides])]
     return name, fit_chain(lhs, sides, out.limit)
@@ -68,8 +69,7 @@ def shape_rows(trace, out) -> list[dict[str, Any]]:
             seen[key]["last"] = step.head
             continue
         generic = step.head is not None and trace.num_heads > 1
-        formula = step.plain if out.plain else step.formula
-        formula = formula.split(", \\quad")[0].split(",  ")[0]  # the matrix form only (softmax)
+        formula = out.math(F.first_part(step.expr))  # the matrix form only (softmax)
         formula = formula.replace("Z^{(2)}, \\ldots", "\\ldots")
         line = shape_dims(trace, step, out, short=True)
         if generic:  # write head 1's row for every head i (every key/value head j, in GQA)
@@ -126,13 +126,13 @@ def report_view(trace, fmt: str, precision: int, max_size: int, figures: list[di
         from attntrace.rendering.blockview import block_flow, split_block
 
         block_pre, block_post = split_block(trace) if not shape_mode else ([], [])
-        flow = block_flow(trace, out.plain) if arrangement else []
+        flow = block_flow(trace, out) if arrangement else []
     d_ks = sorted({str(s.details["d_k"]) for s in trace.steps if s.id == "scaled" and s.details.get("d_k") is not None})
     operands = [operand_chain(trace, op, out) for op in trace.operands]
     by_sqrt = any(s.id == "scaled" and s.details.get("by_sqrt_dk", True) for s in trace.steps)
     scaled = any(s.id == "scaled" for s in trace.steps)
     view = {
-        "formula_block": block(flow) if flow else block([intro_formula(trace, out.plain)]),
+        "formula_block": block(flow) if flow else block([out.math(intro_formula(trace))]),
         # the Transformer block (attntrace.rendering.blockview): its arrangement, steps before and after attention
         "block": arrangement,
         "block_part": "self_attention" if arrangement and not any(s.id == "residual2" for s in trace.steps) else "",
@@ -172,9 +172,41 @@ def report_view(trace, fmt: str, precision: int, max_size: int, figures: list[di
         "kv_group_size": trace.num_heads // max(len(kv_groups(trace)), 1),
         # the backward pass (attntrace.kinds.backward), in trace order after the forward steps
         "backward": [] if shape_mode else [StepView(trace, s, out, rows, esc).build() for s in trace.steps if _backward(s)],
+        "notation": notation_rows(trace),
     }
     mark_repeats(view)
     return view
+
+
+def notation_rows(trace) -> list[dict[str, str]]:
+    """The notation section's rows (attntrace.kinds.notation): the symbol, with its entries when
+    their letter is not the symbol's (dZ: g^{Z}_{ij}, X_kv: y_{ij}; not W_Q: w^{Q}_{ij}); the
+    meaning key; the shape. The gradients share one row, the first with dots ("gradient": d
+    before a matrix, g^{M} its entries), so that a backward report's table stays short (the
+    JSON keeps a row for each)."""
+    rows: list[dict[str, str]] = []
+    gradients = None
+    for sym in notation_of(trace).rows:
+        tex, plain = sym.tex, sym.plain
+        if sym.entry and _initial(sym.entry) != _initial(sym.tex):
+            tex, plain = f"{tex},\\ {sym.entry}", f"{plain}, {sym.plain_entry}"
+        if sym.meaning in KINDS and getattr(kind_of(sym.meaning), "backward", False):
+            if gradients is None:
+                gradients = {"tex": f"{tex}, \\ldots", "plain": f"{plain}, ...", "meaning": "gradient", "sized": False,
+                             "shape": "as_matrix", "plain_shape": "as_matrix"}
+                rows.append(gradients)
+            continue
+        shape = sym.shape
+        sized = isinstance(shape, tuple)
+        rows.append({"tex": tex, "plain": plain, "meaning": sym.meaning, "sized": sized,
+                     "shape": f"{shape[0]}{{\\times}}{shape[1]}" if sized else (shape or ""),
+                     "plain_shape": f"{shape[0]} x {shape[1]}" if sized else (shape or "")})
+    return rows
+
+
+def _initial(tex: str) -> str:
+    """The letter a name starts with, in lower case, a gradient's d aside: \\mathrm{d}Z -> z, W_Q -> w."""
+    return next((c.lower() for c in tex.removeprefix("\\mathrm{d}") if c.isalpha()), "")
 
 
 def _backward(step) -> bool:
@@ -193,27 +225,25 @@ def kv_groups(trace) -> list[dict[str, int]]:
     return groups
 
 
-def intro_formula(trace, plain: bool) -> str:
+def intro_formula(trace) -> F.Node:
     """The one formula the report's introduction names: what this trace computes, no more.
     The score term starts as Q K^T and each per-head kind the trace has changes it, in
     pipeline order (`Kind.intro`: RoPE's rotated Q, K, the scaling, a bias, ...)."""
     start = trace.settings.get("start")
     if start == "weights":
-        return "Z = A V"
+        return F.sym("Z").eq(F.sym("A") * F.sym("V"))
     if start == "Z":
-        w_o = any(s.id == "output" for s in trace.steps)
-        if plain:
-            return "O = Concat(Z(1), ..., Z(h)) W_O" if w_o else "Z = Concat(Z(1), ..., Z(h))"
-        cat = "\\operatorname{Concat}(Z^{(1)}, \\ldots, Z^{(h)})"
-        return f"O = {cat}\\, W_O" if w_o else f"Z = {cat}"
+        z = F.sym("Z")
+        cat = F.Func("Concat", (F.Seq((z.head(1), F.Dots(), z.head(F.sym("h")))),))
+        return F.sym("O").eq(cat * F.Space() * F.sym("W", "O")) if any(s.id == "output" for s in trace.steps) else z.eq(cat)
     by_id: dict[str, list] = {}
     for s in trace.steps:
         by_id.setdefault(s.id, []).append(s)
-    tex, text = "Q K^{\\top}", "Q K^T"
+    term: F.Node = F.sym("Q") * F.sym("K").T()
     for kind in HEAD_PIPELINE:
         if kind.id in by_id:
-            tex, text = kind.intro(tex, text, by_id[kind.id])
-    return f"softmax({text}) V" if plain else f"\\operatorname{{softmax}}({tex})\\, V"
+            term = kind.intro(term, by_id[kind.id])
+    return F.Func("softmax", (term,)) * F.Space() * F.sym("V")
 
 
 def given_shapes(trace, out) -> list[dict[str, Any]]:
@@ -222,14 +252,13 @@ def given_shapes(trace, out) -> list[dict[str, Any]]:
     seen: dict[tuple, dict[str, Any]] = {}
     for op in trace.operands:
         ref = operand_ref(op)
-        letter = ref.plain_letter if out.plain else ref.letter
         key = (op.name, op.shape)
         if op.head is not None and key in seen:
             seen[key]["last"] = op.head
             continue
         generic = op.head is not None and trace.num_heads > 1
         kv = trace.settings.get("kv_groups") and op.name in KV_KEYS  # a key/value head's matrix (GQA)
-        name = out.head_name(letter, ("j" if kv else "i") if generic else op.head)
+        name = out.math(ref.matrix.head(F.sym("j" if kv else "i") if generic else op.head))
         row = {"name": name, "shape": out.shape(op.shape), "generic": generic, "head": op.head or 0, "last": op.head or 0}
         rows.append(row)
         if op.head is not None:

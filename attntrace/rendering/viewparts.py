@@ -7,37 +7,17 @@ with the names its entries and the matrix itself go by in reports.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from attntrace.kinds import kind_of
 from attntrace.rendering import views
-from attntrace.inputs.blockspec import BLOCK_OPERANDS
-from attntrace.inputs.mlaspec import MLA_OPERANDS
-from attntrace.inputs.moespec import MOE_OPERANDS
+from attntrace.kinds.notation import OPERAND_BASE, OPERAND_SYMBOL  # noqa: F401 - the reports' names of operands
+from attntrace.model.formula import Juxt, Node, Num, Op, Rel, Seq, Shape, Stack, Word, node, sym, to
+from attntrace.rendering.formulatext import tex
 from attntrace.rendering.printing import entry_name, pick
 from attntrace.inputs.expr import accented_with_head
 
-OPERAND_BASE = {"X": "x", "X_kv": "y", "W_Q": "w^{Q}", "W_K": "w^{K}", "W_V": "w^{V}", "W_O": "w^{O}", "b_Q": "b^{Q}", "b_K": "b^{K}",
-                "b_V": "b^{V}", "b_O": "b^{O}", "Q": "q", "K": "k", "V": "v", "scores": "s", "weights": "a", "Z": "z"}
-OPERAND_LETTER = {"X": "X", "X_kv": "X_{kv}", "W_Q": "W_Q", "W_K": "W_K", "W_V": "W_V", "W_O": "W_O", "b_Q": "b_Q", "b_K": "b_K",
-                  "b_V": "b_V", "b_O": "b_O", "Q": "Q", "K": "K", "V": "V", "scores": "S", "weights": "A", "Z": "Z"}
-OPERAND_PLAIN = {"X_kv": "X_kv"}
-#: The KV cache's past keys and values (attntrace.kinds.cache).
-OPERAND_LETTER.update({"K_past": "K_{\\text{past}}", "V_past": "V_{\\text{past}}"})
-OPERAND_PLAIN.update({"K_past": "K_past", "V_past": "V_past"})
-OPERAND_BASE.update({"K_past": "k^{p}", "V_past": "v^{p}"})
-# the Transformer block's matrices (attntrace.inputs.blockspec): P, gamma_1, W_1, W_gate, ...
-OPERAND_LETTER.update({k: v[0] for k, v in BLOCK_OPERANDS.items()})
-OPERAND_PLAIN.update({k: v[1] for k, v in BLOCK_OPERANDS.items()})
-OPERAND_BASE.update({k: v[2] for k, v in BLOCK_OPERANDS.items()})
-# multi-head latent attention's matrices (attntrace.inputs.mlaspec): W^{DKV}, W^{UK}, ...
-OPERAND_LETTER.update({k: v[0] for k, v in MLA_OPERANDS.items()})
-OPERAND_PLAIN.update({k: v[1] for k, v in MLA_OPERANDS.items()})
-OPERAND_BASE.update({k: v[2] for k, v in MLA_OPERANDS.items()})
-# a mixture of experts' matrices (attntrace.inputs.moespec): W_r, each expert's W_gate^(e), ...
-OPERAND_LETTER.update({k: v[0] for k, v in MOE_OPERANDS.items()})
-OPERAND_PLAIN.update({k: v[1] for k, v in MOE_OPERANDS.items()})
-OPERAND_BASE.update({k: v[2] for k, v in MOE_OPERANDS.items()})
 #: A softmax row whose largest weight is at least this is called saturated in the report.
 SATURATED = 0.999
 #: Entries of one row written out at most (the first ones, a gap, the last), unless rows are
@@ -64,9 +44,13 @@ def block(lines: list[str]) -> dict[str, Any]:
 class Ref:
     """A matrix a step reads: its value, shape, entry base name and matrix name."""
 
-    def __init__(self, value, shape, base, letter, head, plain_letter=None):
-        self.value, self.shape, self.base, self.letter, self.head = value, tuple(shape), base, letter, head
-        self.plain_letter = plain_letter or letter
+    def __init__(self, value, shape, base, matrix: Node, head, symbol: Node | None = None):
+        self.value, self.shape, self.base, self.head = value, tuple(shape), base, head
+        #: its name as a formula symbol (T-tilde, W_Q) without its head, and with it
+        self.matrix, self.named = matrix, matrix.head(head)
+        self.letter = tex(matrix)  # its LaTeX name, what a template compares
+        #: the base of its entry names as a formula symbol (t-tilde), with its head
+        self.symbol = (symbol or node(base)).head(head)
 
     def name(self, i: int, j: int) -> str:
         wide = max(self.shape) >= 10
@@ -76,13 +60,27 @@ class Ref:
         return entry_name(self.base, i + 1, j + 1, self.head, wide=wide)
 
 
+_ENTRY_NAME = re.compile(r"(?:\\(tilde|hat|bar)\{(\w)\}|(\w))(?:\^\{\((\d+)\)\})?_\{[\d,]+\}")
+
+
+def entry_base(name: str) -> Node:
+    """The base of a SymPy entry name as a formula symbol: t^{(2)}_{11} -> t with head 2,
+    \\tilde{t}_{11} -> t-tilde (also hat, bar); another name is kept whole."""
+    m = _ENTRY_NAME.fullmatch(name)
+    if m is None:
+        return sym(name.rsplit("_", 1)[0])
+    accent, accented, letter, head = m.groups()
+    return sym(accented or letter, accent=accent).head(None if head is None else int(head))
+
+
 def resolve(trace, name: str, head: int | None) -> Ref:
     if "@" in name:
         name, h = name.split("@")
         head = int(h)
     for h in dict.fromkeys((head, None)):
         if trace.has(name, h):
-            return step_ref(trace.step(name, h, block=1))  # an online step's input: its first block, as always
+            # an online step's input: the block its address names, else (a plain id) its first block
+            return step_ref(trace.step(name, h) if "#" in name else trace.step(name, h, block=1))
         try:
             o = trace.operand(name, h)
         except KeyError:
@@ -103,7 +101,8 @@ def not_kept_ref(trace, name: str, head: int | None) -> Ref | None:
         key = name if h is None else f"{name}@{h}"
         if key in keys:
             kind = kind_of(name)
-            return Ref(None, trace.settings["not_kept_shapes"][keys.index(key)], kind.entry, kind.letter, h, kind.plain_letter)
+            entry = node(kind.entry)
+            return Ref(None, trace.settings["not_kept_shapes"][keys.index(key)], tex(entry), node(kind.letter), h, entry)
     return None
 
 
@@ -124,13 +123,13 @@ def operand_ref(op) -> Ref:
     base = op.symbol or OPERAND_BASE.get(op.name, "x")
     # a given Z_i in symbolic mode already carries its head in its symbol (z^{(2)})
     head = None if (op.symbol and "(" in op.symbol) else op.head
-    return Ref(op.value, op.shape, base, OPERAND_LETTER.get(op.name, op.name), head if op.symbol else op.head,
-               OPERAND_PLAIN.get(op.name))
+    return Ref(op.value, op.shape, base, OPERAND_SYMBOL.get(op.name) or node(op.name), head if op.symbol else op.head)
 
 
 def step_ref(step) -> Ref:
     kind = kind_of(step.id)  # its entry and matrix names (the masked scores are T-tilde, not T)
-    return Ref(step.value, step.shape, kind.entry, kind.letter, step.head, kind.plain_letter)
+    entry = node(kind.entry)
+    return Ref(step.value, step.shape, tex(entry), node(kind.letter), step.head, entry)
 
 
 def rows_to_expand(option, n: int, default: int) -> list[int]:
@@ -148,16 +147,22 @@ SHAPE_LINES: dict = {}
 
 
 #: Steps whose two inputs meet entry by entry (a row or a column broadcast where the shapes
-#: differ): (TeX, plain) sign of their shape line, (4 x 6) + (4 x 6) -> (4 x 6).
-ELEMENTWISE = {"embed": ("+", "+"), "residual1": ("+", "+"), "residual2": ("+", "+"), "lse": ("+", "+"),
-               "ffn_act": ("\\odot", "*"), "dscaled": ("\\odot", "*"), "norm1": ("\\odot", "*"), "norm2": ("\\odot", "*"),
-               "online_exp": ("-", "-")}
+#: differ): how, in their shape line, (4 x 6) + (4 x 6) -> (4 x 6).
+ELEMENTWISE = {"embed": "add", "residual1": "add", "residual2": "add", "lse": "add", "ffn_act": "hadamard", "dscaled": "hadamard",
+               "norm1": "hadamard", "norm2": "hadamard", "online_exp": "sub"}
+
+
+def shape_of(shape) -> Node:
+    return Shape(*shape)
+
+
+def shapes_of(*shapes) -> Node:
+    """Factors of a product, (4 x 3)(3 x 2): a thin space apart."""
+    return Juxt(tuple(Shape(*s) for s in shapes), thin=True)
 
 
 def shape_dims(trace, step, out, short: bool = False) -> str:
     """(100 x 3) (3 x 3) -> (100 x 3): the shapes a step reads and the shape it makes."""
-    arrow = " -> " if out.plain else " \\to "
-    paren = lambda shape: f"({out.shape(shape)})"  # noqa: E731
     view = kind_of(step.id).view
     if view not in SHAPE_LINES:
         views.load(view)
@@ -165,32 +170,28 @@ def shape_dims(trace, step, out, short: bool = False) -> str:
     line = custom(step, out) if custom else None
     if line is not None:
         return line
+    made = shape_of(step.shape)
     if step.id == "concat":
         refs = [resolve(trace, n, None) for n in step.inputs]
         if len({r.shape for r in refs}) == 1 and not short:  # the article's (n, d_v h): h heads of (n, d_v)
             h, (n, d) = len(refs), refs[0].shape
-            if out.plain:
-                return f"{h} x ({n} x {d}){arrow}({n} x {d}*{h}) = ({n} x {d * h})"
-            return f"{h} \\times ({n} \\times {d}){arrow}({n} \\times {d} \\cdot {h}) = ({n} \\times {d * h})"
+            return out.math(Rel((Op("times", Num(h), Shape(n, d)), Shape(n, Op("cdot", Num(d), Num(h))), made), ("to", "eq")))
         if len({r.shape for r in refs}) == 1:
-            times = " x " if out.plain else " \\times "
-            return f"{len(refs)}{times}{paren(refs[0].shape)}{arrow}{paren(step.shape)}"
-        return ("; " if out.plain else ",\\ ").join(paren(r.shape) for r in refs) + arrow + paren(step.shape)
+            return out.math(to(Op("times", Num(len(refs)), shape_of(refs[0].shape)), made))
+        return out.math(to(Seq(tuple(shape_of(r.shape) for r in refs), sep="semi"), made))
     ins = [resolve(trace, n, step.head) for n in step.inputs]
     shapes = [r.shape for r in ins]
     if step.id == "scores" or step.details.get("transposed"):  # A B^T
         shapes[1] = shapes[1][::-1]
     op = ELEMENTWISE.get(step.id) or kind_of(step.id).elementwise
     if op is not None and len(shapes) == 2:  # an addition or an entrywise product, not a matrix product
-        sign = op[1] if out.plain else op[0]
-        return f"{paren(shapes[0])} {sign} {paren(shapes[1])}{arrow}{paren(step.shape)}"
+        a, b = shape_of(shapes[0]), shape_of(shapes[1])
+        return out.math(to(a + b if op == "add" else a - b if op == "sub" else Op(op, a, b), made))
     if view == "cache" and len(shapes) == 2:  # the new rows stacked under the cached ones
-        stacked = f"[{paren(shapes[0])}; {paren(shapes[1])}]" if out.plain else f"\\bigl[{paren(shapes[0])};\\ {paren(shapes[1])}\\bigr]"
-        return stacked + arrow + paren(step.shape)
+        return out.math(to(Stack((shape_of(shapes[0]), shape_of(shapes[1])), inline=True), made))
     if len(shapes) == 3 and shapes[2][0] == 1 and shapes[0][0] != 1:  # X W + b: the bias row is broadcast, added
-        return (f"{paren(shapes[0])}{' ' if out.plain else chr(92) + ','}{paren(shapes[1])} + {paren(shapes[2])}"
-                + arrow + paren(step.shape))
-    return (" " if out.plain else "\\,").join(paren(sh) for sh in shapes) + arrow + paren(step.shape)
+        return out.math(to(shapes_of(shapes[0], shapes[1]) + shape_of(shapes[2]), made))
+    return out.math(to(shapes_of(*shapes), made))
 
 
 def pack(chains: list[list[str]], out) -> list[list[str]]:

@@ -14,9 +14,11 @@ import numpy as np
 
 from attntrace.kinds import kind_of
 from attntrace.model.errors import BadInput
+from attntrace.model.formula import Word, node, sym
 from attntrace.model.trace import Trace
 from attntrace.rendering.jinja_env import user_template_errors
 from attntrace.rendering.printing import TexOut
+from attntrace.rendering.formulatext import tex
 from attntrace.rendering.renderer import environment, tidy
 from attntrace.rendering.plaindata import to_plain
 from attntrace.teach.prosemarkup import prose_markup
@@ -70,8 +72,8 @@ def _seed_of(spec: dict) -> int | None:
 
 def step_name(step_id: str, head) -> str:
     """The step's matrix name as in the reports (S, A^{(2)}, ...); the concatenation is Z_concat."""
-    letter = "Z_{\\text{concat}}" if step_id == "concat" else kind_of(step_id).letter
-    return _TEX.head_name(letter, head)
+    letter = sym("Z", Word("concat")) if step_id == "concat" else node(kind_of(step_id).letter)
+    return tex(letter.head(head))
 
 
 def render_worksheet(spec: dict, trace: Trace, format: str = "md", lang: str = "en", standalone: bool = False,

@@ -1,0 +1,124 @@
+"""One notation per trace: every symbol a report uses, with one meaning and a shape.
+
+Each kind declares the symbols it introduces (`Kind.notation`: its matrix with its entries,
+and `Kind.symbols` such as the row maximum m or the ALiBi slope lambda); the operands a trace
+starts from are named here (`OPERAND_SYMBOL`, the one table the reports use too). `notation_of`
+collects them in trace order, once per symbol, and records a *clash* when one letter gets two
+meanings: m for a slope and for a row maximum, say. Letters are compared without their index
+decorations (m_i, m^{(j)} and m are one letter; W_Q and W_K are two, and so are Z^{(i)} and Z), entry names too (q_{ij}
+is q). tests/test_notation.py asserts that no example has a clash. The table is data: the
+meanings are keys, their words live in templates/prose/{en,zh}/notation.j2.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from attntrace.inputs.blockspec import BLOCK_OPERANDS
+from attntrace.inputs.mlaspec import MLA_OPERANDS
+from attntrace.inputs.moespec import MOE_OPERANDS
+from attntrace.kinds import kind_of
+from attntrace.kinds.base import Symbol
+from attntrace.model.formula import Word, node, sym
+
+#: operand name -> its entries' base name in symbolic mode; its symbol in formulas (the reports use these)
+OPERAND_BASE = {"X": "x", "X_kv": "y", "W_Q": "w^{Q}", "W_K": "w^{K}", "W_V": "w^{V}", "W_O": "w^{O}", "b_Q": "b^{Q}", "b_K": "b^{K}",
+                "b_V": "b^{V}", "b_O": "b^{O}", "Q": "q", "K": "k", "V": "v", "scores": "s", "weights": "a", "Z": "z"}
+#: The symbol of each given matrix in formulas (an operand named like a step stands in for it).
+OPERAND_SYMBOL = {"X": sym("X"), "X_kv": sym("X", "kv"), "scores": sym("S"), "weights": sym("A"), "Z": sym("Z"),
+                  **{m: sym(m) for m in "QKV"}, **{f"{w}_{m}": sym(w, m) for w in "Wb" for m in "QKVO"}}
+#: The KV cache's past keys and values (attntrace.kinds.cache).
+OPERAND_SYMBOL.update({"K_past": sym("K", Word("past")), "V_past": sym("V", Word("past"))})
+OPERAND_BASE.update({"K_past": "k^{p}", "V_past": "v^{p}"})
+#: the QK-norm gains (attntrace.kinds.qknorm): gamma as every gain, q and k as the heads' rows they scale
+OPERAND_SYMBOL.update({"g_q": sym("gamma", sup="q"), "g_k": sym("gamma", sup="k")})
+OPERAND_BASE.update({"g_q": "\\gamma^{q}", "g_k": "\\gamma^{k}"})
+# the Transformer block's matrices (attntrace.inputs.blockspec): P, gamma_1, W_1, W_gate, ...
+OPERAND_SYMBOL.update({k: v[0] for k, v in BLOCK_OPERANDS.items()})
+OPERAND_BASE.update({k: v[1] for k, v in BLOCK_OPERANDS.items()})
+# multi-head latent attention's and a mixture of experts' matrices (inputs/mlaspec.py, inputs/moespec.py)
+for _table in (MLA_OPERANDS, MOE_OPERANDS):
+    OPERAND_SYMBOL.update({k: v[0] for k, v in _table.items()})
+    OPERAND_BASE.update({k: v[1] for k, v in _table.items()})
+#: operands that stand in for a step (a trace that starts mid-way) mean what the step means
+_STEP_OPERANDS = {"Q": "Q", "K": "K", "V": "V", "scores": "scores", "weights": "weights", "Z": "Z", "P": "pos_enc"}
+
+#: index decorations that do not change which letter it is: _i, _{ij}, _{r}, ^{(j)} (a head's ^{(i)} does:
+#: Z^{(i)} is one head's output, Z the heads side by side)
+_INDEX = re.compile(r"(_\{?[ijkr]{1,2}\}?|\^\{\([jk]\)\})$")
+
+
+def letter_of(tex: str) -> str:
+    """The letter a symbol is, without its index decorations: m_i -> m, q^{(i)}_{ij} -> q^{(i)}, W_Q -> W_Q."""
+    prev = None
+    while prev != tex:
+        prev, tex = tex, _INDEX.sub("", tex)
+    return tex
+
+
+@dataclass(frozen=True)
+class Notation:
+    """A trace's notation table: its rows in order of first use, and the clashes found
+    (letter, first meaning, second meaning); a right trace has none."""
+
+    rows: tuple[Symbol, ...]
+    clashes: tuple[tuple[str, str, str], ...]
+
+    def to_list(self) -> list[dict]:
+        """The table as JSON: symbol, plain, meaning (a key), shape ([rows, cols] or a word key), entry."""
+        return [{"symbol": r.tex, "plain": r.plain, "meaning": r.meaning,
+                 "shape": list(r.shape) if isinstance(r.shape, tuple) else r.shape, "entry": r.entry} for r in self.rows]
+
+
+def _with_head(sym: Symbol) -> Symbol:
+    """The symbol of a per-head matrix in a multi-head trace: Q^{(i)}, q^{(i)}_{ij}."""
+    entry = sym.entry and sym.entry.replace("_{ij}", "^{(i)}_{ij}") if sym.entry and "^" not in sym.entry else sym.entry
+    plain_entry = sym.plain_entry and sym.plain_entry.replace("_ij", "(i)_ij") if sym.entry and "^" not in sym.entry else sym.plain_entry
+    tex = f"{sym.tex[:-1]}(i)}}" if re.search(r"\^\{[^{}]*\}$", sym.tex) else f"{sym.tex}^{{(i)}}"  # W^{UQ} -> W^{UQ(i)}
+    return Symbol(tex, f"{sym.plain}(i)", sym.meaning, sym.shape, entry, plain_entry)
+
+
+def _plain(tex: str) -> str:
+    """An entry base in plain text: w^{Q} -> w^Q, \\gamma^{f} -> gamma^f."""
+    return re.sub(r"\\(\w+)", r"\1", tex).replace("{", "").replace("}", "")
+
+
+def _operand(op) -> Symbol:
+    letter = OPERAND_SYMBOL.get(op.name) or node(op.name)
+    base = op.symbol or OPERAND_BASE.get(op.name)
+    meaning = _STEP_OPERANDS.get(op.name, op.name)
+    return Symbol(letter.text("tex"), letter.text("plain"), meaning, tuple(op.shape),
+                  f"{base}_{{ij}}" if base else None, f"{_plain(base)}_ij" if base else None)
+
+
+def notation_of(trace) -> Notation:
+    """The notation table of `trace`: operands first, then every step's symbols in trace order."""
+    multi = trace.num_heads > 1
+    rows: list[Symbol] = []
+    seen: dict[str, str] = {}  # letter -> meaning key (entries: "entry of" + the matrix's meaning)
+    clashes: list[tuple[str, str, str]] = []
+
+    def add(sym: Symbol) -> None:
+        keys = [(letter_of(sym.tex), sym.meaning)]
+        if sym.entry and letter_of(sym.entry) != keys[0][0]:  # a vector's entries may share its letter (gamma_j of gamma)
+            keys.append((letter_of(sym.entry), f"entry:{sym.meaning}"))
+        new = False
+        for letter, meaning in keys:
+            if letter not in seen:
+                seen[letter] = meaning
+                new = True
+            elif seen[letter] != meaning and (letter, seen[letter], meaning) not in clashes:
+                clashes.append((letter, seen[letter], meaning))
+        if new:
+            rows.append(sym)
+
+    per_head_ops = {op.name for op in trace.operands if op.head is not None}
+    for op in trace.operands:
+        if op.head is None or op.head == 1:
+            sym = _operand(op)
+            add(_with_head(sym) if op.name in per_head_ops and multi else sym)
+    for step in trace.steps:
+        for sym in kind_of(step.id).notation(step):
+            add(_with_head(sym) if multi and step.head is not None and sym.tex == node(kind_of(step.id).letter).text("tex") else sym)
+    return Notation(tuple(rows), tuple(clashes))

@@ -1,0 +1,93 @@
+"""One notation per trace (issue 21 item 5, issue 22 item 1).
+
+Every example, in every format and in en and zh: the notation table (attntrace.kinds.notation)
+gives no letter two meanings, every symbol it lists is one the report writes, the report has
+the notation section with the table's words, and the JSON export carries the table. Apart from
+the table, the report's math is read for the overloads issue 22 found (m as a slope or a RoPE
+position next to the row maximum m_i, g for an RMSNorm gain or an activation next to the
+gradients g^M, C = A B beside the weights A), so a renamed symbol cannot come back unseen.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+
+import attntrace
+from attntrace.kinds import KINDS, kind_of
+from attntrace.kinds.notation import letter_of, notation_of
+from attntrace.model.trace import Operand
+from attntrace.teach.examples import list_examples
+
+EXAMPLES = [name for name, _ in list_examples()]
+
+
+@pytest.fixture(scope="module")
+def traces():
+    return {name: attntrace.run(name) for name in EXAMPLES}
+
+
+def _math(md: str) -> str:
+    """Every $...$ and $$...$$ span of a Markdown report, joined."""
+    return " ".join(m.group(1) or m.group(2) for m in re.finditer(r"\$\$(.+?)\$\$|\$(.+?)\$", md, re.S))
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_no_symbol_has_two_meanings(name, traces):
+    table = notation_of(traces[name])
+    assert table.rows, name
+    assert table.clashes == (), f"{name}: {table.clashes}"
+    letters = [letter_of(r.tex) for r in table.rows]
+    assert len(letters) == len(set(letters)), f"{name}: a letter listed twice: {letters}"
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_every_listed_symbol_is_used_and_the_section_is_there(name, lang, traces):
+    trace = traces[name]
+    md = attntrace.render(trace, format="md", lang=lang)
+    heading = {"en": "\n## Notation\n", "zh": "\n## 符号\n"}[lang]
+    assert heading in md, name
+    before, _, after = md.partition(heading)
+    section, _, rest = after.partition("\n## ")
+    math = _math(rest) + " " + _math(before)
+    listed = _math(section)
+    for row in notation_of(trace).rows:
+        gradient = getattr(kind_of(row.meaning), "backward", False) if row.meaning in KINDS else False
+        # the section lists each symbol (the gradients share one row: d before a matrix, g^M its entries)
+        assert row.tex in listed or gradient, (name, row.tex)
+        used = re.sub(r"\(i\)(?=[}\\])", "(1)", row.tex)  # Q^{(i)} -> Q^{(1)}, W^{UQ(i)} -> W^{UQ(1)}
+        assert used in math or row.tex in math, f"{name} ({lang}): {row.tex} is listed but the report never writes it"
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_no_renamed_overload_comes_back(name, traces):
+    math = " ".join(_math(attntrace.render(traces[name], format="md", lang=lang)) for lang in ("en", "zh"))
+    # m is the row maximum (m_i, FlashAttention-2's running m): no slope -m (i - j), no RoPE angle m theta
+    assert not re.search(r"-m(\^\{\(\d\)\})?\s*\\,\s*\(i", math), name
+    assert "m\\theta" not in math and "m_r\\theta" not in math, name
+    # g is a gradient's entries (g^{Z}_{ij}): no bare g_{ij} or g_{11} (an RMSNorm gain, an activation)
+    assert not re.search(r"(?<![\\a-zA-Z])g_\{", math), name
+    # the chain rule is written on Z = A V, not on a C = A B beside the weights A
+    assert "C = A B" not in math, name
+    # the online softmax's unnormalised output is O-tilde: O stays the output projection's result
+    assert not re.search(r"(?<![\\{a-zA-Z])O\^\{\(\d\)\}", math), name
+
+
+def test_a_clash_is_found(traces):
+    """The collector is not vacuous: an operand named m beside the softmax's row maximum m_i is a clash."""
+    trace = traces["sentence-4x6"]
+    clashing = dataclasses.replace(trace, operands=trace.operands + (Operand("m", None, None, (1, 1)),))
+    assert notation_of(clashing).clashes == (("m", "m", "row_max"),)
+    assert letter_of("q^{(i)}_{ij}") == "q^{(i)}" and letter_of("m^{(j)}") == "m" and letter_of("W_Q") == "W_Q"
+
+
+def test_json_carries_the_table(traces):
+    for name in ("alibi-causal", "llama-block-tiny", "backward-2x2"):
+        data = traces[name].to_dict()
+        assert data["notation"] == notation_of(traces[name]).to_list()
+        symbols = {row["symbol"]: row["meaning"] for row in data["notation"]}
+        assert len(symbols) == len(data["notation"])
+    assert {"symbol": "\\lambda", "plain": "lambda", "meaning": "alibi_slope", "shape": "scalar", "entry": None} in traces["alibi-causal"].to_dict()["notation"]
