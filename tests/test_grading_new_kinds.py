@@ -400,10 +400,14 @@ def test_every_new_code_has_both_messages():
     from attntrace.grading.diagnose import CATALOGUE
     from attntrace.resources import templates_dir
 
+    from attntrace.kinds import MISTAKES
+
     for code in NEW_CODES:
         assert code in CATALOGUE
         for lang in ("en", "zh"):
-            assert f"macro {code}(d)" in (templates_dir() / "check" / f"messages.{lang}.j2").read_text()
+            # a mistake its kind declares has its sentence in the kind's prose, the others in check/messages
+            where = f"prose/{lang}/{MISTAKES[code][0].prose}.j2" if code in MISTAKES else f"check/messages.{lang}.j2"
+            assert f"macro {code}(d)" in (templates_dir() / where).read_text(), (code, where)
 
 
 def test_a_wrong_gradient_is_carried_through_the_backward_steps_of_a_head():

@@ -86,3 +86,40 @@ def test_a_classic_report_imports_no_view_of_newer_kinds():
             "print(sorted(m.rsplit('.', 1)[1] for m in sys.modules if m.startswith('attntrace.rendering.') and m.endswith('view')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "['onlineview', 'softmaxview', 'stepview']", out
+
+
+def test_every_declared_mistake_has_its_sentence_in_its_kinds_prose():
+    """A mistake a kind declares (`Mistake`) is catalogued, and its sentence is the macro of that
+    name in the kind's prose templates, in both languages."""
+    from attntrace.grading.diagnose import CATALOGUE
+    from attntrace.kinds import MISTAKES
+
+    assert MISTAKES
+    for code, (kind, mistake) in MISTAKES.items():
+        assert CATALOGUE[code] == kind.id and str(mistake) == code
+        for lang in ("en", "zh"):
+            assert f"macro {code}(d)" in (templates_dir() / "prose" / lang / f"{kind.prose}.j2").read_text(), (code, lang)
+
+
+def test_pipelines_follow_the_kinds_declarations():
+    """Each head kind runs after every id it names in `after` and before every id in `before`."""
+    from attntrace.kinds.registry import resolve_order
+
+    ids = [k.id for k in HEAD_PIPELINE]
+    for k in HEAD_PIPELINE:
+        assert all(ids.index(a) < ids.index(k.id) for a in k.after if a in ids), k.id
+        assert all(ids.index(k.id) < ids.index(b) for b in k.before if b in ids), k.id
+    assert ids[:3] == ["Q", "K", "V"] and ids[-2:] == ["weights", "Z"]
+
+    class Late(Kind):
+        id, pipeline, after = "late", "head", ("weights",)
+
+    class Loop(Kind):
+        id, pipeline, after, before = "loop", "head", ("Z",), ("Q",)
+
+    placed = [k.id for k in resolve_order(list(HEAD_PIPELINE) + [Late()], {"late", *ids})]
+    assert placed.index("weights") < placed.index("late") and placed[:len(ids)] == ids  # the others keep their order
+    with pytest.raises(RuntimeError, match="cycle"):
+        resolve_order(list(HEAD_PIPELINE) + [Loop()], {"loop", *ids})
+    with pytest.raises(RuntimeError, match="no kind's id"):
+        resolve_order([Late()], {"late"})

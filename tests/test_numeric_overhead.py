@@ -220,3 +220,21 @@ def test_keep_bounds_memory():
     nn = n * n * 8
     assert peak_out <= out_bytes + 6 * nn + 2 * n * d * 8 * 3
     assert peak_out < peak_all / 4
+
+
+def test_the_torch_bridge_copies_once_and_still_owns_its_arrays():
+    """from_torch converts each tensor to a fresh float64 array and traces it without a second
+    copy; the trace must still not follow later changes of the module or the input."""
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    mha = torch.nn.MultiheadAttention(8, 2, batch_first=True).double()
+    x = torch.randn(1, 5, 8, dtype=torch.float64)
+    trace = at.from_torch(mha, x)
+    before = trace.output.copy()
+    with torch.no_grad():
+        x.mul_(3.0)
+        mha.in_proj_weight.mul_(2.0)
+        mha.out_proj.weight.add_(1.0)
+    assert np.array_equal(trace.output, before)
+    assert all(not o.value.flags.writeable for o in trace.operands if isinstance(o.value, np.ndarray))
+    assert all(not s.value.flags.writeable for s in trace.steps)

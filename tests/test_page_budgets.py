@@ -18,17 +18,19 @@ import attntrace
 #: name -> pages issue 22 asks for (zh may take one more)
 BUDGET = {"sentence-4x6": 4, "multihead-output": 5, "gqa-4-query-2-kv": 6, "alibi-causal": 6,
           "backward-2x2": 6, "encoder-block-post-ln": 8, "llama-block-tiny": 8}
-#: (name, lang) -> pages now (measured 2026-12-01; before issue 22's changes: 6/8, 9/10, 12/14, 11/13, 7/7, 16/20, 16/19)
-REACHED = {("sentence-4x6", "en"): 5, ("sentence-4x6", "zh"): 5,
-           ("multihead-output", "en"): 6, ("multihead-output", "zh"): 7,
-           ("gqa-4-query-2-kv", "en"): 8, ("gqa-4-query-2-kv", "zh"): 9,
-           ("alibi-causal", "en"): 8, ("alibi-causal", "zh"): 9,
-           ("backward-2x2", "en"): 6, ("backward-2x2", "zh"): 7,
-           ("encoder-block-post-ln", "en"): 13, ("encoder-block-post-ln", "zh"): 14,
-           ("llama-block-tiny", "en"): 13, ("llama-block-tiny", "zh"): 15,
-           # not in issue 22's list; held at its pages before FlashAttention-2's m(0), l(0), O(0) were written out
-           ("online-softmax-4-keys", "en"): 5, ("online-softmax-4-keys", "zh"): 5}
-#: examples whose zh report is at most one page longer than the en one (all but llama-block-tiny)
+#: (name, lang) -> pages now (measured 2026-12-01 with xelatex; before issue 22's changes: 6/8, 9/10, 12/14, 11/13, 7/7,
+#: 16/20, 16/19; before the concision pass of the pages helper: 5/5, 6/7, 8/9, 8/9, 6/7, 13/14, 13/15)
+REACHED = {("sentence-4x6", "en"): 4, ("sentence-4x6", "zh"): 4,
+           ("multihead-output", "en"): 5, ("multihead-output", "zh"): 6,
+           ("gqa-4-query-2-kv", "en"): 6, ("gqa-4-query-2-kv", "zh"): 6,
+           ("alibi-causal", "en"): 6, ("alibi-causal", "zh"): 7,
+           ("backward-2x2", "en"): 6, ("backward-2x2", "zh"): 6,
+           ("encoder-block-post-ln", "en"): 8, ("encoder-block-post-ln", "zh"): 9,
+           # the budget is 8: one page over (its SwiGLU and output sections spill onto a ninth page)
+           ("llama-block-tiny", "en"): 9, ("llama-block-tiny", "zh"): 10,
+           # not in issue 22's list; held at its pages since FlashAttention-2's m(0), l(0), O(0) were written out
+           ("online-softmax-4-keys", "en"): 4, ("online-softmax-4-keys", "zh"): 5}
+#: examples whose zh report is at most one page longer than the en one (all of them now)
 ZH_WITHIN_ONE = [n for n in BUDGET if REACHED[(n, "zh")] <= REACHED[(n, "en")] + 1]
 
 

@@ -269,7 +269,8 @@ def from_torch(module, query, key=None, value=None, *, attn_mask=None, is_causal
 
     spec = multihead_spec(module, query, key, value, attn_mask=attn_mask, is_causal=is_causal,
                           key_padding_mask=key_padding_mask)
-    return trace_spec(spec, **run_overrides)
+    # every array of the spec is a fresh float64 copy (to_numpy) that nothing else holds: not copied again
+    return trace_spec(spec, **{"copy": False, **run_overrides})
 
 
 # -- scaled_dot_product_attention ---------------------------------------------------------------
@@ -337,4 +338,4 @@ def from_qkv(q, k, v, *, attn_mask=None, is_causal=False, scale=None, enable_gqa
     from attntrace.tracer import trace_spec
 
     spec = qkv_spec(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
-    return trace_spec(spec, **run_overrides)
+    return trace_spec(spec, **{"copy": False, **run_overrides})  # fresh copies (to_numpy): not copied again

@@ -45,8 +45,6 @@ CATALOGUE = {
     "rope_wrong_layout": "Q_rope",    # RoPE's other column pairing (half <-> interleaved)
     "rope_positions_from_1": "Q_rope",  # RoPE positions counted from 1, not 0
     "rope_rotated_values": "Z",       # RoPE applied to V too: Z = A rot(V)
-    "cache_not_appended": "K_cache",  # the new token's K, V not appended: it attends to K_past only
-    "alibi_slope_sign": "biased",     # ALiBi bias +lambda (i - j) instead of -lambda (i - j)
     "window_off_by_one": "masked",    # a sliding window keeping W + 1 keys
     "causal_top_left_decoding": "masked",  # top-left causal mask when the queries are the last L of S keys
     "kv_head_mapping": "scores",      # GQA: query head i reads KV head ((i-1) mod h_kv) + 1

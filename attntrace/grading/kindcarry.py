@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from attntrace.grading import blockrules, intervals
-from attntrace.grading.catalogue import Impossible, Mutation
+from attntrace.grading.catalogue import Impossible, Mutation, to_float
 from attntrace.grading.intervals import Box
 from attntrace.kinds import KINDS, MISTAKES
 
@@ -29,6 +29,7 @@ class Toolkit:
     matmul = staticmethod(intervals.matmul)
     divide = staticmethod(intervals.divide)
     stack = staticmethod(intervals.stack)
+    floats = staticmethod(to_float)  # a step's value or detail (ndarray or SymPy matrix) as float64
 
     @staticmethod
     def monotone(x: Box, f) -> Box:

@@ -12,12 +12,12 @@ O, then L) declares its rule in its kind (`kinds.online`, read by `kindcarry`). 
 taken at their true value (`mistakes._at_truth`), so nothing is carried
 through them.
 
-Mistakes (catalogue.CATALOGUE; their sentences in templates/check/messages.*.j2):
+Mistakes (catalogue.CATALOGUE; their sentences in templates/check/messages.*.j2; the kinds
+that declare their own mistakes and rules, ALiBi, the given bias and the KV cache among them,
+are read through `kindcarry`):
 
 - `rope_wrong_layout`: the other pairing of the columns (half <-> interleaved);
 - `rope_positions_from_1`: positions counted from 1 instead of 0;
-- `cache_not_appended`: the new token attends only to K_past / V_past;
-- `alibi_slope_sign`: the bias +lambda (i - j) instead of -lambda (i - j);
 - `window_off_by_one`: a sliding window that keeps W + 1 keys;
 - `causal_top_left_decoding`: the top-left causal mask when the queries are the last L of S keys;
 - `forgot_residual`: a residual step is the sublayer's output alone (the input not added back);
@@ -52,8 +52,6 @@ STEPS = {
     "rope_wrong_layout": ("Q_rope", "K_rope"),
     "rope_positions_from_1": ("Q_rope", "K_rope"),
     "rope_rotated_values": ("Z",),
-    "cache_not_appended": ("K_cache", "V_cache"),
-    "alibi_slope_sign": ("biased",),
     "window_off_by_one": ("masked",),
     "causal_top_left_decoding": ("masked",),
     "kv_head_mapping": ("scores", "Z"),
@@ -162,24 +160,6 @@ def _rotated(x: Box, det, layout: str, positions) -> Box:
             rot[j, j], rot[k, j], rot[j, k], rot[k, k] = c, -s, s, c
         rows.append(intervals.matmul(Box(x.lo[r:r + 1], x.hi[r:r + 1]), intervals.point(rot)))
     return intervals.stack(rows, axis=0)
-
-
-def _biased(world, step, args, m, mutation):
-    bias = to_float(step.details["bias"])
-    if m == "alibi_slope_sign":
-        bias = -bias
-    if bias.shape != args[0].shape:
-        raise Impossible()
-    return intervals.add(args[0], intervals.point(bias))
-
-
-def _cache(world, step, args, m, mutation):
-    past, new = args
-    if m == "cache_not_appended":
-        return past
-    if past.shape[1] != new.shape[1]:
-        raise Impossible()
-    return intervals.stack([past, new], axis=0)
 
 
 def _sum(world, step, args, m, mutation):
@@ -380,7 +360,7 @@ def masked_keep(step, m) -> np.ndarray | None:
         raise Impossible() from None
 
 
-RULES = {"Q_rope": _rope, "K_rope": _rope, "biased": _biased, "bias": _biased, "K_cache": _cache, "V_cache": _cache,
+RULES = {"Q_rope": _rope, "K_rope": _rope,
          "embed": _sum, "residual1": _sum, "residual2": _sum,
          "norm1": _norm, "norm2": _norm, "ffn_act": _activation,
          "pos_enc": _pos_enc, "ffn_hidden": _ffn_linear, "ffn_up": _ffn_linear, "ffn_out": _ffn_linear,

@@ -21,11 +21,14 @@ from attntrace.model.trace import Operand
 @dataclass(frozen=True)
 class SpecOption:
     """One spec key a kind reads: `parse(value, reader)` -> the value kept in Problem.extra[key]
-    (None: the option is off). `what` says in a few words what the key takes, for messages."""
+    (None: the option is off). `what` says in a few words what the key takes, for messages.
+    `check(problem)`, when given, runs on the finished Problem when the option is on: what the
+    setting needs from the rest of the spec (the start point, the heads, the widths)."""
 
     key: str
     parse: Callable[[Any, "OptionReader"], Any]
     what: str = ""
+    check: Callable[[Any], None] | None = None
 
 
 @dataclass

@@ -26,7 +26,7 @@ from attntrace.inputs.matrices import to_matrix
 from attntrace.inputs.numbers import shown, whole_number
 from attntrace.inputs.blockspec import BLOCK_KEYS, block_options, check_block
 from attntrace.inputs.mlaspec import check_mla_rope, mla_options
-from attntrace.inputs.positional import check_positional, positional_options, positive_number
+from attntrace.inputs.positional import positive_number
 from attntrace.inputs.options import OptionReader, SpecOption
 from attntrace.inputs.stepoptions import MASK_NAMES, parse_attn_bias, parse_mask_options
 from attntrace.model.trace import MODES, Operand
@@ -40,10 +40,10 @@ HEAD_KEYS = {
 }
 #: Matrices shared by all heads.
 SHARED_KEYS = {"X": "x", "X_kv": "y", "W_O": "w^{O}", "b_O": "b^{O}"}
-#: Keys of the spec itself; a step kind's own keys (softcap, qk_norm, online, backward, ...) are
+#: Keys of the spec itself; a step kind's own keys (online, backward, ...) are
 #: the `SpecOption`s it declares, which `load_spec` receives (`attntrace.kinds.registry.SPEC_OPTIONS`).
 OPTION_KEYS = {"title", "description", "title_zh", "description_zh", "mode", "scale", "d_k", "mask", "num_heads", "heads", "Z", "expand", "tokens", "kv_tokens",
-               "num_kv_heads", "window", "key_padding", "rope", "alibi", "attn_bias", "mla"}
+               "num_kv_heads", "window", "key_padding", "attn_bias", "mla"}
 ALLOWED_KEYS = set(HEAD_KEYS) | set(SHARED_KEYS) | OPTION_KEYS | BLOCK_KEYS
 #: Keys that `num_heads` splits into column blocks, one per head.
 SPLITTABLE = ("W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "Q", "K", "V", "K_past", "V_past")
@@ -362,18 +362,13 @@ def load_spec(spec: Any, *, mode: str | None = None, options: tuple[SpecOption, 
     kv_tokens = _tokens(data["kv_tokens"], "kv_tokens") if "kv_tokens" in data else None
     _check_token_counts(tokens, kv_tokens, heads[0], shared)
     mask_opts = parse_mask_options(data)  # window, key_padding (attntrace.inputs.stepoptions)
-    positional = positional_options(data)  # rope, alibi (attntrace.inputs.positional)
-    if not mla_extra:
-        check_positional(positional, start, heads, shared)
     attn_bias = parse_attn_bias(data.get("attn_bias"), len(heads), mode, operand)  # attntrace.inputs.stepoptions
-    if attn_bias and "alibi" in positional:
-        raise BadInput("give alibi or attn_bias, not both: each adds its own B to the scores")
     if attn_bias and start not in ("X", "QKV", "scores"):
         raise BadInput("attn_bias is added to the scores: give X, Q/K/V or scores, not a later step")
     reader = OptionReader(mode, data, len(heads))
     declared = {o.key: value for o in options if data.get(o.key) is not None
                 for value in [o.parse(data[o.key], reader)] if value is not None}
-    shared.update(reader.shared)  # matrices an option gives (qk_norm's gains): operands of the trace
+    shared.update(reader.shared)  # matrices an option gives (a norm's gains): operands of the trace
     expand = data.get("expand", "named")
     if expand not in ("named", "full"):
         raise BadInput(f"expand must be \"named\" or \"full\", not {expand!r}")
@@ -392,9 +387,12 @@ def load_spec(spec: Any, *, mode: str | None = None, options: tuple[SpecOption, 
         tokens=tokens,
         kv_tokens=kv_tokens,
         source=source,
-        extra={**mask_opts, **positional, **attn_bias, "full_width": full_width, **({"num_kv_heads": num_kv_heads} if num_kv_heads != (num_heads or 1) else {}),
+        extra={**mask_opts, **attn_bias, "full_width": full_width, **({"num_kv_heads": num_kv_heads} if num_kv_heads != (num_heads or 1) else {}),
                **block_extra, **declared, **({"mla": mla_extra} if mla_extra else {})},
     )
+    for option in options:  # what each kind's setting needs from the rest of the spec
+        if option.check is not None and option.key in declared:
+            option.check(problem)
     check_block(problem)
     if mla_extra:
         check_mla_rope(problem)

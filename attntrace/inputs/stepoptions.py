@@ -2,7 +2,8 @@
 
 `inputs.spec.load_spec` puts what they return into the Problem (`mask`, `Problem.extra`); the
 kinds that read them are `attntrace.kinds.mask`, `attntrace.kinds.backward`,
-`attntrace.kinds.online` and `attntrace.kinds.bias`. Every problem is one line of `BadInput`.
+`attntrace.kinds.online` and `attntrace.kinds.bias` (backward and online reach the loader as
+the `SpecOption`s those kinds declare). Every problem is one line of `BadInput`.
 """
 
 from __future__ import annotations

@@ -13,9 +13,22 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from attntrace.inputs.positional import paper_slopes
-from attntrace.kinds.base import Kind
+from attntrace.inputs.options import SpecOption
+from attntrace.inputs.positional import check_positional, paper_slopes, parse_alibi
+from attntrace.model.errors import BadInput
+from attntrace.kinds.base import Kind, Mistake
 from attntrace.model.formula import Paren, Parts, Space, sym
+
+
+def _check(problem) -> None:
+    """One slope per head, a step that has scores, and no second bias (attn_bias)."""
+    if "attn_bias" in problem.extra:
+        raise BadInput("give alibi or attn_bias, not both: each adds its own B to the scores")
+    check_positional({"alibi": problem.extra["alibi"]}, problem.start, problem.heads, problem.shared)
+
+
+#: `alibi = true` (the paper's slopes) or {slopes = [...]}, one per head.
+SPEC_OPTIONS = (SpecOption("alibi", lambda value, reader: parse_alibi(value), "true or {slopes = [...]}", check=_check),)
 
 
 class Biased(Kind):
@@ -25,7 +38,8 @@ class Biased(Kind):
     starts = ("X", "QKV", "scores")
     letter, entry = sym("T", accent="hat"), sym("t", accent="hat")
     view, prose = "alibi", "alibi"
-    mistakes = ("alibi_slope_sign",)
+    #: the bias +m (i - j) instead of -m (i - j): keys further back scored higher
+    mistakes = (Mistake("alibi_slope_sign"),)
     meaning = "biased"
     symbols = (("\\lambda", "lambda", "alibi_slope", "scalar"), ("B", "B", "score_bias", "step"))
 
@@ -65,6 +79,15 @@ class Biased(Kind):
 
     def overflow_how(self, inputs, details) -> str:
         return f"{inputs[0]} plus the ALiBi bias"
+
+    def carry(self, iv, step, args, mistake):
+        """T + B from the student's T (B depends on nothing they wrote); alibi_slope_sign: T - B."""
+        bias = iv.floats(step.details["bias"])
+        if mistake == "alibi_slope_sign":
+            bias = -bias
+        if bias.shape != args[0].shape:
+            raise iv.Impossible()
+        return iv.add(args[0], iv.point(bias))
 
 
 def query_offset(problem, rows: int, cols: int) -> int:

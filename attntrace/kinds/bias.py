@@ -46,5 +46,12 @@ class ScoreBias(Kind):
     def overflow_how(self, inputs, details) -> str:
         return f"{inputs[0]} plus the given bias"
 
+    def carry(self, iv, step, args, mistake):
+        """T + B from the student's T (B is given)."""
+        bias = iv.floats(step.details["bias"])
+        if bias.shape != args[0].shape:
+            raise iv.Impossible()
+        return iv.add(args[0], iv.point(bias))
+
 
 SCORE_BIAS = ScoreBias()

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from attntrace.kinds.base import Kind, label
+from attntrace.kinds.base import Kind, Mistake, label
 from attntrace.kinds.projection import kv_head
 from attntrace.model.errors import BadInput
 from attntrace.model.formula import Stack, Word, sym
@@ -40,12 +40,13 @@ class CacheAppend(Kind):
     starts = ("X", "QKV")
     symbol = None  # keeps the stacked entries: the past ones and the new token's own names
     view, prose = "cache", "cache"
-    mistakes = ("cache_not_appended",)
 
     def __init__(self, which: str):
         self.which = which
         self.id = f"{which}_cache"
         self.after = ("K_rope",) if which == "K" else ("K_cache",)
+        #: the new token's K, V not appended: it attends to K_past / V_past only
+        self.mistakes = (Mistake("cache_not_appended", also=("V_cache",)),) if which == "K" else ("cache_not_appended",)
         self.reads, self.writes = (which,), which
         self.letter = sym(which, Word("cache"))
         self.entry = sym(which.lower(), sup="c")
@@ -93,6 +94,15 @@ class CacheAppend(Kind):
 
     def json_details(self, details) -> dict[str, Any]:
         return {"past_rows": details.get("past_rows"), "new_rows": details.get("new_rows")}
+
+    def carry(self, iv, step, args, mistake):
+        """The past rows, then the student's new rows; cache_not_appended: the past rows alone."""
+        past, new = args
+        if mistake == "cache_not_appended":
+            return past
+        if past.shape[1] != new.shape[1]:
+            raise iv.Impossible()
+        return iv.stack([past, new], axis=0)
 
 
 def _check_rope_positions(p) -> None:

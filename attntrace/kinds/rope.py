@@ -14,9 +14,16 @@ under the roles Q and K, so the scores read them: scores' inputs name Q_rope and
 
 from __future__ import annotations
 
+from attntrace.inputs.options import SpecOption
+from attntrace.inputs.positional import check_positional, parse_rope
 from attntrace.kinds.base import Kind
 from attntrace.model.formula import Add, Frac, Func, Neg, Num, Paren, Parts, Power, sym
 from attntrace.kinds.projection import kv_head
+
+#: `rope = true` or {base, layout, positions, kv_positions} (attntrace.inputs.positional), checked
+#: against the problem: Q and K to turn, one position per token, an even head width.
+SPEC_OPTIONS = (SpecOption("rope", lambda value, reader: parse_rope(value), "true or {base, layout, positions, kv_positions}",
+                           check=lambda p: check_positional({"rope": p.extra["rope"]}, p.start, p.heads, p.shared)),)
 
 
 def rope_pairs(layout: str, d: int) -> tuple[tuple[int, int], ...]:

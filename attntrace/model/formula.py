@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Callable, Union
 
 #: Printers by notation ("tex", "plain", "mathml"): tree -> str, filled by attntrace/__init__.py.
@@ -79,7 +80,14 @@ def node(x: Expr) -> Node:
         raise TypeError("a formula has no booleans")
     if isinstance(x, (int, float)):
         return Num(x)
-    return Sym(x)
+    return _named(x)
+
+
+@lru_cache(maxsize=4096)
+def _named(name: str) -> "Sym":
+    """The Sym of a one-word name, made once: nodes are frozen values, so one instance serves
+    every formula (a numeric trace names its matrices in every step it records)."""
+    return Sym(name)
 
 
 @dataclass(frozen=True, eq=True)
@@ -344,6 +352,13 @@ def to(*sides: Expr) -> Rel:
 def sym(name: str, sub: Expr | None = None, sup: Expr | None = None, *, accent: str | None = None,
         style: str | None = None) -> Sym:
     """A symbol; sub and sup may be strings (a letter, "kv") or nodes."""
+    if (sub is None or type(sub) is str) and (sup is None or type(sup) is str):
+        return _plain_sym(name, sub, sup, accent, style)  # the common case, made once
+    return Sym(name, sub, sup, accent, style)
+
+
+@lru_cache(maxsize=4096)
+def _plain_sym(name: str, sub: str | None, sup: str | None, accent: str | None, style: str | None) -> Sym:
     return Sym(name, sub, sup, accent, style)
 
 

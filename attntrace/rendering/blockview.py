@@ -25,12 +25,15 @@ def _rhs(sv, vm) -> str:
 
 
 def _entry_formula(sv, vm) -> list[str]:
-    """The formula block: the matrix form, and under it the entry formula, aligned at =."""
+    """The formula block: the entry formula (the matrix form, N = LayerNorm(R), starts the
+    result's line right below, so it is not written twice); the matrix form when there is none."""
     o, expr = sv.out, sv.s.expr
     if o.plain:
         return [vm["formula"]]
     parts = expr.items if isinstance(expr, F.Parts) else (expr,)
-    return [line for part in parts[:2] for line in sv.fit(o.math(F.lhs(part)), [o.math(F.after_lhs(part))], align=True)]
+    if len(parts) > 1:
+        return sv.fit(o.math(F.lhs(parts[1])), [o.math(F.after_lhs(parts[1]))])
+    return sv.fit(o.math(F.lhs(parts[0])), [o.math(F.after_lhs(parts[0]))], align=True)
 
 
 def _entry_rule(step) -> F.Node:
@@ -128,10 +131,13 @@ def build_sum(sv, vm) -> None:
     lhs = sv.named(sv.ref)
     budget = sv.budget(lhs)
     sides: list = [_rhs(sv, vm)]
-    if a.value is not None and b.value is not None and not o.plain and max(a.shape) <= o.max_size:
+    # a residual's operands are the sublayer's input and its output, both shown just before: not again
+    if a.value is not None and b.value is not None and not o.plain and max(a.shape) <= o.max_size and s.id == "embed":
         seq = Seq((sv.shown(a, budget - 2), "+ " + sv.shown(b, budget - 2)), joiner=" ")
         if o.measure(seq.tex()) <= budget:  # side by side, or not at all: both were shown before
             sides.append(seq)
+            # the second residual after the first: formula = result (mark_repeats picks it)
+            vm["main_short"] = [block(sv.fit(sv.named(sv.ref), [sides[0]] + sv.result_side(s.value, budget)))]
 
     def entry(i, j):
         names = Seq((sv.ename(a, i, j), "+ " + sv.ename(b, i, j)), " ")

@@ -69,7 +69,8 @@ def build_grad(sv, vm) -> None:
             sides.append(o.matrix(s.expansion if s.expansion is not None else s.value, s.shape, budget))
             vm["main"] = [block(sv.fit(lhs, sides))]
             return
-        full = o.matrix(sv.expressions(), s.shape)
+        # the softmax backward: each entry simplified (a_11 a_12 (g_11 - g_12)), not a_11 (g_11 - (a_11 g_11 + ...))
+        full = o.matrix(_simplified(sv) if rule == "softmax" else sv.expressions(), s.shape)
         if o.plain or o.measure(full) <= budget:
             vm["main"] = [block(sv.fit(lhs, sides + [full]))]
         else:
@@ -169,7 +170,7 @@ def _softmax_rows(sv, vm) -> None:
                     entry.append(o.mul(o.factor(a.value, i, j), o.paren(f"{o.entry(da.value, i, j)} - {_value(sv, rowdot[i])}")))
                 entry = _shown_sides(sv, entry) + result
             elif s.expansion is not None:
-                entry.append(o.expr(s.expansion[i, j]))
+                entry.append(o.expr(softmax_grad_simplified(a.value, da.value, i, j)))
             lines.append(sv.fit(sv.entry_label(i, j), entry, align=True, lhs_width=sv.lw))
         out_rows.append({"row": i + 1, "token": "", "blocks": sv.blocks_of(lines)})
     vm["extra"]["softmax_rows"] = out_rows
@@ -180,10 +181,41 @@ def _softmax_rows(sv, vm) -> None:
         general = "\\operatorname{diag}(a_{1}) - a_{1}^{\\top} a_{1}" if not o.plain else "diag(a_1) - a_1^T a_1"
         jlhs = o.named(jname, (cols, cols))
         vm["extra"]["jacobian"] = block(sv.fit(jlhs, [general] + _matrix(sv, jac, (cols, cols), sv.budget(jlhs))))
-        row = _matrix(sv, s.value[0:1, :], (1, cols), sv.budget(jlhs)) if s.value is not None else []
+        # symbolic: the row's entries written out (their names alone would define dT_1 by itself)
+        first = _simplified(sv, rows=1) if symbolic and s.expansion is not None else (s.value[0:1, :] if s.value is not None else None)
+        row = _matrix(sv, first, (1, cols), sv.budget(jlhs)) if first is not None else []
         glhs = f"{o.head_name(sv.mname(sv.ref).split('^')[0], s.head)}_{{1,:}}" if not o.plain else f"{sv.mname(sv.ref)}_1"
         dlhs = f"\\mathrm{{d}}A{'^{' + h + '}' if h else ''}_{{1,:}}" if not o.plain else f"dA{h}_1"
         vm["extra"]["jacobian_row"] = block(sv.fit(glhs, [f"{dlhs}\\, {jname}" if not o.plain else f"{dlhs} {jname}"] + row))
+
+
+def softmax_grad_simplified(a, g, i: int, j: int):
+    """Entry (i, j) of dT in symbolic mode as a lecturer writes it: a_ij (g_ij - r_i) with
+    r_i = sum_k a_ik g_ik becomes a_ij sum_{k != j} a_ik (g_ij - g_ik), since the row's weights
+    sum to 1 (masked weights are exactly 0 and drop out). Two keys: a_11 a_12 (g_11 - g_12).
+    `a` and `g` are the weights' and their gradients' SymPy matrices of names."""
+    import sympy
+
+    others = [k for k in range(a.shape[1]) if k != j and a[i, k] != 0]
+    if a[i, j] == 0 or not others:
+        return sympy.Integer(0)  # a masked weight, or the row's only key: the gradient is 0
+    diff = lambda k: sympy.Add(g[i, j], -g[i, k], evaluate=False)  # noqa: E731
+    if len(others) == 1:
+        pair = sorted((j, others[0]))  # a_11 a_12, in index order
+        return sympy.Mul(a[i, pair[0]], a[i, pair[1]], diff(others[0]), evaluate=False)
+    return sympy.Mul(a[i, j], sympy.Add(*[sympy.Mul(a[i, k], diff(k), evaluate=False) for k in others], evaluate=False),
+                     evaluate=False)
+
+
+def _simplified(sv, rows: int | None = None):
+    """The softmax backward's entries in their simplified form (symbolic mode), as a matrix."""
+    import sympy
+
+    s = sv.s
+    a = resolve(sv.t, s.inputs[0], s.head).value
+    g = resolve(sv.t, s.inputs[1], s.head).value
+    n = s.shape[0] if rows is None else rows
+    return sympy.ImmutableMatrix(n, s.shape[1], lambda i, j: softmax_grad_simplified(a, g, i, j))
 
 
 def _narrow(sv, side) -> bool:

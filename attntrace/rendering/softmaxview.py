@@ -18,7 +18,7 @@ import numpy as np
 from attntrace.model import formula as F
 from attntrace.rendering.layout import Seq, join_sum
 from attntrace.rendering.printing import decimals_needed, pick
-from attntrace.rendering.viewparts import SATURATED, Ref, block, entry_base, resolve, rows_to_expand
+from attntrace.rendering.viewparts import in_block, SATURATED, Ref, block, entry_base, resolve, rows_to_expand
 
 
 class SoftmaxView:
@@ -34,7 +34,8 @@ class SoftmaxView:
             vm["main"] = [block(self.fit(lhs, [matrix]))]
         else:
             vm["main"] = [block(self.fit(lhs, self.result_side(s.value, self.budget(lhs))))]
-        rows = rows_to_expand(self.rows_opt, s.shape[0], 2)  # two rows show the pattern; --rows asks for more
+        # two rows show the pattern (one in a block's report, where attention is one part of many); --rows asks for more
+        rows = rows_to_expand(self.rows_opt, s.shape[0], 1 if in_block(self) else 2)
         vm["entry_rows"] = rows
         if self.mode == "symbolic":
             if s.expansion is not None:  # named: each row's sum of exponentials once, then its weights

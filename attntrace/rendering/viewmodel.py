@@ -277,7 +277,8 @@ def mark_repeats(view: dict[str, Any]) -> None:
     order += view["combined"] + view["block_post"] + view["backward"]
     first: dict[str, dict[str, Any]] = {}
     by_kind: dict[str, dict[str, Any]] = {}
-    products_seen = False
+    first_view: dict[str, dict[str, Any]] = {}
+    intros_seen: set = set()
     for vm in order:
         if not isinstance(vm, dict) or "prose" not in vm:
             continue
@@ -290,21 +291,30 @@ def mark_repeats(view: dict[str, Any]) -> None:
             seen = earlier  # K of head 2 repeats K of head 1 (not Q of head 2)
         if seen is None:
             first[key] = {"head": vm.get("head", 0), "kind": vm["kind"]}
+            first_view[key] = vm
         else:
             vm["again"] = seen
+            shown = first_view.get(key, {}).get("extra", {})
+            if vm["extra"].get("angle_blocks") and vm["extra"].get("angle_blocks") == shown.get("angle_blocks"):
+                # the keys turn by the queries' angles (same positions): the rule and angles are above
+                vm["extra"]["angle_blocks"], vm["extra"]["rule"], vm["extra"]["same_angles"] = [], [], True
             if vm.get("main_short"):  # the product was shown with its factors once: now formula = result
                 vm["main"] = vm["main_short"]
             if seen["kind"] == vm["kind"] and seen["head"] and vm.get("head") != seen["head"]:
                 # a later head repeats the computation: its result is shown, its entries were
                 # written out once, for the first head
                 vm["entries"], vm["softmax_rows"] = [], []
+                # nor its formula and shapes, which are head 1's: the result is what is new
+                vm["formula_block"], vm["head_repeat"] = None, True
             elif seen["kind"] != vm["kind"]:
                 # K after Q, the second norm or residual after the first: one entry as an example
                 _one_entry(vm)
         if vm.get("entries"):
-            # the entry lines of a sum of products are explained once: later ones are introduced briefly
-            vm["lines_again"] = products_seen
-            products_seen = products_seen or (vm["kind"] not in OWN_LINES_INTRO and vm.get("view") not in ("norm", "elementwise"))
+            # the entry lines of a sum of products (of a norm) are explained once: later ones briefly
+            family = "norm" if vm.get("view") == "norm" else (
+                "product" if vm["kind"] not in OWN_LINES_INTRO and vm.get("view") != "elementwise" else None)
+            vm["lines_again"] = family in intros_seen
+            intros_seen.add(family)
         if vm.get("view") == "product" and vm["prose"] in LATER_PRODUCTS and "projection" in first:
             # the feed-forward and output products after the projections were written out
             _one_entry(vm)

@@ -14,7 +14,7 @@ from attntrace.kinds import kind_of
 from attntrace.rendering import views
 from attntrace.kinds.notation import OPERAND_BASE, OPERAND_SYMBOL  # noqa: F401 - the reports' names of operands
 from attntrace.model.formula import Juxt, Node, Num, Op, Rel, Seq, Shape, Stack, Word, node, sym, to
-from attntrace.rendering.formulatext import tex
+from attntrace.rendering.formulatext import ACCENTS, tex
 from attntrace.rendering.printing import entry_name, pick
 from attntrace.inputs.expr import accented_with_head
 
@@ -25,9 +25,23 @@ SATURATED = 0.999
 ENTRY_COLUMNS = 4
 
 
+#: In the report of a whole Transformer block, where attention is one part of many: the first two
+#: entries, the gap, the last.
+BLOCK_ENTRY_COLUMNS = 3
+
+
+def in_block(sv) -> bool:
+    """Whether the step belongs to the report of a Transformer block (it has a residual step)."""
+    found = getattr(sv, "_in_block", None)
+    if found is None:
+        found = sv._in_block = any(s.id == "residual1" for s in sv.t.steps)
+    return found
+
+
 def entry_columns(sv, cols: int) -> list[int | None]:
     """The columns whose entries a report writes out for one row (None: the gap, shown as dots)."""
-    return pick(cols, sv.out.max_size if sv.rows_opt else min(sv.out.max_size, ENTRY_COLUMNS))
+    limit = BLOCK_ENTRY_COLUMNS if in_block(sv) else ENTRY_COLUMNS
+    return pick(cols, sv.out.max_size if sv.rows_opt else min(sv.out.max_size, limit))
 
 
 #: Lines per aligned block at most where a view packs blocks itself (the given matrices).
@@ -60,7 +74,7 @@ class Ref:
         return entry_name(self.base, i + 1, j + 1, self.head, wide=wide)
 
 
-_ENTRY_NAME = re.compile(r"(?:\\(tilde|hat|bar)\{(\w)\}|(\w))(?:\^\{\((\d+)\)\})?_\{[\d,]+\}")
+_ENTRY_NAME = re.compile(r"(?:\\(" + "|".join(ACCENTS) + r")\{(\w)\}|(\w))(?:\^\{\((\d+)\)\})?_\{[\d,]+\}")
 
 
 def entry_base(name: str) -> Node:
