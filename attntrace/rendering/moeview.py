@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from attntrace.rendering.layout import Seq
 from attntrace.rendering.stepview import register_view
 from attntrace.rendering.viewparts import SHAPE_LINES, block, pack, resolve
 
@@ -162,7 +163,10 @@ def build_moe_sum(sv, vm) -> None:
         sides = [names]
         if sv.mode != "symbolic":
             terms = [f"{o.entry(g.value, i, e)} {row(y.value, e)}" for e in es] + ([row(ys.value, 0)] if ys else [])
-            sides.append(" + ".join(terms))
+            # a Seq: the layout breaks the weighted rows after a + when they do not fit the line
+            sides.append(terms[0] if o.plain else Seq(tuple([terms[0]] + ["+ " + t for t in terms[1:]]), joiner=" "))
+            if o.plain:
+                sides[-1] = " + ".join(terms)
             sides.append(o.matrix(s.value[i:i + 1, :], (1, d)))
         label = f"f_{i + 1}" if o.plain else f"f_{{{i + 1}}}"
         chains.append(sv.fit(label, sides, align=True))
