@@ -121,8 +121,13 @@ def _dims(ops, shared) -> dict:
     if "K_past" in sh:  # a KV cache: the new queries also read the cached keys
         m += sh["K_past"][0]
     d = x.shape[1] if x is not None else 1
-    dk = sh.get("W_Q", sh.get("Q", (1, 1)))[1]
-    dv = sh.get("W_V", sh.get("V", sh.get("Z", (1, 0))))[1]
+    if "c_KV_past" in shared:  # a latent cache (multi-head latent attention): as many more keys
+        m += shared["c_KV_past"].shape[0]
+    if "W_UQ" in sh:  # multi-head latent attention: a head's query is [q^C  q^R]
+        dk, dv = sh["W_UQ"][1] + sh["W_QR"][1], sh["W_UV"][1]
+    else:
+        dk = sh.get("W_Q", sh.get("Q", (1, 1)))[1]
+        dv = sh.get("W_V", sh.get("V", sh.get("Z", (1, 0))))[1]
     wo = shared.get("W_O")
     return {"n": n, "m": m, "d": d, "dk": dk, "dv": dv, "out": wo.shape[1] if wo else 0}
 
@@ -193,7 +198,15 @@ def work_estimate(p: Problem, dims: list[dict]) -> tuple[int, int]:
         one = (1, False, 0.0, 1)
         if "X" in p.shared:
             x, xkv = st["X"], st.get("X_kv", st["X"])
-            q, kk, v = prod(x, st["W_Q"], d), prod(xkv, st["W_K"], d), prod(xkv, st["W_V"], d)
+            if "W_UQ" in st:  # multi-head latent attention: through the latents (their norms are not rational)
+                cq = prod(x, st["W_DQ"], d) if "W_DQ" in st else x
+                ckv = prod(x, st["W_DKV"], d)
+                ckv, cq = (ckv[0] * d, False, ckv[2], ckv[3]), (cq[0] * d, False, cq[2], cq[3]) if "W_DQ" in st else cq
+                c = p.shared["W_DKV"].shape[1]
+                q, kk, v = prod(cq, st["W_UQ"], c), prod(ckv, st["W_UK"], c), prod(ckv, st["W_UV"], c)
+                total += (n + m) * c * ckv[0] * 4 + n * c * m * 2 * (q[0] + kk[0])  # the latents and the absorbed scores
+            else:
+                q, kk, v = prod(x, st["W_Q"], d), prod(xkv, st["W_K"], d), prod(xkv, st["W_V"], d)
             total += n * dk * q[0] + m * dk * kk[0] + m * dv * v[0]
         else:
             q, kk, v = st.get("Q", one), st.get("K", one), st.get("V", one)

@@ -41,8 +41,9 @@ def _run_head(ctx: Context, head, ops) -> dict:
     """A head's forward pipeline; returns its state (Z, and what the backward pass reads)."""
     p = ctx.p
     state = _head_state(ctx, ops)
+    replaced = {r for kind in HEAD_PIPELINE if kind.enabled(p) for r in kind.replaces}
     for kind in HEAD_PIPELINE:
-        if not kind.enabled(p):
+        if kind.id in replaced or not kind.enabled(p):
             continue
         flow = kind.compute(ctx, head, state)
         if flow is not None:
@@ -69,8 +70,9 @@ def _run_backward(ctx: Context, heads, states: list[dict], top: dict) -> None:
 
 def _run_layer(ctx: Context, kinds, state: dict) -> dict:
     """Run per-layer kinds (the block's PRE or POST pipeline) over the layer state."""
+    replaced = {r for kind in kinds if kind.enabled(ctx.p) for r in kind.replaces}
     for kind in kinds:
-        if kind.enabled(ctx.p):
+        if kind.id not in replaced and kind.enabled(ctx.p):
             flow = kind.compute(ctx, None, state)
             if flow is not None:
                 state[kind.writes] = flow

@@ -58,7 +58,7 @@ def test_every_listed_symbol_is_used_and_the_section_is_there(name, lang, traces
         gradient = getattr(kind_of(row.meaning), "backward", False) if row.meaning in KINDS else False
         # the section lists each symbol (the gradients share one row: d before a matrix, g^M its entries)
         assert row.tex in listed or gradient, (name, row.tex)
-        used = row.tex.replace("^{(i)}", "^{(1)}")
+        used = re.sub(r"\(i\)(?=[}\\])", "(1)", row.tex)  # Q^{(i)} -> Q^{(1)}, W^{UQ(i)} -> W^{UQ(1)}
         assert used in math or row.tex in math, f"{name} ({lang}): {row.tex} is listed but the report never writes it"
 
 

@@ -135,7 +135,19 @@ class NumericAlgebra:
             return 0.5 * a * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (a + 0.044715 * a ** 3)))
         if name == "silu":
             return a / (1.0 + np.exp(-a))
+        if name == "sigmoid":
+            return 1.0 / (1.0 + np.exp(-a))
         raise ValueError(name)
+
+    def route_weights(self, s, chosen, normalize: bool, scaling):
+        """A router's weights: g_ij = c s_ij / sum of s_ik over the chosen k (or c s_ij without
+        `normalize`) for the chosen experts j of token i (0-based), 0 for the others."""
+        g = np.zeros(s.shape)
+        for i, es in enumerate(chosen):
+            idx = list(es)
+            w = s[i, idx]
+            g[i, idx] = (w / w.sum() if normalize else w) * float(scaling)
+        return g
 
     def norm(self, a, gain, bias, eps: float, rms: bool):
         """LayerNorm (biased variance, as nn.LayerNorm) or RMSNorm of each row, then gain and bias.

@@ -5,7 +5,7 @@ Part of the four modes behind one interface (attntrace.algebra.modes.algebra_for
 
 from __future__ import annotations
 
-from attntrace.inputs.expr import entry_name
+from attntrace.inputs.expr import accented_with_head, entry_name
 
 
 def _entry_symbol(base: str, i: int, j: int, head, wide: bool) -> str:
@@ -13,8 +13,7 @@ def _entry_symbol(base: str, i: int, j: int, head, wide: bool) -> str:
     so it is written out here, as the reports write it (attntrace.rendering.viewparts.Ref)."""
     if not base.startswith("\\"):
         return entry_name(base, i, j, head=head, wide=wide)
-    sup = "" if head is None else f"^{{({head})}}"
-    return f"{base}{sup}_{{{f'{i},{j}' if wide else f'{i}{j}'}}}"
+    return f"{accented_with_head(base, head)}_{{{f'{i},{j}' if wide else f'{i}{j}'}}}"
 
 
 
@@ -177,8 +176,23 @@ class SympyAlgebra:
             "gelu": lambda x: x * (1 + sp.erf(x / sp.sqrt(2))) / 2,
             "gelu_tanh": lambda x: x * (1 + sp.tanh(sp.sqrt(2 / sp.pi) * (x + sp.Rational(44715, 1000000) * x ** 3))) / 2,
             "silu": lambda x: x / (1 + sp.exp(-x)),
+            "sigmoid": lambda x: 1 / (1 + sp.exp(-x)),
         }
         return a.applyfunc(fns[name])
+
+    def route_weights(self, s, chosen, normalize: bool, scaling):
+        """A router's weights (see NumericAlgebra.route_weights), the sum kept as a sum."""
+        sp = self.sp
+        ev = not self.name_steps
+        c = sp.Rational(repr(scaling)) if isinstance(scaling, float) else sp.sympify(scaling)  # 2.5 -> 5/2, exact
+
+        def entry(i, j):
+            if j not in chosen[i]:
+                return sp.Integer(0)
+            w = s[i, j] / sp.Add(*[s[i, k] for k in chosen[i]], evaluate=ev) if normalize else s[i, j]
+            return w if c == 1 else sp.Mul(c, w, evaluate=ev)
+
+        return sp.Matrix(s.shape[0], s.shape[1], entry)
 
     def _relu(self, x):
         """max(0, x). An exact number's sign is read from 30 significant digits (SymPy's own

@@ -124,6 +124,15 @@ def llama_layer_spec(model_or_layer, hidden_states, *, layer: int = 0, position_
     gains and eps and the SwiGLU MLP (gate, up, down; transposed from nn.Linear)."""
     from attntrace.bridges.huggingface import llama_attention_spec
 
+    from attntrace.bridges.moe import is_moe, moe_table
+
+    obj = getattr(model_or_layer, "model", model_or_layer)
+    obj = obj.layers[layer] if hasattr(obj, "layers") and 0 <= layer < len(obj.layers) else model_or_layer
+    if is_moe(getattr(obj, "mlp", None)):  # Mixtral: a mixture of experts in place of the MLP
+        spec = llama_attention_spec(obj.self_attn, hidden_states, position_ids=position_ids, attention_mask=attention_mask)
+        spec.update(block="llama", norm1=_rms(obj.input_layernorm, "input_layernorm"),
+                    norm2=_rms(obj.post_attention_layernorm, "post_attention_layernorm"), moe=moe_table(obj.mlp))
+        return spec
     dec = decoder_layer(model_or_layer, layer)
     if hasattr(dec, "pre_feedforward_layernorm"):
         raise Unsupported(f"{type(dec).__name__} has four norms around its sublayers (Gemma's sandwich); attntrace's llama "
@@ -280,6 +289,7 @@ def from_hf_layer(model_or_layer, hidden_states, *, layer: int = 0, attention_ma
     when its RMSNorms and rotary angles run in float64 (tests/oracles_block.py), else at 1e-6
     (HF's float32 RMSNorm and angles; see from_hf_llama_layer). rope_float64=False is refused
     here (the layer's RoPE is traced in float64). Extra keyword arguments go to `attntrace.run`."""
+    from attntrace.bridges.deepseek import deepseek_layer_spec, is_mla
     from attntrace.tracer import trace_spec
 
     obj = model_or_layer
@@ -292,6 +302,9 @@ def from_hf_layer(model_or_layer, hidden_states, *, layer: int = 0, attention_ma
     elif hasattr(probe, "ln_1"):
         _no_positions(position_ids, "GPT-2 block", rope_float64)
         spec = gpt2_block_spec(base, hidden_states, layer=layer, attention_mask=attention_mask)
+    elif is_mla(getattr(probe, "self_attn", probe)):  # DeepSeek-V2/V3: latent attention (attntrace.bridges.deepseek)
+        _rope_float64_only(rope_float64)
+        spec = deepseek_layer_spec(obj, hidden_states, layer=layer, position_ids=position_ids, attention_mask=attention_mask)
     else:
         _rope_float64_only(rope_float64)
         spec = llama_layer_spec(obj, hidden_states, layer=layer, position_ids=position_ids, attention_mask=attention_mask)

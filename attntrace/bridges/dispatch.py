@@ -11,6 +11,7 @@ with their own keyword arguments; `from_torch` passes its arguments on unchanged
 | torch.nn.TransformerEncoderLayer | `from_torch_layer` (src_mask, src_key_padding_mask, is_causal) |
 | torch.nn.TransformerDecoderLayer | `from_torch_decoder_self_attention` (its self-attention sublayer) |
 | a Hugging Face model (PreTrainedModel) + `layer=i` | `from_hf_layer` (the whole layer i) |
+| a Hugging Face latent attention module (DeepSeek-V2/V3: kv_a_proj_with_mqa, kv_b_proj) | `bridges.deepseek.from_hf_mla_attention` |
 | a Hugging Face attention module with q_proj, k_proj, v_proj, o_proj (Llama, Mistral, Qwen3, Gemma 2, gpt-oss) | `from_hf_llama_attention` |
 | a Hugging Face layer (LlamaDecoderLayer and its kin: Mistral, Qwen3; BertLayer, GPT2Block) | `from_hf_layer` |
 
@@ -94,6 +95,12 @@ def _hf_attention(module, *args, **kwargs):
     return from_hf_llama_attention(module, *args, **kwargs)
 
 
+def _hf_mla_attention(module, *args, **kwargs):
+    from attntrace.bridges.deepseek import from_hf_mla_attention
+
+    return from_hf_mla_attention(module, *args, **kwargs)
+
+
 def _hf_layer(module, *args, **kwargs):
     from attntrace.bridges.blocks import from_hf_layer
 
@@ -106,6 +113,8 @@ ROUTES: tuple[Route, ...] = (
     Route("nn.TransformerEncoderLayer", _torch_type("TransformerEncoderLayer"), _encoder_layer),
     Route("nn.TransformerDecoderLayer (its self-attention sublayer)", _torch_type("TransformerDecoderLayer"), _decoder_layer),
     Route("a Hugging Face model with layer=i (BERT, GPT-2, Llama-style)", _hf_model, _hf_model_layer),
+    Route("a Hugging Face latent attention module (DeepSeek-V2/V3)", _hf(r"Attention$", ("kv_a_proj_with_mqa", "kv_b_proj", "o_proj", "config")),
+          _hf_mla_attention),
     Route("a Hugging Face Llama-style attention module (Llama, Mistral, Qwen3, Gemma 2, gpt-oss)", _hf(r"Attention$", ("q_proj", "k_proj", "v_proj", "o_proj", "config")), _hf_attention),
     Route("a Hugging Face layer (Llama-style decoder layer, BertLayer, GPT2Block)",
           lambda m: _hf(r"DecoderLayer$", ("self_attn", "mlp"))(m) or _hf(r"^BertLayer$")(m) or _hf(r"^GPT2Block$")(m), _hf_layer),

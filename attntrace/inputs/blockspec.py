@@ -6,6 +6,7 @@
     norm2 = {gain = [...], bias = [...], eps = 1e-5}   # the feed-forward sublayer's norm
     ffn = {W_1 = ..., b_1 = ..., W_2 = ..., b_2 = ..., activation = "relu" | "gelu" | "gelu_tanh"}
     ffn = {W_gate = ..., W_up = ..., W_down = ...}     # llama: SwiGLU, no biases
+    moe = {router = ..., W_router = ..., experts = [...], ...}  # llama: a mixture of experts instead (inputs/moespec.py)
     block_part = "self_attention"               # only the first sublayer: attention, residual1, norm1
                                                 # (no norm2, no ffn; e.g. a TransformerDecoderLayer's self-attention)
 
@@ -18,11 +19,12 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
+from attntrace.inputs.moespec import check_route, moe_options
 from attntrace.inputs.numbers import real_number
 from attntrace.model.errors import BadInput
 from attntrace.model.formula import Word, sym
 
-BLOCK_KEYS = {"block", "block_part", "position", "P", "norm1", "norm2", "ffn"}
+BLOCK_KEYS = {"block", "block_part", "position", "P", "norm1", "norm2", "ffn", "moe"}
 ARRANGEMENTS = ("post_ln", "pre_ln", "llama")
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh")
 PARTS = ("self_attention",)
@@ -70,7 +72,7 @@ def block_options(data: Mapping[str, Any], mode: str, operand: Callable) -> tupl
         ops["P"] = operand(data["P"], "P", mode, None, "p")
     block = data.get("block")
     if block is None:
-        for key in ("norm1", "norm2", "ffn", "block_part"):
+        for key in ("norm1", "norm2", "ffn", "moe", "block_part"):
             if key in data:
                 raise BadInput(f"{key} belongs to a Transformer block: give block = \"post_ln\", \"pre_ln\" or \"llama\" as well")
         return ops, extra
@@ -105,6 +107,12 @@ def block_options(data: Mapping[str, Any], mode: str, operand: Callable) -> tupl
             if key in table:
                 ops[name] = operand(_vector(table[key]), name, mode, None, BLOCK_OPERANDS[name][1])
     if part:
+        if "moe" in data:
+            raise BadInput("block_part = \"self_attention\" stops after attention's residual and norm1: drop moe")
+        return ops, extra
+    if "moe" in data:  # a mixture of experts in place of the feed-forward network (attntrace.inputs.moespec)
+        moe_ops, extra["moe"] = moe_options(data, mode, operand)
+        ops.update(moe_ops)
         return ops, extra
     ffn = data.get("ffn")
     if not isinstance(ffn, Mapping):
@@ -143,7 +151,9 @@ def check_block(problem) -> None:
     if problem.extra.get("block") is None:
         return
     d_model = problem.shared["X"].shape[1]
-    if problem.extra.get("block_part") is None:
+    if "moe" in problem.extra:
+        check_route(problem)
+    elif problem.extra.get("block_part") is None:
         check_ffn_shapes(problem, d_model)
     for name in ("gamma_1", "beta_1", "gamma_2", "beta_2", "b_1", "b_2"):
         op = problem.shared.get(name)

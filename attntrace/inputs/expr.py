@@ -587,6 +587,16 @@ def with_head(base: str, head: int | None) -> str:
     return f"{base}^{{({int(head)})}}"
 
 
+def accented_with_head(base: str, head: int | None) -> str:
+    """An accented base (\\tilde{q}, \\tilde{q}^{R}) with the head as superscript, merged into
+    its own superscript when it has one: \\tilde{q}^{(2)}, \\tilde{q}^{R(2)}."""
+    if head is None:
+        return base
+    if re.search(r"\^\{[^{}]*\}$", base):
+        return f"{base[:-1]}({int(head)})}}"
+    return f"{base}^{{({int(head)})}}"
+
+
 def entry_name(base: str, i: int, j: int, *, head: int | None = None, wide: bool = False) -> str:
     """The canonical name of entry (i, j) (1-based): s_{11}; wide -> s_{1,1}; head -> z^{(2)}_{11}.
 

@@ -157,6 +157,8 @@ def check_positional(opts: Mapping[str, Any], start: str, heads, shared) -> None
         if start not in ("X", "QKV"):
             raise BadInput("rope rotates the queries and keys: give X with W_Q, W_K, W_V, or Q and K, not a later step")
         h0 = heads[0]
+        if start == "X" and "W_Q" not in h0:
+            return  # no projections: the kind that makes Q and K checks its own RoPE (multi-head latent attention)
         if start == "X":
             x = shared["X"]
             n, m = x.shape[0], shared.get("X_kv", x).shape[0]

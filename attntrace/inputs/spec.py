@@ -25,6 +25,7 @@ from attntrace.inputs.safetext import clean_text
 from attntrace.inputs.matrices import to_matrix
 from attntrace.inputs.numbers import shown, whole_number
 from attntrace.inputs.blockspec import BLOCK_KEYS, block_options, check_block
+from attntrace.inputs.mlaspec import check_mla_rope, mla_options
 from attntrace.inputs.positional import positive_number
 from attntrace.inputs.options import OptionReader, SpecOption
 from attntrace.inputs.stepoptions import MASK_NAMES, parse_attn_bias, parse_mask_options
@@ -42,7 +43,7 @@ SHARED_KEYS = {"X": "x", "X_kv": "y", "W_O": "w^{O}", "b_O": "b^{O}"}
 #: Keys of the spec itself; a step kind's own keys (online, backward, ...) are
 #: the `SpecOption`s it declares, which `load_spec` receives (`attntrace.kinds.registry.SPEC_OPTIONS`).
 OPTION_KEYS = {"title", "description", "title_zh", "description_zh", "mode", "scale", "d_k", "mask", "num_heads", "heads", "Z", "expand", "tokens", "kv_tokens",
-               "num_kv_heads", "window", "key_padding", "attn_bias"}
+               "num_kv_heads", "window", "key_padding", "attn_bias", "mla"}
 ALLOWED_KEYS = set(HEAD_KEYS) | set(SHARED_KEYS) | OPTION_KEYS | BLOCK_KEYS
 #: Keys that `num_heads` splits into column blocks, one per head.
 SPLITTABLE = ("W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "Q", "K", "V", "K_past", "V_past")
@@ -291,8 +292,13 @@ def load_spec(spec: Any, *, mode: str | None = None, options: tuple[SpecOption, 
         num_heads = _positive_int(num_heads, "num_heads")
     num_kv_heads = _kv_heads(data, num_heads)
     full_width: Mapping[str, Operand] = {}
+    mla_extra: dict[str, Any] = {}
 
-    if "Z" in data:
+    if "mla" in data:  # multi-head latent attention: its own projections make Q, K, V (attntrace.inputs.mlaspec)
+        mla_shared, heads, mla_extra = mla_options(data, mode, operand, _split, num_heads or 1)
+        shared.update(mla_shared)
+        start = "X"
+    elif "Z" in data:
         if heads_raw or top or "X" in data:
             raise BadInput("Z (head outputs) starts a trace at the concatenation; give it without X, Q/K/V, scores, weights or heads")
         zs = data["Z"]
@@ -382,12 +388,14 @@ def load_spec(spec: Any, *, mode: str | None = None, options: tuple[SpecOption, 
         kv_tokens=kv_tokens,
         source=source,
         extra={**mask_opts, **attn_bias, "full_width": full_width, **({"num_kv_heads": num_kv_heads} if num_kv_heads != (num_heads or 1) else {}),
-               **block_extra, **declared},
+               **block_extra, **declared, **({"mla": mla_extra} if mla_extra else {})},
     )
     for option in options:  # what each kind's setting needs from the rest of the spec
         if option.check is not None and option.key in declared:
             option.check(problem)
     check_block(problem)
+    if mla_extra:
+        check_mla_rope(problem)
     return problem
 
 

@@ -103,6 +103,9 @@ class Kind:
     #: Checker mistake codes that change this step (implemented in attntrace.grading; the
     #: catalogue's mistakes of any step, such as rounding, are not repeated here).
     mistakes: ClassVar[tuple[str, ...]] = ()
+    #: Step ids of kinds that do not run when this one does (it makes their value another way:
+    #: multi-head latent attention's Q, K, V replace the projections' and RoPE's).
+    replaces: tuple[str, ...] = ()
     #: Its values may be infinite on purpose (masked scores are -inf): no overflow check.
     infinite_ok: ClassVar[bool] = False
     #: The key of what its matrix means in the notation table (default: its id); two kinds that

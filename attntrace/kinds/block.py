@@ -9,7 +9,8 @@ R2, Y:
   R = E + Attn(E), N = LayerNorm(R), R^f = N + FFN(N), N^f = LayerNorm(R^f).
 - pre_ln (GPT-2; norm_first=True): N = LayerNorm(E), R = E + Attn(N), N^f = LayerNorm(R),
   R^f = R + FFN(N^f) (GPT-2's final LayerNorm belongs to the model, after the last block).
-- llama: pre_ln with RMSNorm and the SwiGLU feed-forward network.
+- llama: pre_ln with RMSNorm and the SwiGLU feed-forward network, or a mixture of experts in
+  its place (the spec's moe: attntrace.kinds.moe, whose kinds replace the network's).
 
 With `block_part = "self_attention"` (the spec's option) only the first sublayer runs:
 post_ln R = E + Attn(E), N = LayerNorm(R); pre_ln and llama N = Norm(E), R = E + Attn(N)
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 from attntrace.kinds.base import Kind
 from attntrace.kinds.ffn import FFN_ACT, Linear
+from attntrace.kinds.moe import MOE_KINDS
 from attntrace.kinds.norm import Norm
 from attntrace.kinds.position import EMBED, POS_ENC
 from attntrace.kinds.residual import Residual
@@ -51,7 +53,7 @@ BLOCK_PIPELINES: dict[str | None, tuple[tuple[Kind, ...], tuple[Kind, ...]]] = {
     None: (POSITION, ()),
     "post_ln": (POSITION, (RESIDUAL1, NORM1_POST) + FFN + (RESIDUAL2_POST, NORM2_POST)),
     "pre_ln": (POSITION + (NORM1_PRE,), (RESIDUAL1, NORM2_PRE) + FFN + (RESIDUAL2_PRE,)),
-    "llama": (POSITION + (NORM1_PRE,), (RESIDUAL1, NORM2_PRE) + FFN + (RESIDUAL2_PRE,)),
+    "llama": (POSITION + (NORM1_PRE,), (RESIDUAL1, NORM2_PRE) + FFN + MOE_KINDS + (RESIDUAL2_PRE,)),
 }
 #: Every block kind (for KINDS; kinds of one id share their names, view and prose).
 BLOCK_KINDS: tuple[Kind, ...] = tuple(dict.fromkeys(k for pre, post in BLOCK_PIPELINES.values() for k in pre + post))

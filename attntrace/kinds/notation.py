@@ -16,6 +16,8 @@ import re
 from dataclasses import dataclass
 
 from attntrace.inputs.blockspec import BLOCK_OPERANDS
+from attntrace.inputs.mlaspec import MLA_OPERANDS
+from attntrace.inputs.moespec import MOE_OPERANDS
 from attntrace.kinds import kind_of
 from attntrace.kinds.base import Symbol
 from attntrace.model.formula import Word, node, sym
@@ -35,6 +37,10 @@ OPERAND_BASE.update({"g_q": "\\gamma^{q}", "g_k": "\\gamma^{k}"})
 # the Transformer block's matrices (attntrace.inputs.blockspec): P, gamma_1, W_1, W_gate, ...
 OPERAND_SYMBOL.update({k: v[0] for k, v in BLOCK_OPERANDS.items()})
 OPERAND_BASE.update({k: v[1] for k, v in BLOCK_OPERANDS.items()})
+# multi-head latent attention's and a mixture of experts' matrices (inputs/mlaspec.py, inputs/moespec.py)
+for _table in (MLA_OPERANDS, MOE_OPERANDS):
+    OPERAND_SYMBOL.update({k: v[0] for k, v in _table.items()})
+    OPERAND_BASE.update({k: v[1] for k, v in _table.items()})
 #: operands that stand in for a step (a trace that starts mid-way) mean what the step means
 _STEP_OPERANDS = {"Q": "Q", "K": "K", "V": "V", "scores": "scores", "weights": "weights", "Z": "Z", "P": "pos_enc"}
 
@@ -69,7 +75,8 @@ def _with_head(sym: Symbol) -> Symbol:
     """The symbol of a per-head matrix in a multi-head trace: Q^{(i)}, q^{(i)}_{ij}."""
     entry = sym.entry and sym.entry.replace("_{ij}", "^{(i)}_{ij}") if sym.entry and "^" not in sym.entry else sym.entry
     plain_entry = sym.plain_entry and sym.plain_entry.replace("_ij", "(i)_ij") if sym.entry and "^" not in sym.entry else sym.plain_entry
-    return Symbol(f"{sym.tex}^{{(i)}}", f"{sym.plain}(i)", sym.meaning, sym.shape, entry, plain_entry)
+    tex = f"{sym.tex[:-1]}(i)}}" if re.search(r"\^\{[^{}]*\}$", sym.tex) else f"{sym.tex}^{{(i)}}"  # W^{UQ} -> W^{UQ(i)}
+    return Symbol(tex, f"{sym.plain}(i)", sym.meaning, sym.shape, entry, plain_entry)
 
 
 def _plain(tex: str) -> str:
@@ -113,5 +120,5 @@ def notation_of(trace) -> Notation:
             add(_with_head(sym) if op.name in per_head_ops and multi else sym)
     for step in trace.steps:
         for sym in kind_of(step.id).notation(step):
-            add(_with_head(sym) if multi and step.head is not None and sym.tex == kind_of(step.id).letter else sym)
+            add(_with_head(sym) if multi and step.head is not None and sym.tex == node(kind_of(step.id).letter).text("tex") else sym)
     return Notation(tuple(rows), tuple(clashes))

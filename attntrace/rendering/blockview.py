@@ -178,6 +178,11 @@ def build_activation(sv, vm) -> None:
     _lay_out(sv, vm, [_rhs(sv, vm)], entry)
 
 
+def _braced(name: str) -> str:
+    """An entry name with a superscript of its own (c^{KV}_{11}) in braces before it is squared."""
+    return f"{{{name}}}" if "^" in name else name
+
+
 # -- norms: LayerNorm, RMSNorm --------------------------------------------------------------
 @register_view("norm")
 def build_norm(sv, vm) -> None:
@@ -230,7 +235,7 @@ def build_norm(sv, vm) -> None:
             return []
         if rms:
             ms = d["mean_square"][i]
-            names = mean_of(lambda k: square(sv.ename(r, i, k)))
+            names = mean_of(lambda k: square(_braced(sv.ename(r, i, k))))
             nums = mean_of(lambda k: square(o.factor(r.value, i, k)))
             return [sv.fit(nu(i), [names, nums] + _number(o, ms, exact), align=True, lhs_width=sv.lw)]
         m, v = d["mean"][i], d["var"][i]

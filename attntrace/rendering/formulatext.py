@@ -10,6 +10,8 @@ report, from the tree itself rather than from its LaTeX.
 
 from __future__ import annotations
 
+import dataclasses
+
 from html import escape
 from typing import Any
 
@@ -120,13 +122,20 @@ class TexPrinter(Printer):
     def _print_Value(self, v: F.Value) -> str:
         return _value_text(v.value, tex=True)
 
+    def _sup(self, of: F.Node, extra: str) -> str:
+        """`of` with `extra` in its superscript: one superscript, merged with a symbol's own
+        (W^{UQ} of head 2 is W^{UQ(2)}, never W^{UQ}^{(2)})."""
+        if isinstance(of, F.Sym) and of.sup is not None:
+            return f"{self.p(dataclasses.replace(of, sup=None))}^{{{self.p(of.sup)}{extra}}}"
+        return f"{self.p(of)}^{{{extra}}}"
+
     def _print_Head(self, h: F.Head) -> str:
-        return f"{self.p(h.of)}^{{({self.p(h.head)})}}"
+        return self._sup(h.of, f"({self.p(h.head)})")
 
     def _print_Transpose(self, t: F.Transpose) -> str:
         if isinstance(t.of, F.Head):
-            return f"{self.p(t.of.of)}^{{({self.p(t.of.head)})\\top}}"
-        return f"{self.p(t.of)}^{{\\top}}"
+            return self._sup(t.of.of, f"({self.p(t.of.head)})\\top")
+        return self._sup(t.of, "\\top")
 
     def _print_Index(self, x: F.Index) -> str:
         parts = [self.p(i) for i in x.index]

@@ -620,6 +620,12 @@ class TexOut(_Out):
     #: Parentheses around a sum that a line may break inside (fixed size: \\left \\right cannot break).
     big_open, big_close = "\\bigl(", "\\bigr)"
 
+    def head_name(self, letter: str, head: int | None, transpose: bool = False) -> str:
+        """K^{(2)\\top}: one superscript holding both the head and the transpose."""
+        sup = ("" if head is None else f"({head})") + ("\\top" if transpose else "")
+        if sup and _ENDS_IN_SUP.search(letter):  # Q^{C} -> Q^{C(2)}: one superscript, never two
+            return f"{letter[:-1]}{sup}}}"
+        return f"{letter}^{{{sup}}}" if sup else letter
 
 
 class PlainOut(_Out):
@@ -732,6 +738,13 @@ class PlainOut(_Out):
 
     big_open, big_close = "(", ")"
 
+    def head_name(self, letter: str, head: int | None, transpose: bool = False) -> str:
+        return (letter if head is None else f"{letter}({head})") + ("^T" if transpose else "")
+
+
+
+#: A name that ends in a superscript group without nested braces (Q^{C}, \\tilde{Q}^{R}).
+_ENDS_IN_SUP = re.compile(r"\^\{[^{}]*\}$")
 
 
 def latex_expr(e: Any, precision: int = 4) -> str:

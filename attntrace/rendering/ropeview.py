@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from attntrace.inputs.expr import accented_with_head
 from attntrace.kinds.rope import base_text
 from attntrace.model import formula as F
 
@@ -88,9 +89,8 @@ class _Rotation:
                    f"{e}_r,{b} = {x}_r,{a} sin({ang[0]}) + {x}_r,{b} cos({ang[0]})")
             return [block([theta]), *self.scaling_rule(), block([rot])]
         a, b = self.index_tex()
-        hs = "" if head is None else f"^{{({head})}}"
         out_e, in_e = self.sv.ref.base, self.src.base
-        vec = lambda e: o.layout([[f"{e}{hs}_{{r,{a}}}"], [f"{e}{hs}_{{r,{b}}}"]])  # noqa: E731
+        vec = lambda e: o.layout([[f"{accented_with_head(e, head)}_{{r,{a}}}"], [f"{accented_with_head(e, head)}_{{r,{b}}}"]])  # noqa: E731
         t = ang[1]
         rot = o.layout([[f"\\cos {t}", f"-\\sin {t}"], [f"\\sin {t}", f"\\cos {t}"]])
         mu = "\\mu " if self.scaled else ""

@@ -200,7 +200,7 @@ class StepView(SoftmaxView):
         a = resolve(t, s.inputs[0], s.head)
         b = resolve(t, s.inputs[1], s.head)
         bias = resolve(t, s.inputs[2], s.head) if len(s.inputs) > 2 else None
-        return a, b, s.id == "scores", bias
+        return a, b, s.id == "scores" or bool(s.details.get("transposed")), bias
 
     def shown(self, ref: Ref, budget: float, transpose: bool = False) -> str:
         o = self.out

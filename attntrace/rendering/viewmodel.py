@@ -102,7 +102,7 @@ def report_view(trace, fmt: str, precision: int, max_size: int, figures: list[di
     settings = trace.settings
     multi = trace.num_heads > 1 or any(s.head for s in trace.steps)
     shape_mode = trace.mode == "shape"
-    sections, combined = [], []
+    sections, combined, shared = [], [], []
     if not shape_mode:
         by_head: dict[int, list] = {}  # one pass over the steps: rendering stays linear in the heads
         for s in trace.steps:
@@ -113,8 +113,11 @@ def report_view(trace, fmt: str, precision: int, max_size: int, figures: list[di
             steps = [StepView(trace, s, out, rows, esc).build() for s in by_head.get(h, ())]
             if steps:
                 sections.append({"head": h, "steps": steps})
-        combined = [StepView(trace, s, out, rows, esc).build() for s in trace.steps
-                    if s.head is None and s.id not in BLOCK_IDS and not _backward(s)]
+        first_head = next((k for k, s in enumerate(trace.steps) if s.head is not None), len(trace.steps))
+        layer = [(k, s) for k, s in enumerate(trace.steps) if s.head is None and s.id not in BLOCK_IDS and not _backward(s)]
+        # steps made once for every head before any head's own (multi-head latent attention's latents) come first
+        shared = [StepView(trace, s, out, rows, esc).build() for k, s in layer if k < first_head] if multi else []
+        combined = [StepView(trace, s, out, rows, esc).build() for k, s in layer if k >= first_head or not multi]
         if not multi:
             sections, combined = [{"head": 0, "steps": combined}], []
     block_pre, block_post, flow = [], [], []
@@ -134,6 +137,7 @@ def report_view(trace, fmt: str, precision: int, max_size: int, figures: list[di
         "block": arrangement,
         "block_part": "self_attention" if arrangement and not any(s.id == "residual2" for s in trace.steps) else "",
         "block_pre": [StepView(trace, s, out, rows, esc).build() for s in block_pre],
+        "shared_steps": shared,
         "block_post": [StepView(trace, s, out, rows, esc).build() for s in block_post],
         "position": next((("sinusoidal" if s.id == "pos_enc" else "learned") for s in trace.steps if s.id in ("pos_enc", "embed")), ""),
         "norm_kind": next((s.details.get("norm") for s in trace.steps if s.id in ("norm1", "norm2")), ""),

@@ -16,6 +16,7 @@ from attntrace.kinds.notation import OPERAND_BASE, OPERAND_SYMBOL  # noqa: F401 
 from attntrace.model.formula import Juxt, Node, Num, Op, Rel, Seq, Shape, Stack, Word, node, sym, to
 from attntrace.rendering.formulatext import ACCENTS, tex
 from attntrace.rendering.printing import entry_name, pick
+from attntrace.inputs.expr import accented_with_head
 
 #: A softmax row whose largest weight is at least this is called saturated in the report.
 SATURATED = 0.999
@@ -68,9 +69,8 @@ class Ref:
     def name(self, i: int, j: int) -> str:
         wide = max(self.shape) >= 10
         if self.base.startswith("\\"):  # \tilde{t}: not a parser name, written out here
-            sup = "" if self.head is None else f"^{{({self.head})}}"
             sub = f"{i + 1},{j + 1}" if wide else f"{i + 1}{j + 1}"
-            return f"{self.base}{sup}_{{{sub}}}"
+            return f"{accented_with_head(self.base, self.head)}_{{{sub}}}"
         return entry_name(self.base, i + 1, j + 1, self.head, wide=wide)
 
 
@@ -195,13 +195,13 @@ def shape_dims(trace, step, out, short: bool = False) -> str:
         return out.math(to(Seq(tuple(shape_of(r.shape) for r in refs), sep="semi"), made))
     ins = [resolve(trace, n, step.head) for n in step.inputs]
     shapes = [r.shape for r in ins]
-    if step.id == "scores":
+    if step.id == "scores" or step.details.get("transposed"):  # A B^T
         shapes[1] = shapes[1][::-1]
     op = ELEMENTWISE.get(step.id) or kind_of(step.id).elementwise
     if op is not None and len(shapes) == 2:  # an addition or an entrywise product, not a matrix product
         a, b = shape_of(shapes[0]), shape_of(shapes[1])
         return out.math(to(a + b if op == "add" else a - b if op == "sub" else Op(op, a, b), made))
-    if step.id in ("K_cache", "V_cache") and len(shapes) == 2:  # the new rows stacked under the cached ones
+    if view == "cache" and len(shapes) == 2:  # the new rows stacked under the cached ones
         return out.math(to(Stack((shape_of(shapes[0]), shape_of(shapes[1])), inline=True), made))
     if len(shapes) == 3 and shapes[2][0] == 1 and shapes[0][0] != 1:  # X W + b: the bias row is broadcast, added
         return out.math(to(shapes_of(shapes[0], shapes[1]) + shape_of(shapes[2]), made))

@@ -24,6 +24,8 @@ MODULES = {
     "cache": "cacheview",           # the KV-cache steps
     "sink": "sinkview",             # attention sinks: the sink logit appended to the scores
     "elementwise": "elementview",   # a map of each entry on its own (soft-capping, ...)
+    "stack": "mlaview", "absorbed": "mlaview",  # multi-head latent attention's query, key and absorbed scores
+    "routing": "moeview", "experts": "moeview", "moe_sum": "moeview",  # a mixture of experts
 }
 
 

@@ -1,0 +1,64 @@
+"""Hugging Face mixture-of-experts layers -> the spec key `moe` (attntrace.inputs.moespec).
+
+- Mixtral (`MixtralSparseMoeBlock`): gate.weight (E, d) -> W_router (d, E); experts.gate_up_proj
+  (E, 2 d_ff, d) -> each expert's W_gate and W_up (its first and second d_ff rows, transposed),
+  experts.down_proj (E, d, d_ff) -> W_down; router "softmax" with top_k = num_experts_per_tok.
+- DeepSeek-V3 (`DeepseekV3MoE`): the same experts; gate.weight -> W_router, router "sigmoid",
+  gate.e_score_correction_bias -> bias, n_group, topk_group, norm_topk_prob -> normalize,
+  routed_scaling_factor -> scaling; shared_experts (a SwiGLU MLP) -> shared.
+
+`moe_table(mlp)` reads either; the decoder layers around them are llama blocks
+(attntrace.bridges.blocks: Mixtral's attention is Llama's; DeepSeek-V3's is latent attention,
+attntrace.bridges.deepseek). What agrees at what tolerance: tests/test_moe.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from attntrace.bridges.pytorch import to_numpy
+from attntrace.model.errors import Unsupported
+
+
+def is_moe(mlp) -> bool:
+    return hasattr(mlp, "gate") and hasattr(mlp, "experts") and hasattr(mlp.experts, "gate_up_proj")
+
+
+def _experts(experts) -> list[dict[str, Any]]:
+    gate_up = to_numpy(experts.gate_up_proj, "experts.gate_up_proj")  # (E, 2 d_ff, d)
+    down = to_numpy(experts.down_proj, "experts.down_proj")  # (E, d, d_ff)
+    if getattr(experts, "has_bias", False) or getattr(experts, "gate_up_proj_bias", None) is not None:
+        raise Unsupported("the experts have biases (gpt-oss); attntrace's SwiGLU experts have none")
+    act = getattr(getattr(experts, "act_fn", None), "__class__", type(None)).__name__
+    if act not in ("SiLUActivation", "SiLU"):
+        raise Unsupported(f"the experts' activation is {act}; attntrace's experts are SwiGLU (SiLU)")
+    d_ff = gate_up.shape[1] // 2
+    return [{"W_gate": np.ascontiguousarray(gate_up[e, :d_ff].T), "W_up": np.ascontiguousarray(gate_up[e, d_ff:].T),
+             "W_down": np.ascontiguousarray(down[e].T)} for e in range(gate_up.shape[0])]
+
+
+def _mlp(mlp, what: str) -> dict[str, Any]:
+    w = lambda lin, name: np.ascontiguousarray(to_numpy(lin.weight, f"{what}.{name}").T)  # noqa: E731 - (in, out)
+    return {"W_gate": w(mlp.gate_proj, "gate_proj"), "W_up": w(mlp.up_proj, "up_proj"), "W_down": w(mlp.down_proj, "down_proj")}
+
+
+def moe_table(mlp) -> dict[str, Any]:
+    """The spec's `moe` table of a Mixtral or DeepSeek-V3 mixture-of-experts block."""
+    if not is_moe(mlp):
+        raise Unsupported(f"{type(mlp).__name__} is not a Mixtral or DeepSeek-V3 mixture of experts (gate, experts.gate_up_proj)")
+    if getattr(mlp, "training", False) and float(getattr(mlp, "jitter_noise", 0.0) or 0.0) > 0:
+        raise Unsupported("the router adds jitter noise in training mode; call model.eval() first")
+    gate = mlp.gate
+    table: dict[str, Any] = {"W_router": np.ascontiguousarray(to_numpy(gate.weight, "gate.weight").T), "top_k": int(gate.top_k),
+                             "experts": _experts(mlp.experts)}
+    if hasattr(gate, "e_score_correction_bias"):  # DeepSeek-V3's sigmoid router
+        table.update(router="sigmoid", bias=to_numpy(gate.e_score_correction_bias, "gate.e_score_correction_bias").tolist(),
+                     n_group=int(gate.num_group), topk_group=int(gate.topk_group), normalize=bool(gate.norm_topk_prob),
+                     scaling=float(gate.routed_scaling_factor))
+        if getattr(mlp, "shared_experts", None) is not None:
+            table["shared"] = _mlp(mlp.shared_experts, "shared_experts")
+    else:
+        table["router"] = "softmax"
+    return table

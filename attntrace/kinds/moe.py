@@ -1,0 +1,392 @@
+"""A mixture of experts in place of the llama block's feed-forward network.
+
+With N^f (n, d_model) the rows of the tokens after the block's second RMSNorm and E experts,
+each a SwiGLU network E_e(x) = (SiLU(x W_gate^(e)) ⊙ x W_up^(e)) W_down^(e):
+
+    L = N^f W_r                                   router logits (n, E)
+    Mixtral (Jiang et al. 2024, eq. 2):  G_i = softmax over the top-k logits of row i; the
+        others are masked to -inf and get weight exactly 0 (HF: softmax over all E, top-k,
+        then divided by their sum: the same numbers).
+    DeepSeek-V3 (arXiv 2412.19437, eqs. 12-16):  S^r = sigmoid(L); the experts are chosen by
+        S^r + b (the bias steers the choice only), first topk_group of n_group groups (a group
+        scores the sum of its two best), then the top k in those groups; the weights are the
+        chosen sigmoid scores divided by their sum (normalize), times routed_scaling_factor.
+    Y = [E_1(N^f) | ... | E_E(N^f)]                every expert on every token (a derivation shows
+        the matrices whole; a model runs each expert only on its tokens, which the gates select)
+    Y^s = E_s(N^f)                                 the shared expert (DeepSeek-V3), every token
+    F = sum_e G[:, e] ⊙ Y_e (+ Y^s)               each token's weighted sum of its experts
+
+F takes the feed-forward network's role: residual2 adds it to R. The chosen experts need an
+order on the scores: in symbolic mode the spec gives them (`moe.route`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from attntrace.kinds.base import Kind, Mistake
+from attntrace.model.formula import Cases, Frac, Func, Hcat, Neg, Op, Paren, Parts, Power, Sum, Word, node, sym
+
+_T = sym("T", "i")  # T_i: the experts token i chose
+_WR = sym("W", "r")
+from attntrace.kinds.exactsize import check_exact_size
+from attntrace.model.errors import BadInput
+
+_FFN = ("ffn_hidden", "ffn_up", "ffn_act", "ffn_out")
+
+
+def _moe(problem):
+    return problem.extra.get("moe")
+
+
+class MoeKind(Kind):
+    per_head = False
+    prose = "moe"
+    replaces = _FFN
+
+    def enabled(self, problem) -> bool:
+        return _moe(problem) is not None and super().enabled(problem)
+
+    def message_params(self, step):
+        return {"router": step.details.get("router", "")}
+
+
+def _op(ctx, key):
+    return ctx.operand(ctx.p.shared[key])
+
+
+def _matmul(iv, a, b):
+    if a.shape[1] != b.shape[0]:
+        raise iv.Impossible()
+    return iv.matmul(a, b)
+
+
+class RouterLogits(MoeKind):
+    id = "router_logits"
+
+    def carry(self, iv, step, args, mistake):
+        return _matmul(iv, args[0], args[1])
+
+    reads, writes = ("ffn_in",), "router_L"
+    letter, entry, symbol = sym("L"), sym("l"), "l"
+    view = "product"
+
+    def compute(self, ctx, head, state):
+        if ctx.p.mode == "exact":  # the router ranks and exponentiates closed forms of the whole attention
+            raise BadInput("a mixture of experts comes after attention's softmax, whose exact entries are too large to rank "
+                           "and exponentiate; use mode numeric, or symbolic with moe.route")
+        n = state["ffn_in"]
+        w = _op(ctx, "W_router")
+        if n.shape[1] != w.shape[0]:
+            raise BadInput(f"step {self.id}: cannot multiply {n.ref} {n.shape} by W_router {w.shape}: {n.shape[1]} != {w.shape[0]}")
+        shape = (n.shape[0], w.shape[1])
+        result = ctx.alg.linear(n.value, w.value, None)  # as the feed-forward network's products (exact forms kept small)
+        check_exact_size(ctx, self.id, result)
+        return ctx.emit(self, None, [n.ref, "W_router"], self.letter.eq(n.letter * _WR), result, shape)
+
+
+class RouterScores(MoeKind):
+    """DeepSeek-V3's affinities: the sigmoid of each logit."""
+
+    id = "router_scores"
+    reads, writes = ("router_L",), "router_S"
+    letter, entry, symbol = sym("S", sup="r"), sym("s", sup="r"), "s^{r}"
+    view = "elementwise"
+
+    def enabled(self, problem) -> bool:
+        return super().enabled(problem) and _moe(problem)["router"] == "sigmoid"
+
+    def compute(self, ctx, head, state):
+        lg = state["router_L"]
+        result = ctx.alg.activation(lg.value, "sigmoid")
+        check_exact_size(ctx, self.id, result)
+        formula = self.letter.eq(Func("sigma", (lg.letter,)))
+        return ctx.emit(self, None, [lg.ref], formula, result, lg.shape, {"activation": "sigmoid"})
+
+    def entry_form(self, x, details):
+        """One entry of the sigmoid: 1 / (1 + e^(-x))."""
+        return Frac(node(1), node(1) + Power(sym("e"), Neg(node(x))))
+
+    def view_numbers(self, details):
+        return {}
+
+    def carry(self, iv, step, args, mistake):
+        return iv.monotone(args[0], lambda x: 1.0 / (1.0 + np.exp(-x)))  # increasing
+
+    def json_details(self, details):
+        return {"activation": "sigmoid"}
+
+
+def _numbers(ctx, value) -> np.ndarray:
+    """A matrix's entries as floats, to rank them (exact entries evaluated to 30 digits)."""
+    if ctx.numeric:
+        return np.asarray(value, dtype=float)
+    import sympy
+
+    return np.array([[float(sympy.N(value[i, j], 30)) for j in range(value.shape[1])] for i in range(value.shape[0])])
+
+
+def _top(values, k: int, allowed=None) -> tuple[int, ...]:
+    """The k largest entries' indices, largest first; a tie goes to the lower index."""
+    order = sorted((j for j in range(len(values)) if allowed is None or allowed[j]), key=lambda j: (-values[j], j))
+    return tuple(order[:k])
+
+
+def choose(moe, logits, scores=None, bias=None):
+    """Each token's chosen experts (0-based, best first) and, for grouped routing, its groups."""
+    k = moe["top_k"]
+    if moe["router"] == "softmax":
+        return tuple(_top(row, k) for row in logits), None
+    choice = scores + (0.0 if bias is None else bias)
+    g, tg = moe["n_group"], moe["topk_group"]
+    size = choice.shape[1] // g
+    chosen, groups = [], []
+    for row in choice:
+        group_score = [sum(sorted(row[q * size:(q + 1) * size], reverse=True)[:2]) if g > 1 else 0.0 for q in range(g)]
+        keep_groups = _top(group_score, tg) if g > 1 else tuple(range(g))
+        allowed = [j // size in keep_groups for j in range(len(row))]
+        chosen.append(_top(row, k, allowed))
+        groups.append(tuple(sorted(keep_groups)))
+    return tuple(chosen), tuple(groups)
+
+
+class RouterGates(MoeKind):
+    """G: each token's weight for each expert, 0 for the experts it does not use."""
+
+    id = "router_gates"
+    reads, writes = ("router_L",), "router_G"
+    letter, entry, symbol = sym("G"), sym("g", sup="r"), "g^{r}"  # g alone is a gradient's entry
+    view = "routing"
+    #: the chosen weights not divided by their sum: Mixtral's softmax over all E experts kept at
+    #: the top k, DeepSeek-V3's sigmoid scores as they are (times the scaling)
+    mistakes = (Mistake("moe_weights_not_renormalised",
+                        when=lambda steps: all(s.details["chosen"] is not None and s.details.get("normalize", True) for s in steps)),)
+
+    def carry(self, iv, step, args, mistake):
+        """The gates from the student's logits (softmax) or scores (sigmoid), the experts chosen
+        as in the true trace; the softmax of the chosen logits and the normalised scores are
+        monotone in each entry's own value and antitone in the others', so the enclosure takes
+        each weight's end points from the opposite ends of the others."""
+        d = step.details
+        src = args[0]
+        chosen = d["chosen"]
+        if chosen is None or src.shape[0] != len(chosen):
+            raise iv.Impossible()
+        lo, hi = np.zeros(src.shape), np.zeros(src.shape)
+        for i, es in enumerate(chosen):
+            es = list(es)
+            if d["router"] == "softmax":
+                f = np.exp
+                others = list(range(src.shape[1])) if mistake == "moe_weights_not_renormalised" else es
+            else:
+                f = lambda x: x  # noqa: E731 - the sigmoid scores themselves
+                others = es
+            c = float(d.get("scaling", 1)) if d["router"] == "sigmoid" else 1.0
+            for j in es:
+                rest = [k for k in others if k != j]
+                if d["router"] == "sigmoid" and mistake == "moe_weights_not_renormalised":
+                    lo[i, j], hi[i, j] = c * src.lo[i, j], c * src.hi[i, j]
+                    continue
+                top_lo, top_hi = f(src.lo[i, j]), f(src.hi[i, j])
+                rest_lo, rest_hi = sum(f(src.lo[i, k]) for k in rest), sum(f(src.hi[i, k]) for k in rest)
+                lo[i, j] = c * top_lo / (top_lo + rest_hi)
+                hi[i, j] = c * top_hi / (top_hi + rest_lo)
+        mid, rad = (lo + hi) / 2, (hi - lo) / 2
+        return iv.Box(mid - rad - 1e-15 * (np.abs(mid) + 1), mid + rad + 1e-15 * (np.abs(mid) + 1))
+
+    def compute(self, ctx, head, state):
+        moe = _moe(ctx.p)
+        lg = state["router_L"]
+        sig = moe["router"] == "sigmoid"
+        s = state.get("router_S") if sig else None
+        shape = lg.shape
+        bias = ctx.p.shared.get("router_bias")
+        if "route" in moe:
+            chosen = tuple(tuple(e - 1 for e in es) for es in moe["route"])
+            groups = None
+        elif ctx.p.mode == "shape":
+            chosen, groups = None, None
+        else:
+            chosen, groups = choose(moe, _numbers(ctx, lg.value), _numbers(ctx, s.value) if sig else None,
+                                    None if bias is None else _numbers(ctx, bias.value))
+        if chosen is not None and len(chosen) != shape[0]:
+            raise BadInput(f"moe.route lists {len(chosen)} tokens but there are {shape[0]}")
+        details = {"router": moe["router"], "top_k": moe["top_k"], "chosen": chosen, "groups": groups}
+        if chosen is None:
+            result = None
+        elif sig:
+            result = ctx.alg.route_weights(s.value, chosen, moe["normalize"], moe["scaling"])
+            details.update(normalize=moe["normalize"], scaling=moe["scaling"], n_group=moe["n_group"], topk_group=moe["topk_group"],
+                           bias=bias is not None)
+        else:
+            keep = np.zeros(shape, dtype=bool)
+            for i, es in enumerate(chosen):
+                keep[i, list(es)] = True
+            result, soft = ctx.alg.softmax(ctx.alg.mask(lg.value, keep))
+            details["keep"] = keep
+        check_exact_size(ctx, self.id, result)
+        g, k = sym("g", sup="r").at("i", "j"), sym("k")
+        if sig:
+            s_ij, s_ik = sym("s", sup="r").at("i", "j"), sym("s", sup="r").at("i", "k")
+            w = Frac(s_ij, Sum(Op("in", k, _T), s_ik)) if moe["normalize"] else s_ij
+            w = w if moe["scaling"] == 1 else node(moe["scaling"]) * w
+            inputs = [s.ref, lg.ref] + (["router_bias"] if bias is not None else [])
+        else:
+            w = Frac(Power(sym("e"), sym("l").at("i", "j")), Sum(Op("in", k, _T), Power(sym("e"), sym("l").at("i", "k"))))
+            inputs = [lg.ref]
+        formula = g.eq(Cases(((w, Op("in", sym("j"), _T)), (node(0), Word("otherwise")))))
+        return ctx.emit(self, None, inputs, formula, result, shape, details)
+
+    def json_details(self, details):
+        out = {"router": details["router"], "top_k": details["top_k"],
+               "chosen": None if details["chosen"] is None else [[e + 1 for e in es] for es in details["chosen"]]}
+        if details.get("groups") is not None:
+            out["groups"] = [[q + 1 for q in gs] for gs in details["groups"]]
+        if details["router"] == "sigmoid":
+            out.update(normalize=details.get("normalize"), scaling=float(details.get("scaling", 1)))
+        return out
+
+
+def _swiglu(ctx, step, x, gate, up, down):
+    """(SiLU(x W_gate) ⊙ x W_up) W_down, each product's exact size checked before the next."""
+    alg = ctx.alg
+    h = alg.linear(x, gate, None)
+    check_exact_size(ctx, step, h)
+    u = alg.linear(x, up, None)
+    a = alg.hadamard(alg.activation(h, "silu"), u)
+    check_exact_size(ctx, step, a)
+    return alg.linear(a, down, None)
+
+
+def _check(ctx, step, x, w_gate):
+    if x.shape[1] != w_gate.shape[0]:
+        raise BadInput(f"step {step}: cannot multiply {x.ref} {x.shape} by W_gate {w_gate.shape}: {x.shape[1]} != {w_gate.shape[0]}")
+
+
+class Experts(MoeKind):
+    """Y = [E_1(N) | ... | E_E(N)]: every expert's SwiGLU output for every token."""
+
+    id = "experts"
+    reads, writes = ("ffn_in",), "moe_Y"
+    letter, entry, symbol = sym("Y"), sym("y"), "y"
+    view = "experts"
+
+    def compute(self, ctx, head, state):
+        x = state["ffn_in"]
+        n_exp = _moe(ctx.p)["experts"]
+        parts, inputs = [], [x.ref]
+        for e in range(1, n_exp + 1):
+            ops = [ctx.p.shared[f"E_{w}@{e}"] for w in ("gate", "up", "down")]
+            _check(ctx, self.id, x, ops[0])
+            parts.append(_swiglu(ctx, self.id, x.value, *(o.value for o in ops)))
+            inputs += [f"E_{w}@{e}" for w in ("gate", "up", "down")]
+        result = None if parts[0] is None else ctx.alg.hstack(parts)
+        check_exact_size(ctx, self.id, result)
+        d = x.shape[1]
+        y_e = sym("Y", sup="(e)")
+        w = lambda part: sym("W", Word(part, roman=True), "(e)")  # noqa: E731
+        expert = Paren(Op("hadamard", Func("SiLU", (x.letter * w("gate"),)), x.letter * w("up"))) * w("down")
+        formula = Parts((self.letter.eq(Hcat((sym("Y", sup="(1)"), Word("..."), sym("Y", sup=f"({n_exp})")))), y_e.eq(expert)))
+        return ctx.emit(self, None, inputs, formula, result, (x.shape[0], n_exp * d), {"experts": n_exp, "width": d})
+
+    def carry(self, iv, step, args, mistake):
+        x, ws = args[0], args[1:]
+        if len(ws) % 3:
+            raise iv.Impossible()
+        return iv.stack([_swiglu_box(iv, x, *ws[k:k + 3]) for k in range(0, len(ws), 3)], axis=1)
+
+    def json_details(self, details):
+        return {"experts": details["experts"], "width": details["width"]}
+
+
+def _swiglu_box(iv, x, gate, up, down):
+    """An expert over intervals: (SiLU(x W_gate) ⊙ x W_up) W_down from the student's x."""
+    return _matmul(iv, iv.swiglu(_matmul(iv, x, gate), _matmul(iv, x, up)), down)
+
+
+class SharedExpert(MoeKind):
+    """Y^s = E_s(N): the shared expert every token uses (DeepSeek-V3)."""
+
+    id = "shared_expert"
+    reads, writes = ("ffn_in",), "moe_Ys"
+    letter, entry, symbol = sym("Y", sup="s"), sym("y", sup="s"), "y^{s}"
+    view = "experts"
+
+    def enabled(self, problem) -> bool:
+        return super().enabled(problem) and _moe(problem)["shared"]
+
+    def compute(self, ctx, head, state):
+        x = state["ffn_in"]
+        ops = [ctx.p.shared[f"S_{w}"] for w in ("gate", "up", "down")]
+        _check(ctx, self.id, x, ops[0])
+        result = _swiglu(ctx, self.id, x.value, *(o.value for o in ops))
+        check_exact_size(ctx, self.id, result)
+        w = lambda part: sym("W", Word(part, roman=True), "s")  # noqa: E731
+        formula = self.letter.eq(Paren(Op("hadamard", Func("SiLU", (x.letter * w("gate"),)), x.letter * w("up"))) * w("down"))
+        return ctx.emit(self, None, [x.ref, "S_gate", "S_up", "S_down"], formula, result, x.shape,
+                        {"experts": 1, "width": x.shape[1]})
+
+    def carry(self, iv, step, args, mistake):
+        return _swiglu_box(iv, *args)
+
+    def json_details(self, details):
+        return {"experts": 1, "width": details["width"]}
+
+
+class MoeOut(MoeKind):
+    """F = sum_e G[:, e] ⊙ Y^(e) (+ Y^s): each token's weighted sum of its experts' outputs."""
+
+    id = "moe_out"
+    reads, writes = ("router_G", "moe_Y"), "F"
+    letter, entry, symbol = sym("F"), sym("f"), "f"
+    view = "moe_sum"
+
+    def compute(self, ctx, head, state):
+        g, y = state["router_G"], state["moe_Y"]
+        ys = state.get("moe_Ys")
+        n_exp, d = _moe(ctx.p)["experts"], y.shape[1] // _moe(ctx.p)["experts"]
+        alg = ctx.alg
+        total = None
+        if g.value is not None:
+            for e in range(n_exp):
+                col = alg.columns(g.value, e, e + 1)
+                term = alg.hadamard(alg.hstack([col] * d), alg.columns(y.value, e * d, (e + 1) * d))
+                total = term if total is None else alg.plus(total, term)
+            if ys is not None:
+                total = alg.plus(total, ys.value)
+        check_exact_size(ctx, self.id, total)
+        e = sym("e")
+        row = Sum(Op("in", e, _T), sym("g", sup="r").at("i", "e") * sym("y", sup="(e)").at("i"))
+        if ys is not None:
+            row = row + sym("y", sup="s").at("i")
+        formula = sym("f").at("i").eq(row)
+        inputs = [g.ref, y.ref] + ([ys.ref] if ys is not None else [])
+        gates = next(s for s in reversed(ctx.steps) if s.id == "router_gates")
+        return ctx.emit(self, None, inputs, formula, total, (g.shape[0], d),
+                        {"chosen": gates.details["chosen"], "experts": n_exp, "width": d, "shared": ys is not None})
+
+    def carry(self, iv, step, args, mistake):
+        """sum_e G[:, e] ⊙ Y^(e) (+ Y^s) from the student's gates and expert outputs."""
+        g, y = args[0], args[1]
+        n_exp, d = details_of(step)
+        if y.shape != (g.shape[0], n_exp * d) or g.shape[1] != n_exp:
+            raise iv.Impossible()
+        total = None
+        for e in range(n_exp):
+            col = iv.Box(np.repeat(g.lo[:, e:e + 1], d, axis=1), np.repeat(g.hi[:, e:e + 1], d, axis=1))
+            term = iv.times(col, iv.Box(y.lo[:, e * d:(e + 1) * d], y.hi[:, e * d:(e + 1) * d]))
+            total = term if total is None else iv.add(total, term)
+        return iv.add(total, args[2]) if len(args) > 2 else total
+
+    def json_details(self, details):
+        return {"experts": details["experts"], "shared": details["shared"]}
+
+
+def details_of(step):
+    return step.details["experts"], step.details["width"]
+
+
+ROUTER_LOGITS, ROUTER_SCORES, ROUTER_GATES = RouterLogits(), RouterScores(), RouterGates()
+EXPERTS, SHARED_EXPERT, MOE_OUT = Experts(), SharedExpert(), MoeOut()
+#: In the llama block after norm2, in place of the feed-forward network (they replace its kinds).
+MOE_KINDS: tuple[Kind, ...] = (ROUTER_LOGITS, ROUTER_SCORES, ROUTER_GATES, EXPERTS, SHARED_EXPERT, MOE_OUT)
