@@ -49,20 +49,11 @@ def layer(request):
     return model, ref
 
 
-def _has_option(key: str) -> bool:
-    """A spec key of the spec itself or of a kind (rope is the rope kind's own SpecOption)."""
-    from attntrace.inputs import spec
-    from attntrace.kinds import SPEC_OPTIONS
-
-    return key in spec.OPTION_KEYS or key in {o.key for o in SPEC_OPTIONS}
-
 
 @pytest.mark.parametrize("start", ["x", "qkv"])
 def test_trace_matches_the_llama_layer(layer, start):
     """start="x": projections, RoPE (half layout) and GQA traced; start="qkv": from q and k
     after RoPE. Weights of every query head and the layer's output (after o_proj), at 1e-10."""
-    if not (_has_option("rope") and _has_option("num_kv_heads")):
-        pytest.skip("needs the rope and num_kv_heads spec keys (issue #12, other parts)")
     model, ref = layer
     t = attntrace.from_hf_llama_attention(model, ref["x"], start=start)
     h = ref["num_heads"]
@@ -93,8 +84,6 @@ def test_q_and_k_after_rope_are_exposed(layer):
 def test_padding_mask_matches_hugging_face_causal_padding_mask():
     """attention_mask (1 = token, 0 = padding) becomes key_padding; the weights equal SDPA's
     with HF's own causal + padding mask (masking_utils) on the layer's q, k after RoPE."""
-    if not (_has_option("rope") and _has_option("num_kv_heads")):
-        pytest.skip("needs the rope and num_kv_heads spec keys (issue #12, other parts)")
     import oracles
 
     ref = oracles.llama_attention_layer(4, n=5)
@@ -151,8 +140,6 @@ def test_one_decoding_step_with_the_models_cache(start, as_arrays):
     """`cache=` a DynamicCache after the prefix (or its keys and values as arrays): the new
     token's weights over every cached position and the layer's output equal Hugging Face's
     decoding step (oracle `llama_kv_cache_step`, same seed, float64 RoPE) at 1e-10."""
-    if not (_has_option("rope") and _has_option("num_kv_heads")):
-        pytest.skip("needs the rope and num_kv_heads spec keys (issue #12, other parts)")
     import oracles
     import torch
     from transformers import LlamaForCausalLM
