@@ -29,7 +29,7 @@ def run(spec, *, copy: bool = True, **overrides) -> Trace:
 
 def render(trace: Trace, format: str = "md", **options) -> str:
     """Render a trace as a Markdown, LaTeX or plain-text derivation."""
-    from attntrace.rendering.renderer import render as _render
+    from attntrace.rendering.formats import render as _render
 
     return _render(trace, format=format, **options)
 

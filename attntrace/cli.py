@@ -205,7 +205,7 @@ def cmd_run(args) -> int:
     if args.format == "json":
         text = _json(trace.to_dict())
     else:
-        from attntrace.rendering.renderer import render
+        from attntrace.rendering.formats import render
 
         text = render(trace, format=args.format, **_render_options(args))
     _emit(text, args.output, args.format == "json")
@@ -282,7 +282,7 @@ def cmd_exercise(args) -> int:
         _write(args.answer_out, f"# answer key of: {spec['title']}\n" + to_toml(answer_key(trace)))
     options = dict(render_options)
     if args.key:
-        from attntrace.rendering.renderer import render
+        from attntrace.rendering.formats import render
 
         text = render(trace, format=args.format, **options)
     else:

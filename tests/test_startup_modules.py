@@ -24,15 +24,15 @@ SENTENCE_MODULES = frozenset("""
 attntrace attntrace.cli attntrace.budget attntrace.resources attntrace.tracer attntrace.version
 attntrace.algebra attntrace.algebra.modes attntrace.algebra.numeric
 attntrace.inputs attntrace.inputs.blockspec attntrace.inputs.expr attntrace.inputs.limits attntrace.inputs.matrices attntrace.inputs.options
-attntrace.inputs.numbers attntrace.inputs.positional attntrace.inputs.safetext attntrace.inputs.spec
+attntrace.inputs.mlaspec attntrace.inputs.moespec attntrace.inputs.numbers attntrace.inputs.positional attntrace.inputs.safetext attntrace.inputs.spec
 attntrace.inputs.stepoptions attntrace.inputs.textescape attntrace.inputs.usertext
 attntrace.kinds attntrace.kinds.alibi attntrace.kinds.backward attntrace.kinds.base attntrace.kinds.bias
 attntrace.kinds.block attntrace.kinds.cache attntrace.kinds.context attntrace.kinds.exactsize attntrace.kinds.ffn
-attntrace.kinds.heads attntrace.kinds.mask attntrace.kinds.norm attntrace.kinds.notation attntrace.kinds.online attntrace.kinds.position
-attntrace.kinds.projection attntrace.kinds.qknorm attntrace.kinds.registry attntrace.kinds.residual attntrace.kinds.rope
+attntrace.kinds.heads attntrace.kinds.mask attntrace.kinds.mla attntrace.kinds.moe attntrace.kinds.norm attntrace.kinds.notation attntrace.kinds.online attntrace.kinds.position
+attntrace.kinds.projection attntrace.kinds.qknorm attntrace.kinds.registry attntrace.kinds.residual attntrace.kinds.rope attntrace.kinds.ropescaling attntrace.kinds.sink
 attntrace.kinds.scale attntrace.kinds.scores attntrace.kinds.softcap attntrace.kinds.softmax attntrace.kinds.weighted_sum
 attntrace.model attntrace.model.errors attntrace.model.formula attntrace.model.trace
-attntrace.rendering attntrace.rendering.formulatext attntrace.rendering.jinja_env attntrace.rendering.layout attntrace.rendering.onlineview
+attntrace.rendering attntrace.rendering.formats attntrace.rendering.formulatext attntrace.rendering.jinja_env attntrace.rendering.layout attntrace.rendering.onlineview
 attntrace.rendering.plaindata attntrace.rendering.printing attntrace.rendering.renderer attntrace.rendering.sandbox
 attntrace.rendering.softmaxview attntrace.rendering.stepview attntrace.rendering.templatefiles
 attntrace.rendering.texwidth attntrace.rendering.viewmodel attntrace.rendering.viewparts attntrace.rendering.views

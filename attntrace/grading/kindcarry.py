@@ -67,14 +67,6 @@ class Toolkit:
         except ValueError:
             raise Impossible() from None
 
-
-    @staticmethod
-    def times(a: Box, b: Box) -> Box:
-        """a ⊙ b entry by entry (the same shapes): |xy - m_x m_y| <= |m_x| r_y + r_x |m_y| + r_x r_y."""
-        if a.shape != b.shape:
-            raise Impossible()
-        return blockrules._times(a, b)
-
     @staticmethod
     def swiglu(gate: Box, up: Box) -> Box:
         """SiLU(gate) ⊙ up (`blockrules.swiglu`: SiLU's minimum handled, an interval product)."""

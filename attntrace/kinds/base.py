@@ -106,6 +106,9 @@ class Kind:
     #: Step ids of kinds that do not run when this one does (it makes their value another way:
     #: multi-head latent attention's Q, K, V replace the projections' and RoPE's).
     replaces: tuple[str, ...] = ()
+    #: Kinds of one prose module with this set share one explanation per view (the latents'
+    #: products, norms and rotations of multi-head latent attention): a later one refers back.
+    explained_by_view: ClassVar[bool] = False
     #: Its values may be infinite on purpose (masked scores are -inf): no overflow check.
     infinite_ok: ClassVar[bool] = False
     #: The key of what its matrix means in the notation table (default: its id); two kinds that

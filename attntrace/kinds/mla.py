@@ -70,6 +70,7 @@ class MlaKind(Kind):
 
     starts = ("X",)
     prose = "mla"
+    explained_by_view = True  # C_Q and C_KV, their norms, the two rotations: said once each
     pipeline = "head"
     layer = False  # True: computed once for all heads (head None)
 

@@ -20,12 +20,11 @@ from attntrace.model.trace import Trace
 from attntrace.rendering.explore import data_json, explorers, heatmaps
 from attntrace.rendering.jinja_env import user_template_errors
 from attntrace.rendering.mathml import markdown_sections, markdown_to_html
+from attntrace.rendering import renderer
 
 
 def _template(template_dir, name: str, **context: Any) -> str:
-    from attntrace.rendering.renderer import environment
-
-    env = environment(template_dir)
+    env = renderer.environment(template_dir)
     with user_template_errors(env, template_dir):
         return env.get_template(name).render(**context)
 
@@ -47,8 +46,6 @@ def _plain_title(title: str) -> str:
 
 def render_html(trace: Trace, *, fragment: bool = False, **options: Any) -> str:
     """The derivation as HTML: a whole page, or with ``fragment=True`` a ``<div>`` to paste."""
-    from attntrace.rendering.renderer import render
-
     if not isinstance(fragment, bool):
         raise BadInput(f"fragment must be true or false, not {fragment!r}")
     options = {k: v for k, v in options.items() if k != "standalone"}
@@ -56,7 +53,7 @@ def render_html(trace: Trace, *, fragment: bool = False, **options: Any) -> str:
         options["math_delimiters"] = "dollars"  # only the Markdown in between; HTML has no delimiters
     if options.get("figures") is not None:
         raise BadInput("--figures is for md and tex; HTML draws its heatmaps inline")
-    md = render(trace, format="md", **options)
+    md = renderer.render(trace, format="md", **options)
     lang = options.get("lang", "en")
     ctx = page_context(trace, lang, options.get("precision", 4))
     return html_document(md, ctx, fragment, options.get("template_dir"))

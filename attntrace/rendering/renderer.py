@@ -214,12 +214,10 @@ def check_figures_folder(directory: str | os.PathLike) -> None:
 
 
 def render(trace: Trace, format: str = "md", **options: Any) -> str:
-    """Render a trace as a derivation: format md | tex | text | html, lang en | zh (see DEFAULTS;
-    html also takes fragment=True for a <div> to paste into a page)."""
+    """Render a trace as a derivation: format md | tex | text, lang en | zh (see DEFAULTS).
+    The HTML page wraps this report: `attntrace.rendering.formats.render`."""
     if format == "html" and isinstance(trace, Trace):
-        from attntrace.rendering.html import render_html
-
-        return render_html(trace, **options)
+        raise BadInput("an HTML page is made by attntrace.render (attntrace.rendering.formats.render), which wraps this report")
     if format not in FORMATS and isinstance(format, str):
         raise BadInput(f"format must be one of {', '.join(FORMATS)}, html, not {format!r}")
     s = validate({**options, "format": format})

@@ -116,8 +116,10 @@ def report_view(trace, fmt: str, precision: int, max_size: int, figures: list[di
         first_head = next((k for k, s in enumerate(trace.steps) if s.head is not None), len(trace.steps))
         layer = [(k, s) for k, s in enumerate(trace.steps) if s.head is None and s.id not in BLOCK_IDS and not _backward(s)]
         # steps made once for every head before any head's own (multi-head latent attention's latents) come first
-        shared = [StepView(trace, s, out, rows, esc).build() for k, s in layer if k < first_head] if multi else []
-        combined = [StepView(trace, s, out, rows, esc).build() for k, s in layer if k >= first_head or not multi]
+        # (a trace that starts from the heads' outputs has no head steps: its steps are the combination)
+        before_heads = multi and first_head < len(trace.steps)
+        shared = [StepView(trace, s, out, rows, esc).build() for k, s in layer if k < first_head] if before_heads else []
+        combined = [StepView(trace, s, out, rows, esc).build() for k, s in layer if k >= first_head or not before_heads]
         if not multi:
             sections, combined = [{"head": 0, "steps": combined}], []
     block_pre, block_post, flow = [], [], []
@@ -271,7 +273,7 @@ def mark_repeats(view: dict[str, Any]) -> None:
     projection paragraph appeared 6 to 8 times in one report). The first view of a prose kind
     keeps its explanation; a later one gets ``again = {"head", "kind"}`` naming the first, and the
     prose says it briefly and refers back. Views are visited in the order the report prints them."""
-    order = list(view["block_pre"])
+    order = list(view["block_pre"]) + list(view.get("shared_steps", []))
     for sec in view["sections"]:
         order += sec["steps"]
     order += view["combined"] + view["block_post"] + view["backward"]
@@ -284,7 +286,13 @@ def mark_repeats(view: dict[str, Any]) -> None:
             continue
         # Q, K, V share one explanation, as do the two norms, Q_norm and K_norm, and the two residuals; other kinds
         # that share a prose module (the backward steps, the online softmax) differ by kind
-        key = vm["prose"] if vm["prose"] in ("projection", "norm", "qk_norm", "residual", "rope") else f'{vm["prose"]}/{vm["kind"]}'
+        kind = KINDS.get(vm["kind"])
+        if vm["prose"] in ("projection", "norm", "qk_norm", "residual", "rope"):
+            key = vm["prose"]
+        elif kind is not None and kind.explained_by_view:  # kinds of one prose that say the same per view
+            key = f'{vm["prose"]}/{vm.get("view")}'
+        else:
+            key = f'{vm["prose"]}/{vm["kind"]}'
         seen = first.get(key)
         earlier = by_kind.setdefault(vm["kind"], {"head": vm.get("head", 0), "kind": vm["kind"]})
         if earlier["head"] and vm.get("head") != earlier["head"]:
