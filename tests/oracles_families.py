@@ -114,25 +114,18 @@ def module_io(model, module, n: int, seed: int = 0):
 
 def layer_io(model, layer: int, n: int, seed: int = 0):
     """(x, y): the input hidden states of decoder layer `layer` and its output, on random input
-    embeddings at positions 0..n-1 (forward hooks on a run of the whole model)."""
-    base = getattr(model, "model", model)
-    dec = base.layers[layer]
-    seen = {}
+    embeddings at positions 0..n-1 (forward hooks on a run of the whole model, `module_io`)."""
+    x, y = hidden_in_out(model, getattr(model, "model", model).layers[layer], n, seed)
+    return x.copy(), y.copy()
 
-    def pre(mod, args, kwargs):
-        seen["x"] = (args[0] if args else kwargs["hidden_states"]).clone()
 
-    def post(mod, args, out):
-        seen["y"] = (out[0] if isinstance(out, tuple) else out).clone()
-
-    h1, h2 = dec.register_forward_pre_hook(pre, with_kwargs=True), dec.register_forward_hook(post)
-    gen = torch.Generator().manual_seed(seed)
-    x0 = torch.randn(1, n, base.config.hidden_size, generator=gen, dtype=torch.float64)
-    with torch.no_grad():
-        base(inputs_embeds=x0, position_ids=torch.arange(n)[None])
-    h1.remove()
-    h2.remove()
-    return seen["x"][0].numpy().copy(), seen["y"][0].numpy().copy()
+def hidden_in_out(model, module, n: int, seed: int = 0):
+    """(x, y) as arrays: the hidden states `module` reads and what it returns (`module_io`)."""
+    seen = module_io(model, module, n, seed)
+    args, out = seen["args"], seen["out"]
+    x = args[0] if args else seen["kwargs"]["hidden_states"]
+    y = out[0] if isinstance(out, tuple) else out
+    return x[0].numpy(), y[0].numpy()
 
 
 def tiny(family: str, *, attn: str = "eager", seed: int = 0, **overrides):

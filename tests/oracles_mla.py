@@ -157,23 +157,8 @@ def tiny_deepseek(seed=0, *, hidden=8, heads=2, q_lora=6, kv_lora=4, nope=2, rop
 
 def layer_io(model, layer: int, n=4, seed=0, part="layer"):
     """(x, y) of decoder layer `layer` (part="layer") or of its attention (part="attn") on a
-    random input of n tokens, captured with forward hooks."""
-    import torch
+    random input of n tokens, captured with forward hooks (`oracles_families.hidden_in_out`)."""
+    from oracles_families import hidden_in_out
 
     mod = model.layers[layer] if part == "layer" else model.layers[layer].self_attn
-    seen = {}
-
-    def pre(m, args, kwargs):
-        seen["x"] = (args[0] if args else kwargs["hidden_states"]).clone()
-
-    def post(m, args, out):
-        seen["y"] = (out[0] if isinstance(out, tuple) else out).clone()
-
-    h1, h2 = mod.register_forward_pre_hook(pre, with_kwargs=True), mod.register_forward_hook(post)
-    g = torch.Generator().manual_seed(seed)
-    x0 = torch.randn(1, n, model.config.hidden_size, dtype=torch.float64, generator=g)
-    with torch.no_grad():
-        model(inputs_embeds=x0, position_ids=torch.arange(n)[None])
-    h1.remove()
-    h2.remove()
-    return seen["x"][0].numpy(), seen["y"][0].numpy()
+    return hidden_in_out(model, mod, n, seed)

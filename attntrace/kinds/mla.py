@@ -73,6 +73,8 @@ class MlaKind(Kind):
     explained_by_view = True  # C_Q and C_KV, their norms, the two rotations: said once each
     pipeline = "head"
     layer = False  # True: computed once for all heads (head None)
+    #: A further condition of the spec (the query LoRA's steps run only when it has one).
+    _enabled = None
 
     def carry(self, iv, step, args, mistake):
         """A product A W or A B^T (details `transposed`) from the student's values."""
@@ -84,7 +86,7 @@ class MlaKind(Kind):
         return iv.matmul(a, b)
 
     def enabled(self, problem) -> bool:
-        return _on(problem) and super().enabled(problem)
+        return _on(problem) and super().enabled(problem) and (self._enabled is None or self._enabled(problem))
 
     def flow_in(self, ctx, state, role: str) -> Flow:
         """A value the step reads: a layer role from the memo, else the head's state."""
@@ -119,9 +121,6 @@ class MlaProduct(MlaKind):
         self.per_head = not layer
         self._enabled = enabled
 
-    def enabled(self, problem) -> bool:
-        return super().enabled(problem) and (self._enabled is None or self._enabled(problem))
-
     def compute(self, ctx, head, state):
         if self.done(ctx):
             return None
@@ -151,9 +150,6 @@ class MlaNorm(MlaKind):
         self.id, self.reads, self.writes, self.which = id, (reads,), writes, which
         self.letter, self.entry, self.symbol = tex_sym(letter), tex_sym(entry), entry
         self._enabled = enabled
-
-    def enabled(self, problem) -> bool:
-        return super().enabled(problem) and (self._enabled is None or self._enabled(problem))
 
     def compute(self, ctx, head, state):
         if self.done(ctx):

@@ -345,8 +345,9 @@ class StepView(SoftmaxView):
         rows = rows_to_expand(self.rows_opt, s.shape[0], 1)
         vm["entry_rows"] = rows
         if self.mode == "numeric" and not o.plain:  # one division per row, as a row vector
-            vm["entries"] = [block([line for i in rows for line in self.scaled_row(src, factor, i)])]
-            vm["entries"][0]["chains"] = [len(self.scaled_row(src, factor, i)) for i in rows]
+            row_lines = [self.scaled_row(src, factor, i) for i in rows]  # each row laid out once
+            vm["entries"] = [block([line for lines in row_lines for line in lines])]
+            vm["entries"][0]["chains"] = [len(lines) for lines in row_lines]
             vm["entry_form"] = "row"
             return
         chains = []
