@@ -190,6 +190,12 @@ def checked_trace(spec_or_trace: Any, *, mode: str | None, atol: float | None, r
         trace = trace_spec(spec_or_trace, mode=mode)
     if trace.mode not in ("numeric", "exact"):
         raise BadInput(f"checking needs numbers; this problem is in {trace.mode} mode (use mode numeric or exact)")
+    if trace.settings.get("not_kept"):
+        # carrying a student's numbers forward recomputes every step from its inputs: a trace
+        # that dropped some (keep=) cannot say which wrong value was carried from which
+        dropped = ", ".join(trace.settings["not_kept"][:6])
+        raise BadInput(f"checking needs every step, but this trace was made with keep= and dropped {dropped}"
+                       f"{', ...' if len(trace.settings['not_kept']) > 6 else ''}: trace it without keep=")
     return trace
 
 
