@@ -274,3 +274,22 @@ def test_from_qkv_refusals(torch):
         attntrace.from_qkv(q, q, q, scale=-1.0)
     with pytest.raises(BadInput, match=r"NaN or \+inf"):  # finite float entries are a bias now (issue 23)
         attntrace.from_qkv(q, q, q, attn_mask=torch.full((3, 3), float("nan")))
+
+
+@pytest.mark.parametrize("make", [
+    lambda torch: torch.arange(12.0, dtype=torch.float32).reshape(3, 4),
+    lambda torch: torch.arange(12.0, dtype=torch.float64).reshape(3, 4),
+    lambda torch: torch.arange(12.0, dtype=torch.float64).reshape(4, 3).T,
+    lambda torch: torch.arange(12.0, dtype=torch.float64).reshape(3, 4)[1:],
+], ids=["float32", "float64", "float64-transposed", "float64-slice"])
+def test_to_numpy_copies_once_and_never_shares_the_tensors_memory(torch, make):
+    # the bridges pass copy=False to the tracer on the promise that their arrays are their own
+    from attntrace.bridges.pytorch import to_numpy
+
+    t = make(torch)
+    before = t.clone()
+    out = to_numpy(t, "X")
+    assert out.dtype == np.float64 and out.flags.writeable
+    np.testing.assert_array_equal(out, before.double().numpy())
+    out[...] = -1.0
+    assert torch.equal(t, before)

@@ -32,6 +32,16 @@ def require_torch():
     return torch
 
 
+def fresh_float64(t) -> np.ndarray:
+    """A tensor's values as a float64 ndarray that shares no memory with it, copied once: a
+    float32 tensor's conversion is already a new buffer, so only a float64 CPU tensor (whose
+    `.to` returns the tensor itself) is copied."""
+    torch = require_torch()
+    converted = t.detach().to(device="cpu", dtype=torch.float64)
+    out = converted.numpy()
+    return out.copy() if converted.data_ptr() == t.data_ptr() else out
+
+
 def to_numpy(t, what: str) -> np.ndarray:
     """A tensor (or array-like) as a fresh float64 ndarray."""
     torch = require_torch()
@@ -40,7 +50,7 @@ def to_numpy(t, what: str) -> np.ndarray:
             raise Unsupported(f"{what} is a nested tensor; give a plain tensor")
         if t.is_complex():
             raise Unsupported(f"{what} is complex; attntrace traces real attention")
-        return t.detach().to(device="cpu", dtype=torch.float64).numpy().copy()
+        return fresh_float64(t)
     try:
         return np.array(t, dtype=np.float64)
     except (TypeError, ValueError):
