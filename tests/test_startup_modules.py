@@ -35,7 +35,7 @@ attntrace.model attntrace.model.errors attntrace.model.formula attntrace.model.t
 attntrace.rendering attntrace.rendering.formats attntrace.rendering.formulatext attntrace.rendering.jinja_env attntrace.rendering.layout attntrace.rendering.onlineview
 attntrace.rendering.plaindata attntrace.rendering.printing attntrace.rendering.renderer attntrace.rendering.sandbox
 attntrace.rendering.softmaxview attntrace.rendering.stepview attntrace.rendering.templatefiles
-attntrace.rendering.texwidth attntrace.rendering.viewmodel attntrace.rendering.viewparts attntrace.rendering.views
+attntrace.rendering.textcolumns attntrace.rendering.texwidth attntrace.rendering.viewmodel attntrace.rendering.viewparts attntrace.rendering.views
 """.split())
 
 

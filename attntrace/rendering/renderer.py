@@ -22,6 +22,7 @@ from attntrace.model.errors import BadInput
 from attntrace.inputs.safetext import clean_output
 from attntrace.rendering.layout import parse_width
 from attntrace.rendering.jinja_env import cached_environment, user_template_errors
+from attntrace.rendering.textcolumns import text_table
 from attntrace.resources import templates_dir
 from attntrace.model.trace import Step, Trace
 from attntrace.rendering.viewmodel import report_view, step_view
@@ -93,7 +94,9 @@ def environment(template_dir: str | os.PathLike | None = None) -> jinja2.Environ
     See `attntrace.rendering.jinja_env`.
     """
     folders = [template_dir] if template_dir is not None else []
-    return cached_environment([*folders, templates_dir()], undefined=jinja2.StrictUndefined)
+    env = cached_environment([*folders, templates_dir()], undefined=jinja2.StrictUndefined)
+    env.filters["text_table"] = text_table  # text notation table: columns by display width (CJK counts 2)
+    return env
 
 
 def _context(env: jinja2.Environment, fmt: str, lang: str, delimiters: str) -> dict[str, Any]:

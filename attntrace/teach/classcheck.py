@@ -41,13 +41,13 @@ import json
 import math
 import sys
 import time
-import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from attntrace.model.errors import BadInput
 from attntrace.model.trace import Trace
+from attntrace.rendering.textcolumns import text_table
 from attntrace.teach.answerkey import answer_name
 from attntrace.teach.classgrade import (ANSWER_SUFFIXES, Grading, StudentResult, collect, default_jobs, mark_duplicates,
                                         results)
@@ -335,23 +335,6 @@ def _trim(x: float, decimals: int) -> str:
 def percent(score: float | None) -> str:
     """0.8333 -> '83.3' (at most one decimal; 100, not 100.0)."""
     return "" if score is None else _trim(100 * score, 1)
-
-
-def display_width(text: str) -> int:
-    return sum(2 if unicodedata.east_asian_width(c) in ("W", "F") else 0 if unicodedata.combining(c) else 1 for c in text)
-
-
-def text_table(rows: Iterable[Iterable[Any]], indent: str = "  ", gap: str = "  ") -> str:
-    """Rows of cells -> aligned plain-text lines (wide CJK characters count twice)."""
-    rows = [[str(c) for c in row] for row in rows]
-    if not rows:
-        return ""
-    widths = [max(display_width(r[i]) for r in rows if i < len(r)) for i in range(max(len(r) for r in rows))]
-    lines = []
-    for r in rows:
-        cells = [c + " " * (widths[i] - display_width(c)) for i, c in enumerate(r)]
-        lines.append((indent + gap.join(cells)).rstrip())
-    return "\n".join(lines)
 
 
 def tex_breakable(text: Any) -> str:
