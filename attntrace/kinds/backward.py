@@ -30,7 +30,7 @@ from attntrace.inputs.options import SpecOption
 from attntrace.inputs.stepoptions import parse_backward
 from attntrace.kinds.base import Flow, Kind, Symbol
 from attntrace.model.errors import BadInput
-from attntrace.model.formula import ONES, Add, Diff, Dots, Frac, Hcat, Node, Op, Paren, Partial, Seq, Slice, Sqrt, Sum, Sym, node, sym
+from attntrace.model.formula import ONES, Add, Diff, Dots, Frac, Hcat, Node, Op, Paren, Partial, Seq, Slice, Sqrt, Sum, Sym, Word, node, sym
 
 #: The spec's `backward`: true, {loss = "sum_squares" | "sum"} or {dO = [[...]]} (Problem.extra["backward"]).
 SPEC_OPTIONS = (SpecOption("backward", lambda value, reader: parse_backward(value, reader.mode, "g^{O}" if "W_O" in reader.data else "g^{Z}"), "true or {loss = ...} or {dO = [[...]]}"),)
@@ -314,7 +314,7 @@ class ProjectionGrad(Grad):
     def compute(self, ctx, head, state):
         g = f"d{self.which}"
         src = _source(ctx, self.which)
-        x_t = (sym("X", "kv") if src == "X_kv" else sym("X")).T()
+        x_t = (sym("X", Word("kv", roman=True)) if src == "X_kv" else sym("X")).T()
         if self.full:
             flows = [s.get(g) for s in state["states"]]
             if any(f is None for f in flows):
@@ -403,7 +403,7 @@ DK.mistakes = ("dK_missing_transpose",)  # dQ = dS K has no transpose to miss
 HEAD_PARAMS = tuple(ProjectionGrad(w, b, full=False) for b in (False, True) for w in "QKV")
 FULL_PARAMS = tuple(ProjectionGrad(w, b, full=True) for b in (False, True) for w in "QKV")
 DX = InputGrad("dX", "X", "g^{X}", kv=False)
-DX_KV = InputGrad("dX_kv", sym("X", "kv"), "g^{Y}", kv=True)
+DX_KV = InputGrad("dX_kv", sym("X", Word("kv", roman=True)), "g^{Y}", kv=True)
 
 #: Before the heads (the output projection and the concatenation), per head, after the heads.
 BACKWARD_COMBINE: tuple[Kind, ...] = (DOUTPUT, DW_O, DB_O, DCONCAT)

@@ -26,7 +26,7 @@ from attntrace.model.formula import Word, node, sym
 OPERAND_BASE = {"X": "x", "X_kv": "y", "W_Q": "w^{Q}", "W_K": "w^{K}", "W_V": "w^{V}", "W_O": "w^{O}", "b_Q": "b^{Q}", "b_K": "b^{K}",
                 "b_V": "b^{V}", "b_O": "b^{O}", "Q": "q", "K": "k", "V": "v", "scores": "s", "weights": "a", "Z": "z"}
 #: The symbol of each given matrix in formulas (an operand named like a step stands in for it).
-OPERAND_SYMBOL = {"X": sym("X"), "X_kv": sym("X", "kv"), "scores": sym("S"), "weights": sym("A"), "Z": sym("Z"),
+OPERAND_SYMBOL = {"X": sym("X"), "X_kv": sym("X", Word("kv", roman=True)), "scores": sym("S"), "weights": sym("A"), "Z": sym("Z"),
                   **{m: sym(m) for m in "QKV"}, **{f"{w}_{m}": sym(w, m) for w in "Wb" for m in "QKVO"}}
 #: The KV cache's past keys and values (attntrace.kinds.cache).
 OPERAND_SYMBOL.update({"K_past": sym("K", Word("past")), "V_past": sym("V", Word("past"))})

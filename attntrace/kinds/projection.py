@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from attntrace.kinds.base import Flow, Kind, label
 from attntrace.kinds.context import check_finite, sum_finite
-from attntrace.model.formula import sym
+from attntrace.model.formula import Word, sym
 
 
 def kv_head(problem, head: int | None) -> int | None:
@@ -85,7 +85,7 @@ class Projection(Kind):
             result, shape = ctx.product(self.id, head, x, ctx.operand(w_op))
             result = ctx.add_bias(self.id, head, result, shape, bias)
         inputs = [x.ref, w_name] + ([b_name] if bias else [])
-        product = (sym("X", "kv") if src == "X_kv" else x.letter) * sym("W", self.which).head(own)
+        product = (sym("X", Word("kv", roman=True)) if src == "X_kv" else x.letter) * sym("W", self.which).head(own)
         formula = sym(self.which).head(own).eq(product + sym("b", self.which).head(own) if bias else product)
         details = {"bias": bias.name} if bias else {}
         if shared_kv:
