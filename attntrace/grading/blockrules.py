@@ -103,7 +103,7 @@ def swiglu(gate: Box, up: Box, f) -> Box:
 
 def linear(a: Box, w: Box, bias: Box | None) -> Box:
     """a W (+ b): the FFN's products."""
-    if a.shape[1] != w.shape[0]:
+    if a.shape[1] != w.shape[0] or (bias is not None and bias.shape[1] != w.shape[1]):
         raise ValueError("shapes")
     out = intervals.matmul(a, w)
     return out if bias is None else intervals.add(out, bias)

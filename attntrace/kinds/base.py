@@ -78,6 +78,18 @@ class Planting(str):
     def code(self) -> str:
         return str(self)
 
+    def __eq__(self, other) -> bool:
+        """As its code against a string; against another planting, every field counts too."""
+        if isinstance(other, Planting):
+            return str.__eq__(self, other) and (self.kind, self.order, self.swap, self.steps, self.numbers) == (
+                other.kind, other.order, other.swap, other.steps, other.numbers)
+        return str.__eq__(self, other)
+
+    def __ne__(self, other) -> bool:
+        return not self == other
+
+    __hash__ = str.__hash__
+
     def changes(self, step_id: str) -> bool:
         return step_id in self.steps if self.steps else step_id == self.kind
 

@@ -42,6 +42,8 @@ class Norm(Kind):
         gain = next((b.mid for n, b in named.items() if n.startswith("gamma")), None)
         bias = next((b.mid for n, b in named.items() if n.startswith("beta")), None)
         axis = 0 if mistake == "norm_wrong_axis" else 1
+        if any(v is not None and v.shape[1] != args[0].shape[1] for v in (gain, bias)):
+            raise iv.Impossible()  # an input of another shape (a transposed earlier step)
 
         def f(r):
             if rms:
