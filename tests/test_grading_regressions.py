@@ -360,3 +360,16 @@ def test_softcap_sentence_quotes_the_cap_at_a_later_step():
     assert wrong.diagnosis.code == "softcap_not_divided"
     for lang in ("en", "zh"):
         assert "c = 2" in wrong.diagnosis.message(lang)
+
+
+def test_class_report_lists_a_mistake_with_no_gloss():
+    """The class report's mistake list names every code, also one with no short gloss in
+    class_messages (rope_wrong_layout): it rendered an UndefinedError."""
+    from attntrace.teach.classcheck import check_class
+
+    trace, answer = _planted("rope-4-tokens-half", "rope_wrong_layout", "Q_rope")
+    report = check_class(trace, [answer])
+    assert "rope_wrong_layout" in [m["code"] for m in report.mistakes()]
+    for fmt in ("text", "md", "tex"):
+        for lang in ("en", "zh"):
+            assert "rope" in report.render(fmt, lang=lang).replace("\\_", "_")
