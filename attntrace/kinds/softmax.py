@@ -25,6 +25,15 @@ def _rows_not_normalised(step, answer, reference, bad, allowed):
     return {"rows": rows, "sums": [float(sums[i - 1]) for i in rows]} if rows else None
 
 
+def _logit_columns(step, default: int) -> int:
+    """How many columns the softmax of this step ran over (its exponentials' width: more than
+    the weights' when a kind appended a logit column with no value), `default` when unknown.
+    Scores of another width (K and V from the wrong sequence) are then a student's mistake,
+    whose softmax is carried whole, not cut to the weights' width."""
+    exp = step.details.get("exp") if step.details else None
+    return default if exp is None else tuple(exp.shape)[1]
+
+
 class Weights(Kind):
     pipeline, after = "head", ("masked",)
     id = "weights"
@@ -43,7 +52,7 @@ class Weights(Kind):
         that kind's mistake they were left out."""
         t = args[0]
         n = step.shape[1]
-        if t.shape[1] > n:
+        if t.shape[1] > n and t.shape[1] == _logit_columns(step, t.shape[1]):
             keys = iv.Box(t.lo[:, :n], t.hi[:, :n])
             if mistake in self._OWN:  # the softmax's own mistakes, on the keys
                 return self.carry(iv, step, (keys,), mistake)
