@@ -325,3 +325,51 @@ def test_tex_report_with_every_mistake_compiles(xelatex, lang):
     doc = head + "\n\\usepackage{amsmath,amssymb}\n\\begin{document}\n" + "\n\\clearpage\n".join(bodies) + "\n\\end{document}\n"
     ok, log, _ = xelatex(doc)
     assert ok, log[-3000:]
+
+
+def _planted(example: str, code: str, step_id: str, keep=lambda planting, step: True) -> tuple:
+    """(trace, the answer of a student who made `code` at `step_id`: every step from the world
+    with that mistake planted, to 4 decimals, where `keep` says)."""
+    import attntrace
+    from attntrace.grading.diagnose import World
+
+    trace = attntrace.run(example, mode="numeric")
+    world = World(trace)
+    planting = next(m for m in world.mutations if m.code == code and m.changes(step_id))
+    values = world.recompute({}, planting)
+    answer = {(k[0] if k[1] is None else f"{k[0]}@{k[1]}"): values[k].mid.round(4).tolist()
+              for k, s in zip(world.keys, world.steps) if values[k] is not None and keep(planting, s)}
+    return trace, answer
+
+
+@pytest.mark.parametrize("example", ["llama-block-tiny", "moe-tiny"])
+def test_a_transposed_residual_is_named_not_a_crash(example):
+    """A transposed residual1 before a norm with a gain (and an FFN with biases): the steps after
+    it cannot be computed from it, which the checker said with a ValueError."""
+    trace, answer = _planted(example, "transposed", "residual1")
+    step = check(trace, answer).step("residual1")
+    assert step.status == "wrong" and step.diagnosis.code == "transposed"
+
+
+def test_softcap_sentence_quotes_the_cap_at_a_later_step():
+    """softcap_not_divided diagnosed at the masked scores (the capped scores not written): its
+    sentence quotes c, which only the softcap step gave."""
+    trace, answer = _planted("softcap-gemma2", "softcap_not_divided", "softcap", keep=lambda p, s: not p.changes(s.id))
+    report = check(trace, answer)
+    wrong = report.first_wrong_step
+    assert wrong.diagnosis.code == "softcap_not_divided"
+    for lang in ("en", "zh"):
+        assert "c = 2" in wrong.diagnosis.message(lang)
+
+
+def test_class_report_lists_a_mistake_with_no_gloss():
+    """The class report's mistake list names every code, also one with no short gloss in
+    class_messages (rope_wrong_layout): it rendered an UndefinedError."""
+    from attntrace.teach.classcheck import check_class
+
+    trace, answer = _planted("rope-4-tokens-half", "rope_wrong_layout", "Q_rope")
+    report = check_class(trace, [answer])
+    assert "rope_wrong_layout" in [m["code"] for m in report.mistakes()]
+    for fmt in ("text", "md", "tex"):
+        for lang in ("en", "zh"):
+            assert "rope" in report.render(fmt, lang=lang).replace("\\_", "_")

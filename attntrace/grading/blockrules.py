@@ -18,8 +18,8 @@ not first-order guesses (docs/DESIGN.md, "Carried forward through nonlinear step
   at x* when lo <= x* <= hi; SwiGLU is SiLU(H) * U, an interval product.
 
 Every bound is widened by a few ulps of the values' size (`intervals._widen`) for float
-rounding. The planted mistakes of these kinds (kindrules: norm_unbiased_variance, norm_wrong_axis,
-gelu_relu_confused) are computed as before; only the right computation is here.
+rounding. The planted mistakes of these kinds (norm_unbiased_variance, norm_wrong_axis,
+gelu_relu_confused) are their kinds' (`Kind.carry`); only the right computation is here.
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def swiglu(gate: Box, up: Box, f) -> Box:
 
 def linear(a: Box, w: Box, bias: Box | None) -> Box:
     """a W (+ b): the FFN's products."""
-    if a.shape[1] != w.shape[0]:
+    if a.shape[1] != w.shape[0] or (bias is not None and bias.shape[1] != w.shape[1]):
         raise ValueError("shapes")
     out = intervals.matmul(a, w)
     return out if bias is None else intervals.add(out, bias)

@@ -35,13 +35,11 @@ import numpy as np
 
 from attntrace.grading import intervals, mistakes
 from attntrace.grading.answer import MAX_DECIMALS, AnswerMatrix, Answers, Policy, load_answer
-from attntrace.grading.diagnose import EARLY_ROUNDING, MASK_LARGE_NEGATIVE, UNKNOWN, WRONG_SHAPE, World, diagnosis_params
+from attntrace.grading.diagnose import EARLY_ROUNDING, UNKNOWN, WRONG_SHAPE, World, diagnosis_params
 from attntrace.grading.messages import LANGS, messages
+from attntrace.kinds import KINDS
 from attntrace.model.errors import BadInput
 from attntrace.model.trace import Trace
-
-#: Per-head steps a multi-head answer may give full width, (n, h*d_k), to be split into heads.
-FULL_WIDTH_STEPS = ("Q", "K", "V", "Z")
 
 
 @dataclass(frozen=True)
@@ -235,8 +233,9 @@ def check(spec_or_trace: Any, answer: Any, *, mode: str | None = None, atol: flo
         if a.fits(expected, expected, policy):
             results[named] = StepResult(status="correct", **common)
             continue
-        if mistakes.large_negative_mask(step, a, expected, policy):
-            results[named] = StepResult(status="correct", diagnosis=_diagnosis(world, step, MASK_LARGE_NEGATIVE), **common)
+        remark = mistakes.accepted(step, a, expected, policy)
+        if remark is not None:
+            results[named] = StepResult(status="correct", diagnosis=_diagnosis(world, step, remark), **common)
             continue
         wrong_entries = WrongEntries() if a.shape != shape else WrongEntries(a, expected, a.misfit_cells(expected, expected, policy))
         given, carried_world = student_world()
@@ -328,7 +327,8 @@ def split_full_width(trace: Trace, answers: Answers) -> Answers:
     out.meta = answers.meta
     out.ignored = answers.ignored
     for (step_id, head), a in answers.items():
-        if head is not None or step_id not in FULL_WIDTH_STEPS or trace.has(step_id, None) or not trace.has(step_id, 1):
+        kind = KINDS.get(step_id)
+        if head is not None or kind is None or not kind.full_width_answer or trace.has(step_id, None) or not trace.has(step_id, 1):
             out[(step_id, head)] = a
             continue
         widths = [trace.step(step_id, h).shape[1] for h in range(1, trace.num_heads + 1)]

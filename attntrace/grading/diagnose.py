@@ -13,9 +13,9 @@ The checker needs two recomputations besides the truth:
   scores are diagnosed `missing_scale` even when the scaled scores were not written down).
 
 All recomputation is numeric float64 over intervals (`intervals.Box`; exact traces are
-converted to floats); the mistakes are listed in `catalogue`; how each step is computed,
-right or wrong, is in `mistakes`; the sentences for each code live in
-templates/check/messages.*.j2.
+converted to floats); the mistakes are listed in `catalogue`; each step is computed, right
+or wrong, by its kind's `carry` (`mistakes`); a code's sentence is in its kind's prose
+templates, or templates/check/messages.*.j2 for the mistakes of any step.
 """
 
 from __future__ import annotations
@@ -24,13 +24,17 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from attntrace.grading import intervals, kindrules, mistakes
+from attntrace.grading import intervals, mistakes
 from attntrace.grading.catalogue import (  # noqa: F401 - the catalogue's names are public here too
     ANY, CATALOGUE, CODES, EARLY_ROUNDING, MASK_LARGE_NEGATIVE, REMARKS, UNKNOWN, WRONG_SHAPE, Impossible, Key, Mutation,
     to_float)
 from attntrace.grading.intervals import Box
-from attntrace.kinds import KINDS
+from attntrace.kinds import KINDS, MISTAKES
+from attntrace.kinds.base import Kind
 from attntrace.model.trace import STEP_IDS, Step, Trace, block_address
+
+#: code -> how a step reads its inputs under that mistake (`Mistake.rewire`: kv_head_mapping).
+_REWIRE = {code: mistake.rewire for code, (_, mistake) in MISTAKES.items() if mistake.rewire is not None}
 
 #: `World.of`'s cache: the world of the last trace checked.
 _LAST_WORLD: dict = {}
@@ -57,6 +61,9 @@ class World:
         x = self.operands.get(("X", None))
         self.d_model = None if x is None else x.shape[1]
         self.mutations = mistakes.mutations(self)
+        # the kinds whose steps give every sentence numbers (`Kind.trace_params`), with their steps
+        self.quoted = [(KINDS[i], [s for s in trace.steps if s.id == i]) for i in dict.fromkeys(s.id for s in trace.steps)
+                       if i in KINDS and type(KINDS[i]).trace_params is not Kind.trace_params]
         # Where each step's inputs point, with no mistake planted (the same for every answer).
         present: dict[Key, None] = dict.fromkeys(self.operands)
         self._keys: list[tuple[Key, ...]] = []
@@ -145,7 +152,8 @@ class World:
             refs = step.inputs
             if changes and mutation.swap:
                 refs = tuple(dict(mutation.swap).get(r, r) for r in refs)
-            refs = kindrules.rewire(step, refs, mutation)
+            if changes and mutation.code in _REWIRE:
+                refs = _REWIRE[mutation.code](step, refs, mutation)
             keys = self._keys[index] if refs == step.inputs else [self.key_of(ref, step.head, values) for ref in refs]
             result = self._compute(step, [values.get(k) if k in values else self._later(k, given) for k in keys], mutation)
             if result is None:  # a wrong-shaped given input: the recomputed one instead
@@ -194,17 +202,11 @@ class World:
 
 def diagnosis_params(world: World, step: Step, mutation: Mutation | None, *, given_shape=None) -> dict:
     """Numbers the diagnosis sentence may mention (d_k, the factor, d_model, shapes, order)."""
-    scaled = next((s for s in world.steps if s.id == "scaled" and s.head == step.head), None) or \
-        next((s for s in world.steps if s.id == "scaled"), None)
     params: dict[str, Any] = {"step": step.id, "head": step.head, "key": step.key,
                               "expected_shape": tuple(step.shape), "given_shape": given_shape,
                               "d_model": world.d_model, "d_k": None, "factor": None, "num_heads": world.trace.num_heads}
-    if scaled is not None:
-        params["d_k"] = scaled.details.get("d_k")
-        params["factor"] = float(scaled.details["factor"]) if scaled.details.get("factor") is not None else None
-        params["by_sqrt_dk"] = bool(scaled.details.get("by_sqrt_dk"))
-    rope = next((s for s in world.steps if s.id in ("Q_rope", "K_rope")), None)
-    params["rope_layout"] = None if rope is None else rope.details.get("layout")
+    for kind, steps in world.quoted:  # the step's own head first (its d_k)
+        params.update(kind.trace_params(sorted(steps, key=lambda s: s.head != step.head)))
     params.update(KINDS[step.id].message_params(step) if step.id in KINDS else {})
     if mutation is not None and mutation.order:
         params["order"] = mutation.order

@@ -1,11 +1,10 @@
-"""The checker's reading of the kinds' own declarations: their `carry` rules and `Mistake`s.
+"""The interval toolkit a kind's `carry` rule computes with, and the kind that recomputes a step.
 
 A kind declares, in its module, how a step is recomputed from the student's values (`carry`,
-written against the interval toolkit below, so the kind never imports the checker) and its
-mistakes (`Mistake`: code, the other steps it changes, when it can be made). This module turns
-them into what `mistakes` needs: `RULES` (step id -> rule) and `mutations(code, world)`. The
-catalogue lists the declared codes (`catalogue.CATALOGUE`), and a code's sentence is the macro
-of that name in the kind's prose templates (`messages`).
+written against the toolkit below, which is passed in, so the kind never imports the checker)
+and its mistakes (`attntrace.kinds.base.Mistake`). `mistakes` plants them and calls the rules;
+the catalogue lists the declared codes (`catalogue.CATALOGUE`), and a code's sentence is the
+macro of that name in the kind's prose templates (`messages`).
 """
 
 from __future__ import annotations
@@ -13,14 +12,15 @@ from __future__ import annotations
 import numpy as np
 
 from attntrace.grading import blockrules, intervals
-from attntrace.grading.catalogue import Impossible, Mutation, to_float
+from attntrace.grading.catalogue import Impossible, to_float
 from attntrace.grading.intervals import Box
-from attntrace.kinds import KINDS, MISTAKES
+from attntrace.kinds import KINDS
 
 
 class Toolkit:
     """The interval operations a kind's `carry` rule computes with (valid enclosures: each
-    contains every value the computation can give on its input intervals)."""
+    contains every value the computation can give on its input intervals, except where a
+    mistake's computation is bounded to first order: it only names a mistake)."""
 
     Impossible = Impossible
     Box = Box
@@ -29,7 +29,18 @@ class Toolkit:
     matmul = staticmethod(intervals.matmul)
     divide = staticmethod(intervals.divide)
     stack = staticmethod(intervals.stack)
+    fill_where = staticmethod(intervals.fill_where)
+    softmax_rows = staticmethod(intervals.softmax_rows)
+    divide_by_row_sum = staticmethod(intervals.divide_by_row_sum)
+    widen = staticmethod(intervals._widen)  # (mid, rad, size): mid +- rad, widened by a few ulps of size
     floats = staticmethod(to_float)  # a step's value or detail (ndarray or SymPy matrix) as float64
+
+    @staticmethod
+    def product(a: Box, b: Box) -> Box:
+        """a b, Impossible when the shapes do not fit."""
+        if a.shape[1] != b.shape[0]:
+            raise Impossible()
+        return intervals.matmul(a, b)
 
     @staticmethod
     def monotone(x: Box, f) -> Box:
@@ -53,6 +64,39 @@ class Toolkit:
         return blockrules._padded(blockrules._times(a, b))
 
     @staticmethod
+    def hadamard(a: Box, b: Box) -> Box:
+        """a o b entry by entry by midpoint and radius: |xy - mx my| <= |mx| ry + rx |my| + rx ry."""
+        ma, ra, mb, rb = a.mid, a.rad, b.mid, b.rad
+        with np.errstate(invalid="ignore", over="ignore"):
+            return intervals._widen(ma * mb, np.abs(ma) * rb + ra * np.abs(mb) + ra * rb, np.abs(ma * mb))
+
+    @staticmethod
+    def minus_row(a: Box, r: Box) -> Box:
+        """a - r 1^T (r a column, one number a row)."""
+        with np.errstate(invalid="ignore", over="ignore"):
+            return intervals._widen(a.mid - r.mid, a.rad + r.rad, np.abs(a.mid) + np.abs(r.mid))
+
+    @staticmethod
+    def colsum(a: Box) -> Box:
+        """The column sums of a, a row."""
+        return intervals._widen((a.lo.sum(axis=0, keepdims=True) + a.hi.sum(axis=0, keepdims=True)) / 2,
+                                (a.hi - a.lo).sum(axis=0, keepdims=True) / 2, np.abs(a.mid).sum(axis=0, keepdims=True))
+
+    @staticmethod
+    def first_order(f, x: Box) -> Box:
+        """f (a smooth map of matrices) over the box x, bounded to first order: f(mid) and the
+        finite-difference Jacobian times the radii (a mistake's computation, used only to name it)."""
+        mid = f(x.mid)
+        rad = np.zeros_like(mid)
+        flat_rad = x.rad.ravel()
+        for k in np.flatnonzero(flat_rad):
+            h = max(1e-7, 1e-7 * abs(x.mid.flat[k]))
+            bumped = x.mid.copy()
+            bumped.flat[k] += h
+            rad += np.abs((f(bumped) - mid) / h) * flat_rad[k]
+        return intervals._widen(mid, rad * 1.01, np.abs(mid) + 1.0)
+
+    @staticmethod
     def quotient(num: Box, den: Box) -> Box:
         """num / den entry by entry for den > 0 (den may broadcast): the end points' quotients."""
         if (den.lo <= 0).any():
@@ -64,6 +108,21 @@ class Toolkit:
         """LayerNorm (rms=False, biased variance) or RMSNorm of each row (`blockrules.norm`)."""
         try:
             return blockrules.norm(r, gain, bias, eps, rms)
+        except ValueError:
+            raise Impossible() from None
+
+    @staticmethod
+    def activation(h: Box, name: str) -> Box:
+        """relu / gelu / gelu_tanh / silu over each entry's interval (`blockrules.activation`)."""
+        from attntrace.algebra.numeric import NumericAlgebra
+
+        return blockrules.activation(h, name, NumericAlgebra().activation)
+
+    @staticmethod
+    def linear(a: Box, w: Box, bias: Box | None) -> Box:
+        """a W (+ b): the FFN's products (`blockrules.linear`)."""
+        try:
+            return blockrules.linear(a, w, bias)
         except ValueError:
             raise Impossible() from None
 
@@ -80,28 +139,8 @@ class Toolkit:
 TOOLKIT = Toolkit()
 
 
-def _rule(kind):
-    def rule(world, step, args, m, mutation):
-        return kind.carry(TOOLKIT, step, args, m)
-    return rule
-
-
-#: step id -> its rule, for every kind that declares `carry`.
-RULES = {k.id: _rule(k) for k in KINDS.values() if k.carry is not None}
-
-
-def mutations(code: str, world) -> list[Mutation]:
-    """The declared mistake `code` planted in this trace, when its kind's steps are here and its
-    `when` (if any) says it can be made."""
-    kind, mistake = MISTAKES[code]
-    steps = (kind.id,) + mistake.also
-    present = [s for s in world.steps if s.id in steps]
-    if not present or (mistake.when is not None and not mistake.when(present)):
-        return []
-    return [Mutation(code, kind.id, steps=frozenset(steps))]
-
-
-def message_kind(code: str):
-    """The kind whose prose templates hold the sentence of a declared mistake, or None."""
-    found = MISTAKES.get(code)
-    return None if found is None else found[0]
+def rule_of(step_id: str):
+    """The kind that recomputes steps of this id (its `carry`), or None: the step is taken at
+    its true value and nothing is carried through it."""
+    kind = KINDS.get(step_id)
+    return kind if kind is not None and kind.carry is not None else None

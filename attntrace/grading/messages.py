@@ -8,11 +8,12 @@ for a report. Used by `checker.Diagnosis.message`, `reports` and `teach.classche
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any, Mapping
 
 from attntrace.grading.diagnose import UNKNOWN
-from attntrace.grading.kindcarry import message_kind
+from attntrace.kinds import MISTAKES
 from attntrace.inputs.textescape import escape_md, escape_tex as tex_escape
 from attntrace.inputs.usertext import format_user_text, inline_math_for
 from attntrace.model.errors import BadInput
@@ -48,10 +49,10 @@ class _Messages:
     def declared(self, code: str):
         """The sentence of a mistake a kind declares: the macro named by its code in the
         kind's prose template (templates/prose/{lang}/{prose}.j2), or None."""
-        kind = message_kind(code)
-        if kind is None or self.prose is None:
+        found = MISTAKES.get(code)
+        if found is None or self.prose is None:
             return None
-        return getattr(self.prose(kind.prose), code, None)
+        return next((m for m in (getattr(self.prose(p), code, None) for p in found[0].sentence_prose) if m is not None), None)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.module, name)
@@ -91,6 +92,6 @@ def messages(lang: str, template_dir, format: str) -> _Messages:
     if lang not in LANGS:
         raise BadInput(f"unknown language {lang!r}; choose one of {', '.join(LANGS)}")
     env = report_environment(template_dir)
+    prose = functools.lru_cache(maxsize=None)(lambda name: env.get_template(f"prose/{lang}/{name}.j2").make_module({"format": format}))
     return _Messages(env.get_template(f"check/messages.{lang}.j2").make_module({"format": format}), format,
-                     env.get_template("check/helpers.j2").make_module({"format": format}),
-                     lambda prose: env.get_template(f"prose/{lang}/{prose}.j2").make_module({"format": format}))
+                     env.get_template("check/helpers.j2").make_module({"format": format}), prose)

@@ -28,7 +28,9 @@ from __future__ import annotations
 from attntrace.inputs.expr import to_plain
 from attntrace.inputs.options import SpecOption
 from attntrace.inputs.stepoptions import parse_backward
-from attntrace.kinds.base import Flow, Kind, Symbol
+import numpy as np
+
+from attntrace.kinds.base import Flow, Kind, Mistake, Symbol
 from attntrace.model.errors import BadInput
 from attntrace.model.formula import ONES, Add, Diff, Dots, Frac, Hcat, Node, Op, Paren, Partial, Seq, Slice, Sqrt, Sum, Sym, Word, node, sym
 
@@ -62,6 +64,61 @@ class Grad(Kind):
 
     def enabled(self, problem) -> bool:
         return problem.extra.get("backward") is not None and problem.start in self.starts and self.runs(problem)
+
+    # -- the checker ---------------------------------------------------------------------------
+    def carry(self, iv, step, args, mistake):
+        """The gradient from the student's values, by its rule: a product (dV = A^T dZ, dA = dZ V^T,
+        dQ = dS K, dK = dS^T Q, dW_Q = X^T dQ, ...), the softmax's backward dT = A o (dA - r 1^T),
+        the scale dS = dT / sqrt(d_k), the seed 2 O of the loss sum o^2, db_O (column sums of
+        dO), a head's dZ (its columns of dconcat), dW_Q of full-width weights (X^T times the
+        heads' dQ side by side) and dX (the sum over heads and projections of dP W_P^T). Any
+        other rule (a seed given as a matrix, the loss sum o): its true value, which depends on
+        nothing the student wrote. Mistakes: dV_missing_transpose, dK_missing_transpose (the
+        first factor not transposed), softmax_backward_no_rowsum (r dropped), grad_scale_forgotten."""
+        rule = step.details.get("rule")
+        if rule == "product" and len(args) == 2:
+            ta, tb = step.details.get("transposed", (False, False))
+            if mistake in ("dV_missing_transpose", "dK_missing_transpose"):
+                ta = False
+            return iv.product(args[0].T if ta else args[0], args[1].T if tb else args[1])
+        if rule == "softmax" and len(args) == 2:
+            a, da = args
+            if a.shape != da.shape or not (np.isfinite(a.lo).all() and np.isfinite(a.hi).all()):
+                raise iv.Impossible()
+            if mistake == "softmax_backward_no_rowsum":
+                return iv.hadamard(a, da)
+            ag = iv.hadamard(a, da)
+            r = iv.Box(ag.lo.sum(axis=1, keepdims=True), ag.hi.sum(axis=1, keepdims=True))
+            return iv.hadamard(a, iv.minus_row(da, r))
+        if rule == "scale" and len(args) == 1:
+            if mistake == "grad_scale_forgotten":
+                return args[0]
+            return iv.divide(args[0], float(step.details["factor"]))
+        if rule == "sum_squares" and len(args) == 1:
+            return iv.divide(args[0], 0.5)
+        if rule == "colsum" and len(args) == 1:
+            return iv.colsum(args[0])
+        if rule == "block" and len(args) == 1:
+            first, last = step.details["block"]
+            if args[0].shape[1] < last:
+                raise iv.Impossible()
+            return iv.Box(args[0].lo[:, first - 1:last], args[0].hi[:, first - 1:last])
+        if rule == "stack" and len(args) >= 2:
+            parts = list(args[1:])
+            if len({p.shape[0] for p in parts}) != 1 or args[0].shape[0] != parts[0].shape[0]:
+                raise iv.Impossible()
+            return iv.matmul(args[0].T, iv.stack(parts, axis=1))
+        if rule == "paths" and len(args) >= 2 and len(args) % 2 == 0:
+            total = None
+            for dp, w in zip(args[0::2], args[1::2]):
+                if dp.shape[1] != w.shape[1]:
+                    raise iv.Impossible()
+                term = iv.matmul(dp, w.T)
+                if total is not None and total.shape != term.shape:
+                    raise iv.Impossible()
+                total = term if total is None else iv.add(total, term)
+            return total
+        return iv.point(iv.floats(step.value))
 
     def runs(self, problem) -> bool:
         return True
@@ -183,7 +240,7 @@ class HeadOutputGrad(Grad):
 class ValueGrad(Grad):
     """dV = A^T dZ: value row j collects the output gradients of the queries that read it."""
 
-    mistakes = ("dV_missing_transpose",)
+    mistakes = (Mistake("dV_missing_transpose"),)
 
     def compute(self, ctx, head, state):
         dz, a = state.get("dZ"), state.get("A")
@@ -228,7 +285,7 @@ class SoftmaxGrad(Grad):
 class ScaledGrad(SoftmaxGrad):
     """dscaled: the gradient of the scaled (and masked) scores, through the softmax."""
 
-    mistakes = ("softmax_backward_no_rowsum",)
+    mistakes = (Mistake("softmax_backward_no_rowsum", also=("dscores",), when=lambda steps: any(s.details.get("rule") == "softmax" for s in steps)),)
 
     def runs(self, problem):
         return problem.scale is not False
@@ -240,7 +297,7 @@ class ScaledGrad(SoftmaxGrad):
 class ScoresGrad(SoftmaxGrad):
     """dscores: dT / sqrt(d_k) after the scaling, else straight through the softmax."""
 
-    mistakes = ("softmax_backward_no_rowsum", "grad_scale_forgotten")
+    mistakes = (ScaledGrad.mistakes[0], Mistake("grad_scale_forgotten", when=lambda steps: any(s.details.get("rule") == "scale" for s in steps)))
 
     def compute(self, ctx, head, state):
         dt = state.get("dscaled")
@@ -305,6 +362,8 @@ class ProjectionGrad(Grad):
         kind = "b" if bias else "W"
         super().__init__(f"d{kind}_{which}", sym(kind, which), f"g^{{{kind}{which}}}", per_head=not full)
         self.which, self.bias, self.full = which, bias, full
+        if bias:
+            self.carry = None  # db_Q, ... are checked at their true value: nothing is carried through them
 
     def runs(self, problem):
         if _split(problem) != self.full:
@@ -352,6 +411,8 @@ class InputGrad(Grad):
     def __init__(self, id, of, symbol, kv: bool):
         super().__init__(id, of, symbol, per_head=False)
         self.kv = kv
+        if kv:
+            self.carry = None  # dX_kv is checked at its true value: nothing is carried through it
 
     def runs(self, problem):
         return not self.kv or "X_kv" in problem.shared
@@ -399,7 +460,7 @@ DSCALED = ScaledGrad("dscaled", "T", "g^{T}")
 DSCORES = ScoresGrad("dscores", "S", "g^{S}")
 DQ = QueryKeyGrad("dQ", "Q", "g^{Q}")
 DK = QueryKeyGrad("dK", "K", "g^{K}")
-DK.mistakes = ("dK_missing_transpose",)  # dQ = dS K has no transpose to miss
+DK.mistakes = (Mistake("dK_missing_transpose"),)  # dQ = dS K has no transpose to miss
 HEAD_PARAMS = tuple(ProjectionGrad(w, b, full=False) for b in (False, True) for w in "QKV")
 FULL_PARAMS = tuple(ProjectionGrad(w, b, full=True) for b in (False, True) for w in "QKV")
 DX = InputGrad("dX", "X", "g^{X}", kv=False)

@@ -52,22 +52,86 @@ class Flow:
         self.entry: Node | None = None if entry is None else node(entry)
 
 
+class Planting(str):
+    """One way a mistake is planted in a trace: its code (the string itself, so a kind's `carry`
+    compares `mistake == "missing_scale"`) and what the checker needs to recompute with it.
+
+    kind: the step id it is catalogued under; steps: the step ids it changes (empty: `kind`
+    alone); swap: input references read instead ((("W_K", "W_Q"),) computes K with W_Q);
+    order: a head order (1-based: the concatenation's order, or the key/value head each query
+    head reads); numbers: what the kind's `carry` needs from the rest of the trace (d_model, the
+    rotation of the keys)."""
+
+    kind: str
+    order: tuple[int, ...] | None
+    swap: tuple[tuple[str, str], ...]
+    steps: frozenset
+    numbers: dict
+
+    def __new__(cls, code: str, kind: str, order=None, swap=(), steps=frozenset(), numbers=None):
+        self = super().__new__(cls, code)
+        self.kind, self.order, self.swap, self.steps = kind, order, tuple(swap), frozenset(steps)
+        self.numbers = dict(numbers or {})
+        return self
+
+    @property
+    def code(self) -> str:
+        return str(self)
+
+    def __eq__(self, other) -> bool:
+        """As its code against a string; against another planting, every field counts too."""
+        if isinstance(other, Planting):
+            return str.__eq__(self, other) and (self.kind, self.order, self.swap, self.steps, self.numbers) == (
+                other.kind, other.order, other.swap, other.steps, other.numbers)
+        return str.__eq__(self, other)
+
+    def __ne__(self, other) -> bool:
+        return not self == other
+
+    __hash__ = str.__hash__
+
+    def changes(self, step_id: str) -> bool:
+        return step_id in self.steps if self.steps else step_id == self.kind
+
+
 class Mistake(str):
     """A checker mistake a kind declares: its code (the string itself: answer files, templates,
-    `code in kind.mistakes` all see the code) and what the checker needs to plant it.
+    `code in kind.mistakes` all see the code) and what the checker needs to plant or see it.
 
     also: the other step ids it changes (the kind's own id comes first); when(steps): whether
     it can be made in a trace whose steps of this kind are `steps` (e.g. not when it would give
-    the right values). Its sentence is the macro named by the code in the kind's prose
-    templates (templates/prose/{lang}/{prose}.j2), and the kind's `carry` computes it."""
+    the right values); plant(kind, trace): the `Planting`s of this mistake in a trace, when one
+    planting with `also` and `when` is not enough (a weight swapped for each other projection's,
+    each order of the heads); planted: False for a mistake only read off the student's numbers;
+    rewire(step, refs, planting): the input references a step reads under the planting;
+    read_off(step, answer, reference, bad): the mistake's numbers (a dict) when the student's
+    values show it against `reference` (the interval of what they should have got, `bad` the
+    entries outside it), else None; explains: a mistake read off that accounts for the wrong
+    entries (no `arithmetic_slip` is read off next to it). Its sentence is the macro named by
+    the code in the kind's prose templates (templates/prose/{lang}/{prose}.j2), and the kind's
+    `carry` computes it."""
 
     also: tuple[str, ...]
     when: Any
 
-    def __new__(cls, code: str, *, also: tuple[str, ...] = (), when=None):
+    def __new__(cls, code: str, *, also: tuple[str, ...] = (), when=None, plant=None, planted: bool = True,
+                rewire=None, read_off=None, explains: bool = False):
         self = super().__new__(cls, code)
-        self.also, self.when = tuple(also), when
+        self.also, self.when, self.plant, self.planted = tuple(also), when, plant, planted
+        self.rewire, self.read_off, self.explains = rewire, read_off, explains
         return self
+
+    def plantings(self, kind: "Kind", trace) -> list[Planting]:
+        """Where this mistake can be made in `trace` (none when its steps are absent)."""
+        if not self.planted:
+            return []
+        if self.plant is not None:
+            return self.plant(kind, trace)
+        steps = (kind.id,) + self.also
+        present = [s for s in trace.steps if s.id in steps]
+        if not present or (self.when is not None and not self.when(present)):
+            return []
+        return [Planting(str(self), kind.id, steps=frozenset(steps))]
 
 
 class Kind:
@@ -147,9 +211,28 @@ class Kind:
     #: (None: no rule, the step is taken at its true value and nothing is carried through it).
     #: Called as carry(iv, step, args, mistake): `iv` is the checker's interval toolkit
     #: (`attntrace.grading.kindcarry.TOOLKIT`: monotone maps, norms, sums, products,
-    #: `iv.Impossible`), `args` the Boxes of `step.inputs`, `mistake` a code of this kind's
-    #: `mistakes` to compute instead of the right value, or None.
+    #: `iv.Impossible`), `args` the Boxes of `step.inputs`, `mistake` the `Planting` of a code
+    #: of this kind's `mistakes` to compute instead of the right value (or `transposed`, which
+    #: the checker applies itself), or None.
     carry = None
+
+    #: The checker plants `transposed` (the transpose of the right matrix) in this step; the
+    #: scores do not, since their transpose is their own mistake (`transposed_scores`).
+    transposable: ClassVar[bool] = True
+    #: A multi-head answer may give this step full width, (n, h d_k), head 1's columns first.
+    full_width_answer: ClassVar[bool] = False
+
+    def trace_params(self, steps) -> dict[str, Any]:
+        """Numbers every mistake sentence of the trace may quote (as `d.<name>`), from this kind's
+        steps in it (`steps`: of the head being diagnosed first); {} when it has none to give."""
+        return {}
+
+    def accepts(self, step, values, truth, right) -> str | None:
+        """A remark code when the student's values (float64, the step's shape), wrong against
+        `truth`, are still accepted as right (masked scores written as a huge negative number
+        give the weights of -inf); None otherwise. right(): which entries fit the truth under
+        the check's tolerance (computed when called). Called only for a wrong-looking answer."""
+        return None
 
     def exact_work(self, problem, dims: dict, named: bool) -> int:
         """Exact and symbolic mode: the units of work this kind adds to a head's trace beyond
@@ -174,6 +257,13 @@ class Kind:
     def overflow_how(self, inputs, details) -> str:
         """How the step's value was made, for the one-line overflow error."""
         return f"computed from {', '.join(inputs)}"
+
+    @property
+    def sentence_prose(self) -> tuple[str, ...]:
+        """The prose templates that hold the sentences of this kind's mistakes, first found wins:
+        its own, then those of the kinds it extends (the online Z keeps A V's mistakes)."""
+        mro = [vars(c)["prose"] for c in type(self).__mro__ if "prose" in vars(c)]
+        return tuple(p for p in dict.fromkeys([self.prose] + mro) if p)
 
     @property
     def templates(self) -> tuple[str, str, str]:

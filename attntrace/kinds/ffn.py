@@ -8,7 +8,9 @@ entry by entry, F = H~ W_down (no biases); H~ is the role G of the block's state
 
 from __future__ import annotations
 
-from attntrace.kinds.base import Kind
+import numpy as np
+
+from attntrace.kinds.base import Kind, Mistake
 from attntrace.model.formula import Frac, Func, Num, Op, Paren, Parts, Power, Sqrt, Space, node, sym
 from attntrace.inputs.blockspec import BLOCK_OPERANDS
 from attntrace.kinds.exactsize import check_exact_size
@@ -30,6 +32,10 @@ class Linear(Kind):
         self.weights, self.bias, self.prose, self.swiglu_only = weights, bias, prose, swiglu_only
         self.mistakes = ()
 
+    def carry(self, iv, step, args, mistake):
+        """N W (+ b) from the student's values."""
+        return iv.linear(args[0], args[1], args[2] if len(args) > 2 else None)
+
     def enabled(self, problem) -> bool:
         return not self.swiglu_only or _swiglu(problem)
 
@@ -50,13 +56,36 @@ class Linear(Kind):
         return ctx.emit(self, None, [a.ref, w_name] + ([bias.name] if bias is not None else []), formula, result, shape)
 
 
+#: The activations gelu_relu_confused can swap (ReLU for GELU, GELU for ReLU).
+_CONFUSED = ("relu", "gelu", "gelu_tanh")
+
+
 class Activation(Kind):
     id = "ffn_act"
     per_head = False
     reads, writes = ("H",), "G"
     letter, entry, symbol = sym("H", accent="tilde"), sym("h", accent="tilde"), "\\tilde{h}"
     view, prose = "activation", "ffn_act"
-    mistakes = ("gelu_relu_confused",)
+    mistakes = (Mistake("gelu_relu_confused", when=lambda steps: any(s.details.get("activation") in _CONFUSED for s in steps)),)
+
+    def carry(self, iv, step, args, mistake):
+        """The activation of the student's H (and U for SwiGLU), a valid enclosure;
+        gelu_relu_confused: ReLU for GELU or GELU for ReLU, entry by entry over the student's
+        H (its extremes and midpoint). An activation with no rule: its true value."""
+        act = step.details.get("activation")
+        if mistake != "gelu_relu_confused" or act not in _CONFUSED:
+            if act == "swiglu" and len(args) == 2 and args[0].shape == args[1].shape:
+                return iv.swiglu(args[0], args[1])
+            if act in ("relu", "gelu", "gelu_tanh", "silu") and len(args) == 1:
+                return iv.activation(args[0], act)
+            return iv.point(iv.floats(step.value))
+        from attntrace.algebra.numeric import NumericAlgebra
+
+        wrong = "gelu" if act == "relu" else "relu"
+        h = args[0]
+        vals = [NumericAlgebra().activation(x, wrong) for x in (h.lo, h.mid, h.hi)]
+        lo, hi = np.minimum.reduce(vals), np.maximum.reduce(vals)
+        return iv.widen((lo + hi) / 2, (hi - lo) / 2, np.abs(hi) + np.abs(lo))
 
     def compute(self, ctx, head, state):
         h = state["H"]

@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
-from attntrace.kinds.base import Kind
+import itertools
+
+from attntrace.kinds.base import Kind, Mistake, Planting
+from attntrace.kinds.projection import project
 from attntrace.model.errors import BadInput
 from attntrace.model.formula import Dots, Func, Seq, sym
+
+
+def _head_orders(kind, trace) -> list[Planting]:
+    """head_order: every other order of up to 4 heads, else the heads reversed."""
+    if not any(s.id == kind.id for s in trace.steps):
+        return []
+    h = trace.num_heads
+    orders = itertools.permutations(range(1, h + 1)) if h <= 4 else [tuple(range(h, 0, -1))]
+    return [Planting("head_order", kind.id, tuple(o)) for o in orders if list(o) != sorted(o)]
 
 
 class Concat(Kind):
@@ -15,7 +27,20 @@ class Concat(Kind):
     starts = ("X", "QKV", "scores", "weights", "Z")
     letter, entry = "Z", "z"
     view, prose = "concat", "concat"
-    mistakes = ("concat_rows", "head_order")
+    mistakes = (Mistake("concat_rows"), Mistake("head_order", plant=_head_orders))
+
+    def carry(self, iv, step, args, mistake):
+        """The heads' Z side by side; concat_rows: stacked as rows; head_order: in the planted order."""
+        zs = list(args)
+        if mistake == "concat_rows":
+            if len({z.shape[1] for z in zs}) != 1:
+                raise iv.Impossible()
+            return iv.stack(zs, axis=0)
+        if mistake == "head_order":
+            zs = [zs[i - 1] for i in mistake.order]
+        if len({z.shape[0] for z in zs}) != 1:
+            raise iv.Impossible()
+        return iv.stack(zs, axis=1)
 
     def enabled(self, problem) -> bool:
         return len(problem.heads) > 1
@@ -53,7 +78,14 @@ class Output(Kind):
     starts = ("X", "QKV", "scores", "weights", "Z")
     letter, entry, symbol = "O", "o", "o"
     view, prose = "product", "output"
-    mistakes = ("forgot_output_projection", "output_weights_transposed")
+    mistakes = (Mistake("forgot_output_projection"), Mistake("output_weights_transposed"))
+
+    def carry(self, iv, step, args, mistake):
+        """Z W_O (+ b_O); forgot_output_projection: Z; output_weights_transposed: Z W_O^T."""
+        if mistake == "forgot_output_projection":
+            return args[0]
+        return project(iv, args[0], args[1].T if mistake == "output_weights_transposed" else args[1],
+                       args[2] if len(args) > 2 else None)
 
     def enabled(self, problem) -> bool:
         return "W_O" in problem.shared

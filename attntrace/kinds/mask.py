@@ -25,9 +25,30 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from attntrace.kinds.base import Kind
+from attntrace.kinds.base import Kind, Mistake
 from attntrace.model.errors import BadInput
 from attntrace.model.formula import Cases, Infinity, Neg, sym
+
+#: A masked score written as a finite number this far below the row's largest kept score
+#: (e^-40 ~ 4e-18 of weight) gives the same weights as -inf: accepted, with a remark.
+LARGE_NEGATIVE = 40.0
+
+
+def _other_triangle(steps) -> bool:
+    """mask_wrong_triangle tells apart only a square mask that is not symmetric."""
+    keep = np.asarray(steps[0].details["keep"], dtype=bool)
+    return keep.shape[0] == keep.shape[1] and bool((keep != keep.T).any())
+
+
+def _finite_masked(step, answer, reference, bad, allowed):
+    """mask_not_infinite read off the numbers: every wrong entry is a masked one, written finite."""
+    hidden = np.isneginf(reference.lo)
+    finite = hidden & np.isfinite(answer.values)
+    if finite.any() and hidden[bad].all():
+        return {"cells": [(int(i) + 1, int(j) + 1) for i, j in np.argwhere(finite)],
+                "written": sorted({str(t) for t in answer.texts[bad]})}
+    return None
+
 
 class Masked(Kind):
     pipeline, after = "head", ("bias",)
@@ -37,7 +58,12 @@ class Masked(Kind):
     letter, entry = sym("T", accent="tilde"), sym("t", accent="tilde")
     view, prose = "masks", "masked"
     symbols = ((sym("M"), "mask", "step"),)
-    mistakes = ("mask_ignored", "mask_wrong_triangle", "mask_not_infinite", "window_off_by_one", "causal_top_left_decoding")
+    mistakes = (Mistake("mask_ignored"), Mistake("mask_wrong_triangle", when=_other_triangle),
+                Mistake("mask_not_infinite", read_off=_finite_masked, explains=True),
+                Mistake("window_off_by_one", when=lambda steps: any(
+                    s.details.get("window") is not None and s.details.get("kind") != "matrix" for s in steps)),
+                Mistake("causal_top_left_decoding", when=lambda steps: any(
+                    s.details.get("kind") == "causal_bottom_right" and s.details.get("offset") for s in steps)))
     infinite_ok = True
 
     def enabled(self, problem) -> bool:
@@ -55,6 +81,33 @@ class Masked(Kind):
         formula = self.letter.head(head).at("i", "j").eq(cases)
         return ctx.emit(self, head, [t.ref], formula, result, t.shape, details)
 
+    # -- the checker ---------------------------------------------------------------------------
+    def carry(self, iv, step, args, mistake):
+        """T where the mask keeps, -inf elsewhere; mask_ignored: T; mask_wrong_triangle: the
+        transposed mask; mask_not_infinite: 0 instead of -inf; window_off_by_one: a window of
+        W + 1; causal_top_left_decoding: the top-left causal mask."""
+        t = args[0]
+        keep = np.asarray(step.details["keep"], dtype=bool)
+        if mistake == "mask_ignored":
+            return t
+        if mistake == "mask_wrong_triangle":
+            keep = keep.T
+        elif mistake in ("window_off_by_one", "causal_top_left_decoding"):
+            keep = _planted_keep(iv, step, mistake)
+        if keep.shape != t.shape:
+            raise iv.Impossible()
+        return iv.fill_where(t, keep, 0.0 if mistake == "mask_not_infinite" else -np.inf)
+
+    def accepts(self, step, values, truth, right):
+        """Masked scores written as a finite number so far below the row's kept scores that the
+        weights are those of -inf (kept entries right, `right()`): mask_large_negative."""
+        keep = np.isfinite(truth)
+        finite_masked = ~keep & np.isfinite(values)
+        if not finite_masked.any() or (keep & ~right()).any():
+            return None
+        kept_max = np.where(keep, values, -np.inf).max(axis=1, keepdims=True)
+        return "mask_large_negative" if bool(np.all(np.where(finite_masked, values - kept_max, -np.inf) <= -LARGE_NEGATIVE)) else None
+
     def json_details(self, details) -> dict[str, Any]:
         keep = details.get("keep")
         out: dict[str, Any] = {"mask": details.get("kind")}
@@ -65,6 +118,23 @@ class Masked(Kind):
         if details.get("key_padding") is not None:
             out["key_padding"] = list(details["key_padding"])
         return out
+
+
+def _planted_keep(iv, step, mistake) -> np.ndarray:
+    """The kept entries under window_off_by_one (W + 1) or causal_top_left_decoding."""
+    det = step.details
+    kind, window = det.get("kind"), det.get("window")
+    shape = tuple(np.asarray(det["keep"]).shape)
+    if mistake == "window_off_by_one":
+        if window is None:
+            raise iv.Impossible()
+        window += 1
+    else:
+        kind = "causal"
+    try:
+        return keep_matrix(kind, shape, window=window, padding=det.get("key_padding"))
+    except BadInput:  # a row that keeps nothing
+        raise iv.Impossible() from None
 
 
 def _options(problem) -> Mapping[str, Any]:

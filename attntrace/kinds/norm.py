@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 from attntrace.inputs.blockspec import BLOCK_OPERANDS
-from attntrace.kinds.base import Kind, Symbol
+from attntrace.kinds.base import Kind, Mistake, Symbol
 from attntrace.kinds.exactsize import check_exact_size
 from attntrace.model.errors import BadInput
 from attntrace.model.formula import Func, Num, Parts, Power, Sqrt, Sym, sym
@@ -23,7 +25,38 @@ from attntrace.model.formula import Func, Num, Parts, Power, Sqrt, Sym, sym
 class Norm(Kind):
     per_head = False
     view, prose = "norm", "norm"
-    mistakes = ("norm_unbiased_variance", "norm_wrong_axis")
+    mistakes = (Mistake("norm_unbiased_variance", also=("norm2",), when=lambda steps: any(s.details.get("norm") == "layer" for s in steps)),
+                Mistake("norm_wrong_axis", also=("norm2",)))
+
+    def carry(self, iv, step, args, mistake):
+        """LayerNorm / RMSNorm of the student's rows (`iv.norm`, a valid enclosure); its mistakes
+        likewise: the variance over d - 1 (norm_unbiased_variance) or each column over the tokens
+        (norm_wrong_axis), bounded to first order (they only name a mistake)."""
+        det = step.details
+        rms, eps = det.get("norm") == "rms", float(det.get("eps", 1e-5))
+        named = dict(zip(step.inputs[1:], args[1:]))
+        if mistake not in ("norm_unbiased_variance", "norm_wrong_axis"):
+            gain_box = next((b for n, b in named.items() if n.startswith("gamma")), None)
+            bias_box = next((b for n, b in named.items() if n.startswith("beta")), None)
+            return iv.norm(args[0], gain_box, bias_box, eps, rms)
+        gain = next((b.mid for n, b in named.items() if n.startswith("gamma")), None)
+        bias = next((b.mid for n, b in named.items() if n.startswith("beta")), None)
+        axis = 0 if mistake == "norm_wrong_axis" else 1
+        if any(v is not None and v.shape[1] != args[0].shape[1] for v in (gain, bias)):
+            raise iv.Impossible()  # an input of another shape (a transposed earlier step)
+
+        def f(r):
+            if rms:
+                y = r / np.sqrt((r * r).mean(axis=axis, keepdims=True) + eps)
+            else:
+                c = r - r.mean(axis=axis, keepdims=True)
+                count = r.shape[axis] - (1 if mistake == "norm_unbiased_variance" else 0)
+                y = c / np.sqrt((c * c).sum(axis=axis, keepdims=True) / max(count, 1) + eps)
+            return y * (1.0 if gain is None else gain) + (0.0 if bias is None else bias)
+
+        if not (np.isfinite(args[0].lo).all() and np.isfinite(args[0].hi).all()):
+            raise iv.Impossible()
+        return iv.first_order(f, args[0])
 
     def __init__(self, id: str, reads: str, writes: str, letter: Sym, entry: Sym, symbol: str, which: int):
         self.id, self.reads, self.writes = id, (reads,), writes

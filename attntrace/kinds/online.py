@@ -159,6 +159,12 @@ def _rng(a: int, b: int) -> str:
 class OnlineWeightedSum(WeightedSum):
     """Z = A V, or with `online` the same Z by FlashAttention-2's loop over key blocks."""
 
+    def carry(self, iv, step, args, mistake):
+        """An online Z from the last blocks (`carry_z`), else A V (`WeightedSum.carry`)."""
+        if step.details.get("online"):
+            return carry_z(iv, step, args)
+        return super().carry(iv, step, args, mistake)
+
     view, prose = "online_z", "online"
     pipeline, after = "head", ("weights",)
 

@@ -7,7 +7,9 @@ formula), so the first row of the sinusoidal table is sin 0 = 0, cos 0 = 1.
 
 from __future__ import annotations
 
-from attntrace.kinds.base import Kind
+import numpy as np
+
+from attntrace.kinds.base import Kind, Mistake
 from attntrace.model.errors import BadInput
 from attntrace.model.formula import Add, Frac, Func, Neg, Num, Paren, Parts, Power, sym
 
@@ -18,7 +20,18 @@ class PosEnc(Kind):
     reads, writes = ("X",), "P"
     letter, entry, symbol = "P", "p", None  # constants: symbolic mode keeps sin(...) and cos(...)
     view, prose = "posenc", "pos_enc"
-    mistakes = ("posenc_sin_cos_swapped",)
+    mistakes = (Mistake("posenc_sin_cos_swapped"),)
+
+    def carry(self, iv, step, args, mistake):
+        """The table at its true value (it depends on nothing the student wrote);
+        posenc_sin_cos_swapped: cos in the even columns (1st, 3rd, ... counting from 1), sin in the odd."""
+        if mistake != "posenc_sin_cos_swapped":
+            return iv.point(iv.floats(step.value))
+        n, d = step.shape
+        pos = np.arange(n, dtype=np.float64)[:, None]
+        col = np.arange(d)[None, :]
+        angle = pos / float(step.details.get("base", 10000)) ** ((2 * (col // 2)) / d)
+        return iv.point(np.where(col % 2 == 0, np.cos(angle), np.sin(angle)))
 
     def enabled(self, problem) -> bool:
         return super().enabled(problem) and problem.extra.get("position") == "sinusoidal"
@@ -49,7 +62,16 @@ class Embed(Kind):
     reads, writes = ("X", "P"), "X"
     letter, entry, symbol = "E", "e", "e"
     view, prose = "sum", "embed"
-    mistakes = ("posenc_not_added",)
+    mistakes = (Mistake("posenc_not_added"),)
+
+    def carry(self, iv, step, args, mistake):
+        """E = X + P; posenc_not_added: X alone."""
+        a, b = args
+        if mistake == "posenc_not_added":
+            return a
+        if a.shape != b.shape:
+            raise iv.Impossible()
+        return iv.add(a, b)
 
     def enabled(self, problem) -> bool:
         return super().enabled(problem) and problem.extra.get("position") in ("sinusoidal", "learned")

@@ -21,7 +21,7 @@ them name them with their head: scores@i has inputs ("Q", "K@j") and Z@i ("weigh
 
 from __future__ import annotations
 
-from attntrace.kinds.base import Flow, Kind, label
+from attntrace.kinds.base import Flow, Kind, Mistake, Planting, label
 from attntrace.kinds.context import check_finite, sum_finite
 from attntrace.model.formula import Word, sym
 
@@ -50,12 +50,41 @@ def kv_ref(problem, name: str, head: int | None) -> str:
     return f"{name}@{kv_head(problem, head)}"
 
 
+def _same_weights(kind, trace) -> list[Planting]:
+    """same_weights: Q, K or V computed with another projection's weights, each pair in turn."""
+    ids, names = {s.id for s in trace.steps}, {o.name for o in trace.operands}
+    return [Planting("same_weights", s, swap=((f"W_{s}", other),), steps=frozenset({s}))
+            for s in ("Q", "K", "V") for other in (f"W_{t}" for t in ("Q", "K", "V") if t != s)
+            if s in ids and f"W_{s}" in names and other in names]
+
+
+def _kv_from_queries(kind, trace) -> list[Planting]:
+    """kv_from_queries: cross-attention's K and V projected from X instead of X_kv."""
+    if any(o.name == "X_kv" for o in trace.operands) and any(s.id == "K" for s in trace.steps):
+        return [Planting("kv_from_queries", "K", swap=(("X_kv", "X"),), steps=frozenset({"K", "V"}))]
+    return []
+
+
+SAME_WEIGHTS = Mistake("same_weights", also=("K", "V"), plant=_same_weights)
+KV_FROM_QUERIES = Mistake("kv_from_queries", also=("V",), plant=_kv_from_queries)
+
+
+def project(iv, x, w, bias=None):
+    """X W (+ b) over intervals (the checker's rule of a projection; Impossible when the shapes do not fit)."""
+    r = iv.product(x, w)
+    if bias is not None:
+        if bias.shape[1] != r.shape[1]:
+            raise iv.Impossible()
+        r = iv.add(r, bias)
+    return r
+
+
 class Projection(Kind):
     pipeline = "head"
     view = "product"
     prose = "projection"
-    mistakes = ("same_weights", "kv_from_queries")
     starts = ("X",)
+    full_width_answer = True
 
     def __init__(self, which: str):
         self.which = which
@@ -63,6 +92,12 @@ class Projection(Kind):
         self.entry = self.symbol = which.lower()
         self.reads = ("X", f"W_{which}")
         self.after = {"Q": (), "K": ("Q",), "V": ("K",)}[which]
+        self.mistakes = {"Q": (SAME_WEIGHTS,), "K": (SAME_WEIGHTS, KV_FROM_QUERIES), "V": (SAME_WEIGHTS, "kv_from_queries")}[which]
+
+    def carry(self, iv, step, args, mistake):
+        """X W (+ b) from the student's values (same_weights, kv_from_queries: the checker
+        reads the other input, `Planting.swap`)."""
+        return project(iv, args[0], args[1], args[2] if len(args) > 2 else None)
 
     def source(self, ctx) -> str:
         return "X_kv" if self.which in ("K", "V") and "X_kv" in ctx.p.shared else "X"

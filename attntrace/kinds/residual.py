@@ -4,7 +4,7 @@ arrangement (`attntrace.kinds.block`): the normalised one in post-LN, the stream
 
 from __future__ import annotations
 
-from attntrace.kinds.base import Kind
+from attntrace.kinds.base import Kind, Mistake
 from attntrace.kinds.exactsize import check_exact_size
 from attntrace.model.errors import BadInput
 from attntrace.model.formula import Sym
@@ -13,7 +13,16 @@ from attntrace.model.formula import Sym
 class Residual(Kind):
     per_head = False
     view, prose = "sum", "residual"
-    mistakes = ("forgot_residual",)
+    mistakes = (Mistake("forgot_residual", also=("residual2",)),)
+
+    def carry(self, iv, step, args, mistake):
+        """The input plus the sublayer's output; forgot_residual: the output alone."""
+        a, b = args
+        if mistake == "forgot_residual":
+            return b
+        if a.shape != b.shape:
+            raise iv.Impossible()
+        return iv.add(a, b)
 
     def __init__(self, id: str, a: str, b: str, writes: str, letter: Sym, entry: Sym, symbol: str):
         self.id, self.reads, self.writes = id, (a, b), writes

@@ -14,9 +14,11 @@ under the roles Q and K, so the scores read them: scores' inputs name Q_rope and
 
 from __future__ import annotations
 
+import numpy as np
+
 from attntrace.inputs.options import SpecOption
 from attntrace.inputs.positional import check_positional, parse_rope
-from attntrace.kinds.base import Kind, Symbol
+from attntrace.kinds.base import Kind, Mistake, Symbol
 from attntrace.model.formula import Add, Frac, Func, Neg, Num, Paren, Parts, Power, sym
 from attntrace.kinds.projection import kv_head
 from attntrace.kinds.ropescaling import attention_factor, frequency_factors
@@ -54,7 +56,8 @@ class Rope(Kind):
     pipeline = "head"
     view, prose = "rotation", "rope"
     starts = ("X", "QKV")
-    mistakes = ("rope_wrong_layout", "rope_positions_from_1")
+    mistakes = (Mistake("rope_wrong_layout", also=("K_rope",)),
+                Mistake("rope_positions_from_1", also=("K_rope",), when=lambda steps: any(list(s.details["positions"])[:1] == [0] for s in steps)))
     symbols = ((sym("theta", "i"), "rope_frequency", "pairs"), (sym("p"), "position", "scalar"))
 
     def __init__(self, which: str):
@@ -132,6 +135,44 @@ class Rope(Kind):
 
     def overflow_how(self, inputs, details) -> str:
         return f"{inputs[0]} rotated by its positions"
+
+    # -- the checker ---------------------------------------------------------------------------
+    def carry(self, iv, step, args, mistake):
+        """The student's Q or K turned by the positions' angles; rope_wrong_layout: the other
+        pairing of the columns (half <-> interleaved); rope_positions_from_1: positions + 1."""
+        det = step.details
+        layout = det["layout"]
+        positions = [float(p) for p in det["positions"]]
+        if mistake == "rope_wrong_layout":
+            layout = "half" if layout == "interleaved" else "interleaved"
+        elif mistake == "rope_positions_from_1":
+            positions = [p + 1 for p in positions]
+        return rotate_rows(iv, args[0], det, layout, positions)
+
+    def trace_params(self, steps):
+        return {"rope_layout": steps[0].details.get("layout")}
+
+
+def rotate_rows(iv, x, det, layout: str, positions):
+    """Each row of the interval matrix x turned pair by pair by its position's angles (RoPE's
+    rotation with the step details `det`: d, base, RoPE scaling's factors and mu), over intervals."""
+    d = int(det["d"])
+    positions = np.asarray(positions, dtype=np.float64)
+    if x.shape != (len(positions), d):
+        raise iv.Impossible()
+    inv_freq = 1.0 / (float(det["base"]) ** (np.arange(0, d, 2, dtype=np.float64) / d))
+    if det.get("factors") is not None:  # RoPE scaling: pair i turns by m c_i theta_i, then times mu
+        inv_freq = inv_freq * np.asarray([float(c) for c in det["factors"]])
+    mu = float(det["mu"]) if det.get("mu") is not None else 1.0
+    angles = np.outer(positions, inv_freq)
+    rows = []
+    for r in range(x.shape[0]):
+        rot = np.zeros((d, d))
+        for p, (j, k) in enumerate(rope_pairs(layout, d)):
+            c, s = np.cos(angles[r, p]), np.sin(angles[r, p])
+            rot[j, j], rot[k, j], rot[j, k], rot[k, k] = mu * c, -mu * s, mu * s, mu * c
+        rows.append(iv.matmul(iv.Box(x.lo[r:r + 1], x.hi[r:r + 1]), iv.point(rot)))
+    return iv.stack(rows, axis=0)
 
 
 def base_text(base) -> str:

@@ -96,5 +96,10 @@ class SoftCap(Kind):
     def message_params(self, step) -> dict:
         return {"cap": float(step.details["cap"])}
 
+    def trace_params(self, steps) -> dict:
+        """The cap c, for the sentence of softcap_not_divided wherever it is diagnosed (the
+        weights after the capped scores, when those were not written)."""
+        return {"cap": float(steps[0].details["cap"])}
+
 
 SOFTCAP = SoftCap()

@@ -4,10 +4,34 @@ from __future__ import annotations
 
 import numpy as np
 
-from attntrace.kinds.base import Kind, Symbol
+from attntrace.kinds.base import Kind, Mistake, Symbol
 from attntrace.model.formula import Frac, Func, Num, Parts, Power, Rel, Slice, Sum, sym
 from attntrace.kinds.context import sum_finite
 from attntrace.model.errors import BadInput
+
+
+def _rows_not_normalised(step, answer, reference, bad, allowed):
+    """Rows of weights that do not sum to 1, beyond what rounding each entry allows (`allowed()`:
+    each entry's allowed error); not when the softmax ran over logit columns with no value (its
+    exponentials are wider than the weights: then a row sums to less than 1)."""
+    exp = step.details.get("exp") if step.details else None
+    if exp is not None and tuple(exp.shape)[1] != step.shape[1]:
+        return None
+    values = answer.values
+    sums = np.where(np.isfinite(values), values, 0.0).sum(axis=1)
+    with np.errstate(invalid="ignore"):
+        slack = allowed()
+    rows = [i + 1 for i, s in enumerate(sums) if abs(s - 1.0) > sum(slack[i].tolist()) + 1e-9]
+    return {"rows": rows, "sums": [float(sums[i - 1]) for i in rows]} if rows else None
+
+
+def _logit_columns(step, default: int) -> int:
+    """How many columns the softmax of this step ran over (its exponentials' width: more than
+    the weights' when a kind appended a logit column with no value), `default` when unknown.
+    Scores of another width (K and V from the wrong sequence) are then a student's mistake,
+    whose softmax is carried whole, not cut to the weights' width."""
+    exp = step.details.get("exp") if step.details else None
+    return default if exp is None else tuple(exp.shape)[1]
 
 
 class Weights(Kind):
@@ -17,7 +41,32 @@ class Weights(Kind):
     starts = ("X", "QKV", "scores")
     letter, entry, symbol = "A", "a", "a"
     view, prose = "softmax", "weights"
-    mistakes = ("skipped_softmax", "column_softmax", "softmax_without_exp", "rows_not_normalised")
+    mistakes = (Mistake("skipped_softmax"), Mistake("column_softmax"), Mistake("softmax_without_exp"),
+                Mistake("rows_not_normalised", planted=False, read_off=_rows_not_normalised))
+    _OWN = ("skipped_softmax", "column_softmax", "softmax_without_exp")
+
+    def carry(self, iv, step, args, mistake):
+        """softmax of each row; skipped_softmax: T itself; column_softmax: down each column;
+        softmax_without_exp: each row divided by its sum. Logit columns with no value (a kind
+        before this one appended them) take part in the softmax and are then dropped; under
+        that kind's mistake they were left out."""
+        t = args[0]
+        n = step.shape[1]
+        if t.shape[1] > n and t.shape[1] == _logit_columns(step, t.shape[1]):
+            keys = iv.Box(t.lo[:, :n], t.hi[:, :n])
+            if mistake in self._OWN:  # the softmax's own mistakes, on the keys
+                return self.carry(iv, step, (keys,), mistake)
+            if mistake is not None and mistake != "transposed":  # the mistake of the kind that appended the columns
+                return iv.softmax_rows(keys)
+            full = iv.softmax_rows(t)
+            return iv.Box(full.lo[:, :n], full.hi[:, :n])
+        if mistake == "skipped_softmax":
+            return t
+        if mistake == "column_softmax":
+            return iv.softmax_rows(t.T).T
+        if mistake == "softmax_without_exp":
+            return iv.divide_by_row_sum(t)
+        return iv.softmax_rows(t)
 
     def notation(self, step):
         """A, a_ij, and the row maximum m_i the stable softmax subtracts (numbers only: symbols have no maximum)."""

@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
-from attntrace.kinds.base import Kind
+from attntrace.kinds.base import Kind, Mistake, Planting
 from attntrace.kinds.projection import kv_head
+from attntrace.kinds.rope import rotate_rows
 from attntrace.model.formula import sym
+
+
+def _rotated_values(kind, trace) -> list[Planting]:
+    """rope_rotated_values, where the keys were rotated (so V has their positions): the
+    rotation of each key/value head's K_rope is what V would have been turned by."""
+    if not any(s.id == "Z" for s in trace.steps):
+        return []
+    turns = {s.head: s.details for s in trace.steps if s.id == "K_rope"}
+    return [Planting("rope_rotated_values", "Z", steps=frozenset({"Z"}), numbers={"K_rope": turns})] if turns else []
 
 
 class WeightedSum(Kind):
@@ -13,7 +23,21 @@ class WeightedSum(Kind):
     starts = ("X", "QKV", "scores", "weights")
     letter, entry, symbol = "Z", "z", "z"
     view, prose = "product", "weighted_sum"
-    mistakes = ("values_first", "kv_head_mapping", "rope_rotated_values")
+    full_width_answer = True
+    mistakes = (Mistake("values_first"), "kv_head_mapping", Mistake("rope_rotated_values", plant=_rotated_values))
+
+    def carry(self, iv, step, args, mistake):
+        """A V; values_first: V A; rope_rotated_values: V turned as the keys it belongs to were
+        (K_rope of the same key/value head: its positions, layout and base), which RoPE never does."""
+        a, v = args
+        if mistake == "rope_rotated_values":
+            ref = step.inputs[1] if len(step.inputs) > 1 else "V"
+            head = int(ref.partition("@")[2]) if "@" in ref else step.head
+            det = mistake.numbers["K_rope"].get(head)
+            if det is None:
+                raise iv.Impossible()
+            v = rotate_rows(iv, v, det, det["layout"], [float(p) for p in det["positions"]])
+        return iv.product(v, a) if mistake == "values_first" else iv.product(a, v)
 
     def compute(self, ctx, head, state):
         a, v = state["A"], state.get("V")
