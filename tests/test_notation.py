@@ -74,6 +74,10 @@ def test_no_renamed_overload_comes_back(name, traces):
     assert "C = A B" not in math, name
     # the online softmax's unnormalised output is O-tilde: O stays the output projection's result
     assert not re.search(r"(?<![\\{a-zA-Z])O\^\{\(\d\)\}", math), name
+    # a gain or a bias is a row vector written gamma_j, b_j by its formula: no gamma_{11} (read as gamma_{1j}) in its entries
+    assert not re.search(r"\\gamma(\^\{[^{}]*\})?_\{1,?\d+\}", math), name
+    # M is the mask: no projection index M (sum over M in {Q, K, V}, M = Q, K, V) in the backward pass
+    assert not re.search(r"M\s*(\\in|=)\s*\\?\{?\s*[QK]\b", math), name
 
 
 def test_a_clash_is_found(traces):
@@ -91,3 +95,19 @@ def test_json_carries_the_table(traces):
         symbols = {row["symbol"]: row["meaning"] for row in data["notation"]}
         assert len(symbols) == len(data["notation"])
     assert {"symbol": "\\lambda", "plain": "lambda", "meaning": "alibi_slope", "shape": "scalar", "entry": None} in traces["alibi-causal"].to_dict()["notation"]
+
+
+def test_multi_head_input_gradient_has_no_index_m_beside_the_mask():
+    """dX of two heads under a causal mask: every projection written out under one sum over the
+    heads, so M stays the mask (it was also the projection index, M in {Q, K, V})."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    spec = {"X": rng.normal(size=(3, 4)).round(2).tolist(), "num_heads": 2, "mask": "causal", "backward": True}
+    spec.update({w: rng.normal(size=(4, 4)).round(1).tolist() for w in ("W_Q", "W_K", "W_V")})
+    trace = attntrace.run(spec)
+    for lang in ("en", "zh"):
+        math = _math(attntrace.render(trace, format="md", lang=lang))
+        assert "M^{(1)}" in math  # the mask is there
+        assert "\\sum_{i} \\left(\\mathrm{d}Q^{(i)} W_Q^{(i)\\top} + \\mathrm{d}K^{(i)} W_K^{(i)\\top}" in math
+        assert not re.search(r"M\s*(\\in|=)\s*\\?\{?\s*[QK]\b", math) and "W_M" not in math and "W_{M}" not in math

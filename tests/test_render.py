@@ -135,12 +135,15 @@ def test_precision_and_negative_zero():
 
 
 def test_masked_weights_are_exact_zero_and_shown_as_minus_infinity():
-    md = render(TRACES["masked"], format="md")
+    md = render(TRACES["masked"], format="md", rows=[1, 2])  # row 1 asked for: by default a one-key row is not written out
     assert "-\\infty" in md  # the masked scores, and their shifted values in the softmax rows
     # row 1 of a causal mask keeps one key: its shifted scores are (0, -inf, -inf), the weights exactly (1, 0, 0)
     assert "\\left(0,\\ -\\infty,\\ -\\infty\\right)" in md and "\\left(1,\\ 0,\\ 0\\right)" in md
     # row 2 keeps two keys 45.25 apart: e^-45.25 is tiny but not 0 and is shown so, unlike the masked 0
     assert "\\left(1,\\ 2.2 \\cdot 10^{-20},\\ 0\\right)" in md
+    # by default the softmax rows are rows with more than one key: rows 2 and 3, not row 1
+    default = render(TRACES["masked"], format="md")
+    assert "m_{2}" in default and "m_{3}" in default and "m_{1}" not in default
 
 
 def test_text_format_is_plain():

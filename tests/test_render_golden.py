@@ -81,5 +81,7 @@ def test_two_heads_concatenated_to_2_by_3h():
     here named z^(1)_ij and z^(2)_ij)."""
     md = _golden("concat_symbolic", "md", "zh")
     assert "2 \\times (2 \\times 3) \\to (2 \\times 3 \\cdot 2) = (2 \\times 6)" in md
-    assert "\\underbrace{Z^{(1)}}_{2 \\times 3} \\quad \\underbrace{Z^{(2)}}_{2 \\times 3}" in md
+    # one display: the formula, then the entries with each head's block named under it
+    assert "\\operatorname{Concat}\\left(Z^{(1)}, Z^{(2)}\\right) = \\left[\\;\\underbrace{" in md
+    assert "}_{Z^{(1)}} \\quad \\underbrace{" in md and "}_{Z^{(2)}}\\;\\right]" in md
     assert "第 1 个头占第 1 到第 3 列。第 2 个头占第 4 到第 6 列。" in md

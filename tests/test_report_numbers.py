@@ -5,14 +5,17 @@ example in en and zh:
   0; no 1 next to 1.0000), a matrix of whole numbers prints as integers;
 - every substituted line reproduces its printed result from its printed operands: the numbers
   are parsed back from the text report (``name = symbols = 2*0.99995 - 1*0.01000 = 1.9899``),
-  recomputed by a tiny arithmetic walker over Python's ``ast`` (numbers, + - * /, parentheses;
-  never eval) and compared with the printed result at its own decimals;
+  recomputed by a tiny arithmetic walker over Python's ``ast`` (numbers, + - * / ^, parentheses,
+  a number before a parenthesis as a product (``1/6 (...)``), sqrt, max, exp and e; never eval)
+  and compared with the printed result at its own decimals: sums of products, a norm's mean,
+  variance and entries, a score over sqrt(d_k), SiLU and ReLU entries;
 - no paragraph longer than 100 characters appears twice in one report (the Markdown source).
 """
 
 from __future__ import annotations
 
 import ast
+import math
 import operator
 import re
 
@@ -25,8 +28,9 @@ from attntrace.teach.examples import example_paths
 NAMES = [p.stem for p in example_paths()]
 LANGS = ("en", "zh")
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
-ARITHMETIC = re.compile(r"^[-+*/ ().0-9]+$")
-OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
+ARITHMETIC = re.compile(r"^(?:[-+*/^ ().,0-9]|sqrt|max|exp|e)+$")
+OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv, ast.Pow: operator.pow}
+FUNCS = {"sqrt": math.sqrt, "max": max, "exp": math.exp}
 
 
 @pytest.fixture(scope="module")
@@ -35,11 +39,15 @@ def traces():
 
 
 def _value(node) -> float:
-    """Numbers and + - * / only: anything else is not a substituted line."""
+    """Numbers, + - * / ^, sqrt, max, exp and e only: anything else is not a substituted line."""
     if isinstance(node, ast.Expression):
         return _value(node.body)
     if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
         return float(node.value)
+    if isinstance(node, ast.Name) and node.id == "e":
+        return math.e
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in FUNCS and not node.keywords:
+        return FUNCS[node.func.id](*[_value(a) for a in node.args])
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
         return -_value(node.operand) if isinstance(node.op, ast.USub) else _value(node.operand)
     if isinstance(node, ast.BinOp) and type(node.op) in OPS:
@@ -55,11 +63,13 @@ def substituted_lines(text: str) -> list[tuple[str, float, str]]:
         if len(parts) < 3:
             continue
         expr, result = parts[-2], parts[-1]
-        if not NUMBER.fullmatch(result) or not ARITHMETIC.match(expr) or not re.search(r"[-+*/]", expr.lstrip("-")):
+        if not NUMBER.fullmatch(result) or not ARITHMETIC.match(expr) or not re.search(r"[-+*/^]|sqrt|max|exp", expr.lstrip("-")):
             continue
+        # 10^(-5) is a power; 1/6 (a + b) is a product
+        python = re.sub(r"(?<=[0-9)])\s+(?=\()", "*", expr.replace("^", "**"))
         try:
-            found.append((line.strip(), _value(ast.parse(expr, mode="eval")), result))
-        except (SyntaxError, ValueError):
+            found.append((line.strip(), _value(ast.parse(python, mode="eval")), result))
+        except (SyntaxError, ValueError, TypeError, ZeroDivisionError, OverflowError):
             continue
     return found
 
@@ -117,6 +127,14 @@ def test_the_line_check_sees_lines(traces):
     rope = substituted_lines(render(traces["rope-4-tokens-half"], format="text"))
     assert any("0.99995" in line for line, _, _ in rope)
     assert substituted_lines("q = a*b = 2*1.0000 - 1*0.0100 = 1.9899")[0][1] == pytest.approx(1.99)
+    # the lines that are not sums of products are read too: a LayerNorm's variance and entry, a score over sqrt(d_k)
+    enc = [line for line, _, _ in substituted_lines(render(traces["encoder-block-post-ln"], format="text"))]
+    assert any(line.startswith("sigma_1^2 =") for line in enc) and any(line.startswith("n_11 =") for line in enc)
+    assert any(line.startswith("t_12 =") for line in enc) and any(line.startswith("mu_1 =") for line in enc)
+    # the encoder's r_11 prints as 0.0551, but (0.0551 - 1) / sqrt(1.2774 + 10^-5) is -0.8360: the line shows 0.05506
+    assert any(line.startswith("n_11 =") and "0.05506" in line for line in enc)
+    assert substituted_lines("n = x = (0.0551 - 1) / sqrt(1.2774 + 10^(-5)) = -0.8361")[0][1] == pytest.approx(-0.83603, abs=1e-5)
+    assert substituted_lines("m = x = 1/6 (1 + 2 + 3) = 1")[0][1] == pytest.approx(1.0)
 
 
 @pytest.mark.parametrize("lang", LANGS)

@@ -436,10 +436,9 @@ class InputGrad(Grad):
         # one product: [dQ dK dV ...] times [W_Q W_K W_V ...]^T sums every path's contribution
         alg = ctx.alg
         total = alg.grad_matmul(alg.hstack(grads), alg.transpose(alg.hstack(weights))) if alg.mode != "shape" else None
-        if multi:  # every head i and every projection M the input feeds
-            i, m = sym("i"), sym("M")
-            rhs: Node = Sum(Seq((i, Op("in", m, Seq(tuple(sym(w) for w in which), braces=True)))),
-                            Diff(m).head(i) * sym("W", m).head(i).T())
+        if multi:  # every head i, each projection the input feeds written out (an index letter M would be the mask's)
+            i = sym("i")
+            rhs: Node = Sum(i, Paren(Add(tuple(Diff(sym(w)).head(i) * sym("W", w).head(i).T() for w in which)), sized=True))
         else:
             terms = [Diff(sym(w)) * sym("W", w).T() for w in which]
             rhs = terms[0] if len(terms) == 1 else Add(tuple(terms))

@@ -11,12 +11,15 @@ symbols, defined above the entries).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from attntrace.model import formula as F
 from attntrace.rendering.layout import Seq
+from attntrace.rendering.printing import reproducing_digits
 from attntrace.rendering.stepview import register_view
-from attntrace.rendering.viewparts import entry_columns, block, resolve, rows_to_expand
+from attntrace.rendering.viewparts import entry_columns, block, resolve, rows_to_expand, vector_entry
 
 
 def _rhs(sv, vm) -> str:
@@ -62,6 +65,14 @@ def _eps_text(o, eps: float) -> str:
         return m
     power = F.Power(F.Num(10), F.Num(int(e)))
     return o.math(power if m == "1" else F.Op("mul", F.Num(m), power))
+
+
+def _digits(o, operands: list[float], compute, result: list) -> int:
+    """The decimals of a line's operands (printed at the report's precision, or more when the
+    printed operands would not give the printed result); exact lines keep the precision."""
+    if not operands or not result or not isinstance(result[0], str):
+        return o.precision
+    return reproducing_digits(o.precision, operands, compute, result[0])
 
 
 def _num(o, x) -> str:
@@ -233,22 +244,43 @@ def build_norm(sv, vm) -> None:
             return out
         if s.value is None:
             return []
+        row = [float(r.value[i, k]) for k in range(width)] if not exact else []
         if rms:
             ms = d["mean_square"][i]
             names = mean_of(lambda k: square(_braced(sv.ename(r, i, k))))
-            nums = mean_of(lambda k: square(o.factor(r.value, i, k)))
-            return [sv.fit(nu(i), [names, nums] + _number(o, ms, exact), align=True, lhs_width=sv.lw)]
+            result = _number(o, ms, exact)
+            with o.digits(_digits(o, row, lambda xs: sum(x * x for x in xs) / width, result)):
+                nums = mean_of(lambda k: square(o.factor(r.value, i, k)))
+            return [sv.fit(nu(i), [names, nums] + result, align=True, lhs_width=sv.lw)]
         m, v = d["mean"][i], d["var"][i]
-        mean_line = sv.fit(mu(i), [mean_of(lambda k: sv.ename(r, i, k)), mean_of(lambda k: o.entry(r.value, i, k))] + _number(o, m, exact),
-                           align=True, lhs_width=sv.lw)
+        m_res, v_res = _number(o, m, exact), _number(o, v, exact)
+        with o.digits(_digits(o, row, lambda xs: sum(xs) / width, m_res)):
+            mean_nums = mean_of(lambda k: o.entry(r.value, i, k))
+        mean_line = sv.fit(mu(i), [mean_of(lambda k: sv.ename(r, i, k)), mean_nums] + m_res, align=True, lhs_width=sv.lw)
         sq = lambda x: square(F.Paren(x, sized=True))  # noqa: E731
-        mt = _num(o, m)
-        var_line = sv.fit(sig(i), [mean_of(lambda k: sq(f"{sv.ename(r, i, k)} - {mu(i)}")),
-                                   mean_of(lambda k: sq(f"{o.entry(r.value, i, k)} - {o.paren(mt) if mt.startswith('-') else mt}"))]
-                          + _number(o, v, exact), align=True, lhs_width=sv.lw)
+        with o.digits(_digits(o, row + [float(m)] if row else [], lambda xs: sum((x - xs[-1]) ** 2 for x in xs[:-1]) / width, v_res)):
+            mt = _num(o, m)
+            var_nums = mean_of(lambda k: sq(f"{o.entry(r.value, i, k)} - {o.paren(mt) if mt.startswith('-') else mt}"))
+        var_line = sv.fit(sig(i), [mean_of(lambda k: sq(f"{sv.ename(r, i, k)} - {mu(i)}")), var_nums] + v_res,
+                          align=True, lhs_width=sv.lw)
         return [mean_line, var_line]
 
     def entry(i, j):
+        if exact:
+            return entry_at(i, j)
+        # the operands at the decimals that reproduce the printed result from the printed numbers
+        g = float(gain.value[0, j]) if gain is not None else 1.0
+        b = float(bias.value[0, j]) if bias is not None else 0.0
+        if rms:
+            ops = [float(r.value[i, j]), float(d["mean_square"][i])]
+            compute = lambda xs: g * xs[0] / math.sqrt(xs[1] + d["eps"]) + b  # noqa: E731
+        else:
+            ops = [float(r.value[i, j]), float(d["mean"][i]), float(d["var"][i])]
+            compute = lambda xs: g * (xs[0] - xs[1]) / math.sqrt(xs[2] + d["eps"]) + b  # noqa: E731
+        with o.digits(_digits(o, ops, compute, sv.entry_result(s.value, i, j))):
+            return entry_at(i, j)
+
+    def entry_at(i, j):
         centred_n = sv.ename(r, i, j) if rms else F.Add((sv.ename(r, i, j), F.Neg(mu_(i))))
         spread_n = F.Add((nu(i) if rms else sig(i), F.sym("varepsilon")))
         names = o.math(F.Frac(centred_n, F.Sqrt(spread_n)))
@@ -261,10 +293,10 @@ def build_norm(sv, vm) -> None:
             spread = F.Add((_num(o, d['var'][i]), eps))
         nums = o.math(F.Frac(centred, F.Sqrt(spread)))
         if gain is not None:
-            names = o.math(F.Op("mul", sv.ename(gain, 0, j), names))
+            names = o.math(F.Op("mul", vector_entry(sv.ename(gain, 0, j)), names))
             nums = o.math(F.Op("mul", o.factor(gain.value, 0, j), nums))
         if bias is not None:
-            names = f"{names} + {sv.ename(bias, 0, j)}"
+            names = f"{names} + {vector_entry(sv.ename(bias, 0, j))}"
             nums = f"{nums} + {o.factor(bias.value, 0, j)}"
         return [names, nums]
 

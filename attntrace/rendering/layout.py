@@ -17,7 +17,8 @@ from attntrace.rendering.texwidth import width  # noqa: F401  (re-exported: the 
 
 # ----------------------------------------------------------------------------- target widths
 
-#: Points per em of the report's math font: 10pt (article), 10.5bp (ctexart's default, zihao=5).
+#: Points per em of the report's math font: 10pt (article), 10.5bp (ctexart's default, zihao=5). A zh report is
+#: set at 10pt (zihao=false) but fitted for 10.5bp: check reports and worksheets keep ctexart's default size.
 FONT_PT = {"en": 10.0, "zh": 10.54}
 #: KaTeX sets math at 1.21 times a 16px body font.
 KATEX_PX_PER_EM = 16 * 1.21

@@ -235,6 +235,25 @@ def reproducing_precision(precision: int, terms: list[tuple[float, ...]], result
     return precision
 
 
+def reproducing_digits(precision: int, operands: list[float], compute, result: str, most: int = 6) -> int:
+    """Like `reproducing_precision` for a line that is not a sum of products: the decimals (at
+    least `precision`) at which `compute` of the operands, each rounded as printed, gives the
+    printed `result` (a norm's (0.0551 - 1) / sqrt(1.2774 + 10^-5), a score over sqrt(d_k))."""
+    try:
+        target = float(result)
+    except ValueError:
+        return precision
+    d = len(result.split(".")[1]) if "." in result else 0
+    for p in range(precision, precision + most + 1):
+        try:
+            got = compute([float(f"{x:.{p}f}") for x in operands])
+        except (ValueError, ZeroDivisionError, OverflowError):
+            return precision
+        if abs(got - target) <= 0.5 * 10 ** -d + 1e-9 * max(1.0, abs(target)):
+            return p
+    return precision
+
+
 def scientific(x: float) -> tuple[str, int]:
     """x = m * 10^e with two significant digits."""
     m, e = f"{x:.1e}".split("e")

@@ -95,7 +95,10 @@ class _Rotation:
         rot = o.layout([[f"\\cos {t}", f"-\\sin {t}"], [f"\\sin {t}", f"\\cos {t}"]])
         mu = "\\mu " if self.scaled else ""
         lines = sv.fit(vec(out_e), [f"{mu}{rot} {vec(in_e)}"])
-        return [block([theta]), *self.scaling_rule(), block(lines)]
+        scaling = self.scaling_rule()
+        if scaling:
+            return [block([theta]), *scaling, block(lines)]
+        return [block(b) for b in pack([[theta], lines], o)]  # the frequencies and the rotation on one line when they fit
 
     def scaling_rule(self) -> list[dict]:
         """RoPE scaling: the rule for c_i, the factors c_i themselves, and YaRN's mu."""

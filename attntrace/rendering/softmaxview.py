@@ -37,6 +37,8 @@ class SoftmaxView:
             vm["main"] = [block(self.fit(lhs, self.result_side(s.value, self.budget(lhs))))]
         # two rows show the pattern (one in a block's report, where attention is one part of many); --rows asks for more
         rows = rows_to_expand(self.rows_opt, s.shape[0], 1 if in_block(self) else 2)
+        if not self.rows_opt:
+            rows = self.rows_with_keys(src, rows)
         vm["entry_rows"] = rows
         if self.mode == "symbolic":
             if s.expansion is not None:  # named: each row's sum of exponentials once, then its weights
@@ -51,6 +53,15 @@ class SoftmaxView:
             vm["softmax_rows"].append({"row": i + 1, "token": tokens[i] if i < len(tokens) else "",
                                        "block": block(self.softmax_row(src, i))})
         vm["notes"] = self.saturation(rows, tokens)
+
+    def rows_with_keys(self, src: Ref, rows: list[int]) -> list[int]:
+        """The default rows, a row that the mask leaves one key swapped for the next row with
+        several: a one-key row's softmax is (1, 0, ..., 0) by construction and shows nothing."""
+        def keys(i: int) -> int:
+            return sum(1 for j in range(src.shape[1]) if not _minus_inf(src.value[i, j]))
+        spare = [i for i in range(src.shape[0]) if i not in rows and keys(i) > 1]
+        chosen = [i if keys(i) > 1 or not spare else spare.pop(0) for i in rows]
+        return sorted(set(chosen))
 
     def symbolic_softmax_row(self, src: Ref, i: int) -> list[str]:
         """sum_k e^{t_ik} = e^{t_i1} + ... (broken to fit), then a_ij = e^{t_ij} / sum_k e^{t_ik}."""
@@ -194,4 +205,11 @@ class SoftmaxView:
                               "token": tokens[i] if i < len(tokens) else ""})
         return notes
 
-    # -- concat -------------------------------------------------------------------------
+
+
+def _minus_inf(x) -> bool:
+    """A masked score: -inf as a float, -oo in exact and symbolic mode."""
+    try:
+        return math.isinf(float(x)) and float(x) < 0
+    except TypeError:  # a symbol has no float
+        return False

@@ -17,11 +17,11 @@ import numpy as np
 from attntrace.model.errors import BadInput
 from attntrace.model.formula import Dots, after_lhs, sym
 from attntrace.rendering.layout import Seq, fit_chain, join_sum
-from attntrace.rendering.printing import STATS, decimals_needed, pick, plain_name, reproducing_precision
+from attntrace.rendering.printing import STATS, decimals_needed, pick, plain_name, reproducing_digits, reproducing_precision
 from attntrace.rendering.softmaxview import SoftmaxView
 from attntrace.kinds import kind_of
 from attntrace.rendering import views
-from attntrace.rendering.viewparts import inputs_not_kept, Ref, block, entry_columns, pack, resolve, rows_to_expand, shape_dims, step_ref
+from attntrace.rendering.viewparts import inputs_not_kept, Ref, block, entry_columns, pack, resolve, rows_to_expand, shape_dims, step_ref, vector_entry
 
 
 #: Views laid out by modules of their own (`views.MODULES`): view name -> function(step_view, vm)
@@ -160,6 +160,8 @@ class StepView(SoftmaxView):
         if isinstance(vm["formula_block"], list):
             vm["formula_block"] = block(vm["formula_block"]) if vm["formula_block"] else None
         vm["entry_rows"] = [i + 1 for i in vm["entry_rows"]]
+        before, arrow, after = vm["shape_line"].partition(" -> " if o.plain else " \\to ")
+        vm["shape_same"] = bool(arrow) and before == after  # (3 x 2) -> (3 x 2): the step keeps its input's shape
         return vm
 
     def label_width(self) -> float:
@@ -241,6 +243,7 @@ class StepView(SoftmaxView):
         vm["main"] = [block(self.fit(lhs, sides))]
         if len(sides) > 1 and isinstance(sides[1], Seq):  # a repeated product (K after Q) shows formula = result
             vm["main_short"] = [block(self.fit(lhs, sides[:1] + sides[2:]))]
+        vm["extra"]["left"] = (s.inputs[0], s.head)  # a later product of the same left factor is shown short
         n = s.shape[0]
         default = n if expand_all and s.shape[0] * s.shape[1] <= 12 else 1
         rows = rows_to_expand(self.rows_opt, n, default)
@@ -274,7 +277,7 @@ class StepView(SoftmaxView):
             if bias is not None:
                 nums = Seq(nums.items + ("+ " + o.factor(bias.value, 0, j),), " ")
         if bias is not None:
-            names = Seq(names.items + ("+ " + self.ename(bias, 0, j),), " ")
+            names = Seq(names.items + ("+ " + (vector_entry(self.ename(bias, 0, j)) if bias.shape[0] == 1 else self.ename(bias, 0, j)),), " ")
         if self.mode == "exact" and not o.plain and any(o.measure(t) > o.limit - self.lw - 4.0 for t in nums.items):
             # a factor wider than the page (RoPE's exact weights): the products of its values instead
             ap = lambda v, r, c: (lambda x: o.paren(x) if x.startswith("-") else x)(o.approx_entry(v, r, c) or o.entry(v, r, c))  # noqa: E731
@@ -359,8 +362,10 @@ class StepView(SoftmaxView):
                     chains.append(self.fit(self.entry_label(i, j), [self.symbolic_sum(i, j)], align=True, lhs_width=self.lw))
                     continue
                 names = o.frac(self.ename(src, i, j), factor)
-                nums = o.frac(o.entry(src.value, i, j), factor)
-                chains.append(self.fit(self.ename(self.ref, i, j), [names, nums] + self.entry_result(s.value, i, j), align=True,
+                result = self.entry_result(s.value, i, j)
+                with o.digits(self.divided_digits(src, [(i, j)], result)):
+                    nums = o.frac(o.entry(src.value, i, j), factor)
+                chains.append(self.fit(self.ename(self.ref, i, j), [names, nums] + result, align=True,
                                        lhs_width=self.lw))
         vm["entries"] = self.blocks_of(chains)
 
@@ -371,11 +376,23 @@ class StepView(SoftmaxView):
         base = lambda ref: self.ename(ref, i, 0).rsplit("_", 1)[0]  # noqa: E731  (t^{(2)} of t^{(2)}_{11})
         lhs = f"{base(self.ref)}_{{{i + 1}j}}"
         dots = o.dots(0, None)
-        nums = self.vector_tex([dots if j is None else o.entry(src.value, i, j) for j in cols])
+        shown = [j for j in cols if j is not None]
+        with o.digits(self.divided_digits(src, [(i, j) for j in shown], [self.entry_result(s.value, i, j)[0] for j in shown])):
+            nums = self.vector_tex([dots if j is None else o.entry(src.value, i, j) for j in cols])
         nums.open_one = f"\\frac{{1}}{{{factor}}}\\left("  # one line: 1/sqrt(6) (3, 6, 4, 5)
         nums.open = f"\\tfrac{{1}}{{{factor}}}\\,("  # broken across lines: plain parentheses
         results = self.vector_tex([dots if j is None else self.entry_result(s.value, i, j)[0] for j in cols])
         return self.fit(lhs, [o.frac(f"{base(src)}_{{{i + 1}j}}", factor), nums, results], align=True, lhs_width=o.measure(lhs))
+
+    def divided_digits(self, src: Ref, cells: list[tuple[int, int]], results: list[str]) -> int:
+        """The decimals at which the printed scores over the printed factor give the printed
+        results (8.0000 / sqrt(2) is 5.6569, not the 5.6568 of the score 7.99998)."""
+        o, factor = self.out, self.s.details.get("factor")
+        if self.mode != "numeric" or factor is None:
+            return o.precision
+        f = float(factor)
+        return max([reproducing_digits(o.precision, [float(src.value[i, j])], lambda xs: xs[0] / f, r)
+                    for (i, j), r in zip(cells, results)] or [o.precision])
 
     # -- mask -------------------------------------------------------------------------
     def build_masked(self, vm) -> None:
@@ -395,24 +412,23 @@ class StepView(SoftmaxView):
 
     # -- softmax ------------------------------------------------------------------------
     def build_concat(self, vm) -> None:
+        """One display: Z = Concat(Z^(1), Z^(2)) = [the entries, each head's block marked]; the
+        blocks' names and shapes stand under them, so no second display of names is needed."""
         s, o = self.s, self.out
         refs = [resolve(self.t, n, None) for n in s.inputs]
         blocks = s.details.get("blocks", ())
         vm["extra"]["blocks"] = [{"head": h, "first": f, "last": l} for h, f, l in blocks]
-        vm["formula_block"] = self.fit_formula(vm["formula"]) if not o.plain else [vm["formula"]]
         lhs = self.named(self.ref)
+        rhs = vm["formula"].partition(" = ")[2]
+        if o.plain:
+            vm["main"] = [block([o.eq(lhs, rhs, o.matrix(s.value, s.shape)) if s.value is not None else vm["formula"]])]
+            return
         heads = pick(len(refs), max(2, o.max_size // 2))
-        dots = o.math(Dots(centered=True))
-        layout = [dots if h is None else o.block(self.mname(refs[h]), o.shape(refs[h].shape)) for h in heads]
-        main = [self.fit(lhs, [o.brackets(layout)])]
-        if s.value is not None:
-            if o.plain:
-                main.append([o.eq(lhs, o.matrix(s.value, s.shape))])
-            else:
-                values = self.concat_values(refs, heads, lhs)
-                if values:
-                    main.append(values)
-        vm["main"] = [block(b) for b in main]
+        values = self.concat_values(refs, heads, lhs) if s.value is not None else None
+        if values is None:  # no numbers, or too wide even with dots: the blocks' names and shapes
+            dots = o.math(Dots(centered=True))
+            values = o.brackets([dots if h is None else o.block(self.mname(refs[h]), o.shape(refs[h].shape)) for h in heads])
+        vm["main"] = [block(self.fit(lhs, [rhs, values]))]
 
     def head_block(self, r: Ref, rows, cols, refs) -> str:
         """One head's block of the concatenation; numbers share one decimal layout across heads."""
@@ -427,7 +443,7 @@ class StepView(SoftmaxView):
         body = [[o.dots(i, j) if i is None or j is None else o.fixed(float(r.value[i, j]), d) for j in cols] for i in rows]
         return o.inner_matrix(body, numeric=True)
 
-    def concat_values(self, refs, heads, lhs) -> list[str] | None:
+    def concat_values(self, refs, heads, lhs) -> str | None:
         """The entries with each head's block marked; fewer columns per head, then fewer
         heads, until it fits; None when not even two heads of two columns fit."""
         o, s = self.out, self.s
@@ -448,7 +464,7 @@ class StepView(SoftmaxView):
                     parts.append(o.block(self.head_block(r, rows, cols, refs), self.mname(r)))
                 text = o.brackets(parts)
                 if o.measure(text) <= self.budget(lhs):
-                    return self.fit(lhs, [text])
+                    return text
                 if per <= 2:
                     break
                 per -= 1

@@ -281,9 +281,15 @@ def mark_repeats(view: dict[str, Any]) -> None:
     by_kind: dict[str, dict[str, Any]] = {}
     first_view: dict[str, dict[str, Any]] = {}
     intros_seen: set = set()
+    lefts_seen: set = set()
     for vm in order:
         if not isinstance(vm, dict) or "prose" not in vm:
             continue
+        left = vm.get("extra", {}).get("left")
+        if left is not None and left in lefts_seen and vm.get("main_short"):
+            vm["main"] = vm["main_short"]  # the up projection after the gate: N^f's product with its factors was shown
+        elif left is not None:
+            lefts_seen.add(left)
         # Q, K, V share one explanation, as do the two norms, Q_norm and K_norm, and the two residuals; other kinds
         # that share a prose module (the backward steps, the online softmax) differ by kind
         kind = KINDS.get(vm["kind"])
@@ -304,8 +310,10 @@ def mark_repeats(view: dict[str, Any]) -> None:
             vm["again"] = seen
             shown = first_view.get(key, {}).get("extra", {})
             if vm["extra"].get("angle_blocks") and vm["extra"].get("angle_blocks") == shown.get("angle_blocks"):
-                # the keys turn by the queries' angles (same positions): the rule and angles are above
+                # the keys turn by the queries' angles (same positions): the rule, the angles and
+                # the pair-by-pair rotation are above
                 vm["extra"]["angle_blocks"], vm["extra"]["rule"], vm["extra"]["same_angles"] = [], [], True
+                vm["entries"] = []
             if vm.get("main_short"):  # the product was shown with its factors once: now formula = result
                 vm["main"] = vm["main_short"]
             if seen["kind"] == vm["kind"] and seen["head"] and vm.get("head") != seen["head"]:
@@ -314,8 +322,11 @@ def mark_repeats(view: dict[str, Any]) -> None:
                 vm["entries"], vm["softmax_rows"] = [], []
                 # nor its formula and shapes, which are head 1's: the result is what is new
                 vm["formula_block"], vm["head_repeat"] = None, True
+            elif seen["kind"] != vm["kind"] and vm["prose"] == "residual":
+                # the second residual after the first: an addition, and its shapes, shown once
+                vm["entries"], vm["shapes_said"] = [], True
             elif seen["kind"] != vm["kind"]:
-                # K after Q, the second norm or residual after the first: one entry as an example
+                # K after Q, the second norm after the first: one entry as an example
                 _one_entry(vm)
         if vm.get("entries"):
             # the entry lines of a sum of products (of a norm) are explained once: later ones briefly
@@ -323,6 +334,15 @@ def mark_repeats(view: dict[str, Any]) -> None:
                 "product" if vm["kind"] not in OWN_LINES_INTRO and vm.get("view") != "elementwise" else None)
             vm["lines_again"] = family in intros_seen
             intros_seen.add(family)
+        if vm.get("view") == "norm":
+            # a norm: the row's statistics and one entry (the others differ only in their numbers)
+            _one_entry(vm)
+        if view.get("block") and vm["kind"] in ("scores", "Z") and "Q" in by_kind:
+            # a block's report: attention is one part of many, and its products were written out for Q
+            _one_entry(vm)
+        if vm["kind"] == "ffn_act" and vm.get("entries") and "ffn_hidden" in by_kind:
+            # the activation after the products of a block: one entry shows the formula at work
+            _one_entry(vm, telling=True)
         if vm.get("view") == "sum":
             # an addition entry by entry (E = X + P, a residual): one entry shows it
             _one_entry(vm)
@@ -337,12 +357,24 @@ OWN_LINES_INTRO = ("pos_enc", "embed", "residual1", "residual2", "ffn_act", "nor
 LATER_PRODUCTS = ("ffn_hidden", "ffn_up", "ffn_out", "output")
 
 
-def _one_entry(vm: dict[str, Any]) -> None:
-    """Keep one entry of a view's entry list (after the row's statistics, for a norm)."""
+def _one_entry(vm: dict[str, Any], telling: bool = False) -> None:
+    """Keep one entry of a view's entry list (after the row's statistics, for a norm). `telling`:
+    the first of the row's leading columns whose result is not 0 (SwiGLU's 0 times anything is 0
+    shows nothing); `entry_col` is the entry's column, for the prose."""
     if not vm.get("entries") or not vm["entries"][0].get("chains") or vm.get("entries_cut"):
         return
     b = vm["entries"][0]
     lead = b.get("lead", 0)
-    n = sum(b["chains"][:lead + 1])
-    vm["entries"] = [block(b["lines"][:n])]
+    starts = [sum(b["chains"][:k]) for k in range(len(b["chains"]) + 1)]
+    pick_k = lead
+    if telling:
+        for k in range(lead, len(b["chains"])):
+            lines = b["lines"][starts[k]:starts[k + 1]]
+            if any("dots" in x or x.strip() in ("...", ":") for x in lines):
+                break  # past the gap the column is not k + 1
+            if not lines[-1].rstrip().rstrip("\\").rstrip().endswith("= 0"):
+                pick_k = k
+                break
+    vm["entries"] = [block(b["lines"][:starts[lead]] + b["lines"][starts[pick_k]:starts[pick_k + 1]])]
+    vm["entry_col"] = pick_k - lead + 1
     vm["entries_cut"] = True

@@ -74,6 +74,13 @@ class Ref:
         return entry_name(self.base, i + 1, j + 1, self.head, wide=wide)
 
 
+def vector_entry(name: str) -> str:
+    """Entry j of a one-row operand (a norm's gain, a bias) by its column alone, as its formula
+    writes it: gamma_j, so gamma_{11} becomes gamma_{1}, b^{h}_{13} becomes b^{h}_{3}
+    (gamma_{1j} next to gamma_j read as two symbols)."""
+    return re.sub(r"_\{1,?(\d+)\}$", r"_{\1}", re.sub(r"_1,?(\d+)$", r"_\1", name))
+
+
 _ENTRY_NAME = re.compile(r"(?:\\(" + "|".join(ACCENTS) + r")\{(\w)\}|(\w))(?:\^\{\((\d+)\)\})?_\{[\d,]+\}")
 
 
