@@ -282,6 +282,7 @@ def mark_repeats(view: dict[str, Any]) -> None:
     first_view: dict[str, dict[str, Any]] = {}
     intros_seen: set = set()
     lefts_seen: set = set()
+    grad_lines_seen = False
     for vm in order:
         if not isinstance(vm, dict) or "prose" not in vm:
             continue
@@ -343,6 +344,11 @@ def mark_repeats(view: dict[str, Any]) -> None:
         if vm["kind"] == "ffn_act" and vm.get("entries") and "ffn_hidden" in by_kind:
             # the activation after the products of a block: one entry shows the formula at work
             _one_entry(vm, telling=True)
+        if vm.get("view") == "grad" and vm.get("entries") and vm["entries"][0].get("chains"):
+            # the backward pass's products: the first writes its row out, later ones one entry (as K after Q)
+            if grad_lines_seen:
+                _one_entry(vm)
+            grad_lines_seen = True
         if vm.get("view") == "sum":
             # an addition entry by entry (E = X + P, a residual): one entry shows it
             _one_entry(vm)
