@@ -6,9 +6,11 @@ example in en and zh:
 - every substituted line reproduces its printed result from its printed operands: the numbers
   are parsed back from the text report (``name = symbols = 2*0.99995 - 1*0.01000 = 1.9899``),
   recomputed by a tiny arithmetic walker over Python's ``ast`` (numbers, + - * / ^, parentheses,
-  a number before a parenthesis as a product (``1/6 (...)``), sqrt, max, exp and e; never eval)
+  a number before a parenthesis, a function or a number as a product (``1/6 (...)``, ``2 tanh(x)``),
+  sqrt, max, exp, tanh, sin, cos and e; never eval)
   and compared with the printed result at its own decimals: sums of products, a norm's mean,
-  variance and entries, a score over sqrt(d_k), SiLU and ReLU entries;
+  variance and entries, a score over sqrt(d_k), SiLU and ReLU entries, soft-capping, a router's gate,
+  the sinusoidal position table;
 - no paragraph longer than 100 characters appears twice in one report (the Markdown source).
 """
 
@@ -28,9 +30,9 @@ from attntrace.teach.examples import example_paths
 NAMES = [p.stem for p in example_paths()]
 LANGS = ("en", "zh")
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
-ARITHMETIC = re.compile(r"^(?:[-+*/^ ().,0-9]|sqrt|max|exp|e)+$")
+ARITHMETIC = re.compile(r"^(?:[-+*/^ ().,0-9]|sqrt|max|exp|tanh|sin|cos|e)+$")
 OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv, ast.Pow: operator.pow}
-FUNCS = {"sqrt": math.sqrt, "max": max, "exp": math.exp}
+FUNCS = {"sqrt": math.sqrt, "max": max, "exp": math.exp, "tanh": math.tanh, "sin": math.sin, "cos": math.cos}
 
 
 @pytest.fixture(scope="module")
@@ -63,10 +65,10 @@ def substituted_lines(text: str) -> list[tuple[str, float, str]]:
         if len(parts) < 3:
             continue
         expr, result = parts[-2], parts[-1]
-        if not NUMBER.fullmatch(result) or not ARITHMETIC.match(expr) or not re.search(r"[-+*/^]|sqrt|max|exp", expr.lstrip("-")):
+        if not NUMBER.fullmatch(result) or not ARITHMETIC.match(expr) or not re.search(r"[-+*/^]|sqrt|max|exp|tanh|sin|cos", expr.lstrip("-")):
             continue
-        # 10^(-5) is a power; 1/6 (a + b) is a product
-        python = re.sub(r"(?<=[0-9)])\s+(?=\()", "*", expr.replace("^", "**"))
+        # 10^(-5) is a power; 1/6 (a + b), 2 tanh(x), 2.5 0.8044 are products
+        python = re.sub(r"(?<=[0-9)])\s+(?=[0-9(a-z])", "*", expr.replace("^", "**"))
         try:
             found.append((line.strip(), _value(ast.parse(python, mode="eval")), result))
         except (SyntaxError, ValueError, TypeError, ZeroDivisionError, OverflowError):
@@ -135,6 +137,12 @@ def test_the_line_check_sees_lines(traces):
     assert any(line.startswith("n_11 =") and "0.05506" in line for line in enc)
     assert substituted_lines("n = x = (0.0551 - 1) / sqrt(1.2774 + 10^(-5)) = -0.8361")[0][1] == pytest.approx(-0.83603, abs=1e-5)
     assert substituted_lines("m = x = 1/6 (1 + 2 + 3) = 1")[0][1] == pytest.approx(1.0)
+    # SwiGLU's h~_12 = 1.4142 / (1 + e^-1.4142) 2.8284 gives 3.2176: the line shows 1.41421 and 2.82842
+    llama = [line for line, _, _ in substituted_lines(render(traces["llama-block-tiny"], format="text"))]
+    assert any(line.startswith("h~_12 =") and "1.41421" in line for line in llama)
+    # a router's gate, and a soft cap
+    assert any(line.startswith("g^r_") for line, _, _ in substituted_lines(render(traces["moe-tiny"], format="text")))
+    assert any("tanh(" in line for line, _, _ in substituted_lines(render(traces["softcap-gemma2"], format="text")))
 
 
 @pytest.mark.parametrize("lang", LANGS)

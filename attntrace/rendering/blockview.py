@@ -182,8 +182,14 @@ def build_activation(sv, vm) -> None:
 
     def entry(i, j):
         names = _act_entry(o, rule, sv.ename(h, i, j), u and sv.ename(u, i, j))
-        hv = o.entry(h.value, i, j) if act == "relu" else o.factor(h.value, i, j)  # max(0, -1.2): no parentheses
-        nums = _act_entry(o, rule, hv, u and o.factor(u.value, i, j))
+        digits = o.precision
+        if sv.mode == "numeric" and act in ("relu", "swiglu"):  # operands that give the printed result
+            ops = [float(h.value[i, j])] + ([float(u.value[i, j])] if u is not None else [])
+            compute = (lambda xs: max(0.0, xs[0])) if act == "relu" else (lambda xs: xs[0] / (1 + math.exp(-xs[0])) * xs[1])  # noqa: E731
+            digits = _digits(o, ops, compute, sv.entry_result(s.value, i, j))
+        with o.digits(digits):
+            hv = o.entry(h.value, i, j) if act == "relu" else o.factor(h.value, i, j)  # max(0, -1.2): no parentheses
+            nums = _act_entry(o, rule, hv, u and o.factor(u.value, i, j))
         return [names, nums]
 
     _lay_out(sv, vm, [_rhs(sv, vm)], entry)

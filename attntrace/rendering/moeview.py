@@ -9,8 +9,10 @@ What the prose needs (the experts chosen by each token) is put in vm.extra here.
 
 from __future__ import annotations
 
+import math
 
 from attntrace.rendering.layout import Seq
+from attntrace.rendering.printing import reproducing_digits
 from attntrace.rendering.stepview import register_view
 from attntrace.rendering.viewparts import SHAPE_LINES, block, pack, resolve
 
@@ -65,9 +67,18 @@ def _gate_chain(sv, o, src, d, i, j, es) -> list[str]:
     label = sv.entry_label(i, j)
     soft = d["router"] == "softmax"
     names_n = [sv.ename(src, i, k) for k in es]
-    nums_n = [o.entry(src.value, i, k) for k in es] if sv.mode != "symbolic" else None
     scale = "" if soft or str(d.get("scaling", 1)) in ("1", "1.0") else f"{d['scaling']} "
     norm = soft or d.get("normalize", True)
+    digits = o.precision
+    if sv.mode == "numeric":  # the scores at the decimals that give the printed gate
+        k, c = es.index(j), float(d.get("scaling", 1))
+
+        def gate(xs: list[float]) -> float:
+            top, parts = (math.exp(xs[k]), [math.exp(x) for x in xs]) if soft else (c * xs[k], xs)
+            return top / sum(parts) if norm else top
+        digits = reproducing_digits(o.precision, [float(src.value[i, q]) for q in es], gate, sv.entry_result(sv.s.value, i, j)[0])
+    with o.digits(digits):
+        nums_n = [o.entry(src.value, i, k) for k in es] if sv.mode != "symbolic" else None
 
     def frac(top, parts):
         if o.plain:
