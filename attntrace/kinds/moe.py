@@ -78,9 +78,6 @@ class RouterLogits(MoeKind):
     view = "product"
 
     def compute(self, ctx, head, state):
-        if ctx.p.mode == "exact":  # the router ranks and exponentiates closed forms of the whole attention
-            raise BadInput("a mixture of experts comes after attention's softmax, whose exact entries are too large to rank "
-                           "and exponentiate; use mode numeric, or symbolic with moe.route")
         n = state["ffn_in"]
         w = _op(ctx, "W_router")
         if n.shape[1] != w.shape[0]:
