@@ -309,13 +309,15 @@ def gpt2_block_spec(model_or_block, hidden_states, *, layer: int = 0, attention_
 
 def from_hf_layer(model_or_layer, hidden_states, *, layer: int = 0, attention_mask=None, position_ids=None, rope_float64: bool = True,
                   **run_overrides):
-    """Trace one layer of a Hugging Face BERT, GPT-2 or Llama-style model (Llama, Mistral, Qwen3) on its input hidden
-    states (eval mode): the model picks the spec (bert_layer_spec, gpt2_block_spec,
-    llama_layer_spec). attention_mask: HF's 1 = token, 0 = padding (padding keys are ignored);
+    """Trace one layer of a Hugging Face BERT, GPT-2 or Llama-style model (Llama, Mistral, Qwen3,
+    Mixtral, gpt-oss; Gemma 2 as the sandwich block; DeepSeek-V3 with latent attention) on its input
+    hidden states (eval mode): the model picks the spec (bert_layer_spec, gpt2_block_spec,
+    llama_layer_spec, deepseek_layer_spec). attention_mask: HF's 1 = token, 0 = padding (padding keys are ignored);
     position_ids: the Llama-style layer's RoPE positions (BERT and GPT-2 layers take none).
     Agreement with the layer in float64: BERT and GPT-2 at 1e-10; a Llama-style layer at 1e-10
     when its RMSNorms and rotary angles run in float64 (tests/oracles_block.py), else at 1e-6
-    (HF's float32 RMSNorm and angles; see from_hf_llama_layer). rope_float64=False is refused
+    (HF's float32 RMSNorm and angles; see from_hf_llama_layer; Gemma 2 and gpt-oss at 1e-5 as
+    they are, tests/test_sandwich.py, tests/test_moe_gpt_oss.py). rope_float64=False is refused
     here (the layer's RoPE is traced in float64). Extra keyword arguments go to `attntrace.run`."""
     from attntrace.bridges.deepseek import deepseek_layer_spec, is_mla
     from attntrace.tracer import trace_spec
