@@ -16,9 +16,10 @@ def rms_norm(x, gain=None, eps=1e-6):
     return y if gain is None else y * np.asarray(gain).reshape(1, -1)
 
 
-def rope(x, positions, base=10000.0, layout="interleaved"):
+def rope(x, positions, base=10000.0, layout="interleaved", theta=None, mu=1.0):
+    """theta: the pairs' frequencies (default base^(-2i/d)); mu: YaRN's factor on the result."""
     n, d = x.shape
-    theta = base ** (-np.arange(d // 2) * 2.0 / d)
+    theta = base ** (-np.arange(d // 2) * 2.0 / d) if theta is None else np.asarray(theta, dtype=np.float64)
     ang = np.asarray(positions, dtype=np.float64)[:, None] * theta[None, :]
     if layout == "interleaved":
         a, b = x[:, 0::2], x[:, 1::2]
@@ -30,20 +31,22 @@ def rope(x, positions, base=10000.0, layout="interleaved"):
         out[:, 0::2], out[:, 1::2] = ra, rb
     else:
         out[:, : d // 2], out[:, d // 2:] = ra, rb
-    return out
+    return mu * out
 
 
 def mla(x, w, h, *, positions=None, base=10000.0, layout="interleaved", causal=True, q_eps=1e-6, kv_eps=1e-6,
-        c_kv_past=None, k_r_past=None):
+        c_kv_past=None, k_r_past=None, theta=None, mu=1.0, softmax_scale=None):
     """The attention output (n, d_model) and per-head scores, from the paper's equations.
 
-    w: W_DQ (optional), gamma_Q, W_UQ, W_QR, W_DKV, gamma_KV, W_UK, W_UV, W_KR, W_O (row-vector form)."""
+    w: W_DQ (optional), gamma_Q, W_UQ, W_QR, W_DKV, gamma_KV, W_UK, W_UV, W_KR, W_O (row-vector form).
+    theta, mu: YaRN's frequencies and factor of the decoupled RoPE parts; softmax_scale: the
+    scores' factor (default 1/sqrt(d_nope + d_rope))."""
     n = x.shape[0]
     past = 0 if c_kv_past is None else c_kv_past.shape[0]
     positions = list(range(past, past + n)) if positions is None else positions
     c_q = rms_norm(x @ w["W_DQ"], w.get("gamma_Q"), q_eps) if "W_DQ" in w else x      # eq. 12
     c_kv = rms_norm(x @ w["W_DKV"], w.get("gamma_KV"), kv_eps)                          # eq. 9
-    k_r = rope(x @ w["W_KR"], positions, base, layout)                                  # eq. 15
+    k_r = rope(x @ w["W_KR"], positions, base, layout, theta, mu)                       # eq. 15
     if past:
         c_kv, k_r = np.vstack([c_kv_past, c_kv]), np.vstack([k_r_past, k_r])           # the latent cache
     d_nope, d_r = w["W_UQ"].shape[1] // h, w["W_KR"].shape[1]
@@ -51,10 +54,11 @@ def mla(x, w, h, *, positions=None, base=10000.0, layout="interleaved", causal=T
     heads, scores = [], []
     for i in range(h):
         q_c = c_q @ w["W_UQ"][:, i * d_nope:(i + 1) * d_nope]                           # eq. 13
-        q_r = rope(c_q @ w["W_QR"][:, i * d_r:(i + 1) * d_r], positions, base, layout)  # eq. 14
+        q_r = rope(c_q @ w["W_QR"][:, i * d_r:(i + 1) * d_r], positions, base, layout, theta, mu)  # eq. 14
         k_c = c_kv @ w["W_UK"][:, i * d_nope:(i + 1) * d_nope]                          # eq. 10
         v = c_kv @ w["W_UV"][:, i * d_v:(i + 1) * d_v]                                  # eq. 11
-        s = (np.hstack([q_c, q_r]) @ np.hstack([k_c, k_r]).T) / np.sqrt(d_nope + d_r)   # eqs. 16-18
+        scale = 1 / np.sqrt(d_nope + d_r) if softmax_scale is None else softmax_scale
+        s = (np.hstack([q_c, q_r]) @ np.hstack([k_c, k_r]).T) * scale                   # eqs. 16-18
         m = s.shape[1]
         if causal:
             keep = np.arange(m)[None, :] <= (np.arange(n)[:, None] + m - n)            # bottom-right

@@ -157,6 +157,81 @@ def test_hf_deepseek_dense_layer_through_from_hf_layer():
     assert np.abs(attntrace.from_torch(raw.layers[0], x).output - y).max() < 1e-6
 
 
+# -- DeepSeek-V3's YaRN: the rotated parts' frequencies and factor, and the softmax scale's mscale^2 -------
+def _yarn_deepseek(mscale, mscale_all_dim, float64_internals=True, seed=0):
+    """A tiny DeepseekV3Model whose rope_parameters are YaRN (factor 40 over 4 original positions)."""
+    import torch
+    from transformers import DeepseekV3Config, DeepseekV3Model
+
+    import oracles_families as fam
+
+    torch.manual_seed(seed)
+    cfg = DeepseekV3Config(vocab_size=32, hidden_size=8, intermediate_size=12, moe_intermediate_size=4, num_hidden_layers=1,
+                           num_attention_heads=2, num_key_value_heads=2, q_lora_rank=6, kv_lora_rank=4, qk_nope_head_dim=2,
+                           qk_rope_head_dim=4, v_head_dim=3, first_k_dense_replace=1, max_position_embeddings=256,
+                           attn_implementation="sdpa",
+                           rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0, "original_max_position_embeddings": 4,
+                                            "beta_fast": 32.0, "beta_slow": 1.0, "mscale": mscale, "mscale_all_dim": mscale_all_dim})
+    model = DeepseekV3Model(cfg).double().eval()
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, torch.nn.Linear):
+                m.weight.normal_(0.0, 0.5)
+            if type(m).__name__ == "DeepseekV3RMSNorm":
+                m.weight.normal_(1.0, 0.3)
+                if float64_internals:
+                    m.forward = om._float64_rms(m)
+    if float64_internals:
+        fam.float64_rotary(model)  # HF's own yarn init function, run in float64
+    return model
+
+
+@pytest.mark.parametrize("mscale, mscale_all_dim", [(1.0, 1.0), (1.0, 0.5), (0.707, 0.707)])
+def test_hf_deepseek_yarn_applies_mscale_as_hf_does(mscale, mscale_all_dim):
+    """HF's yarn_apply_mscale: softmax_scale = qk_head_dim^-1/2 mscale^2 with mscale = 0.1
+    mscale_all_dim ln(factor) + 1; the rotated parts turn by YaRN's frequencies times
+    g(mscale) / g(mscale_all_dim). At 1e-10 with float64 internals (measured 3e-15 to 5e-15),
+    at 1e-5 unmodified (measured 3.3e-7 to 1.3e-6)."""
+    for f64, tol in ((True, TOL), (False, 1e-5)):
+        model = _yarn_deepseek(mscale, mscale_all_dim, f64)
+        attn = model.layers[0].self_attn
+        assert attn.scaling != pytest.approx(6 ** -0.5)  # HF applies the mscale
+        x, y = om.layer_io(model, 0, n=6)
+        t = attntrace.from_torch(model, x, layer=0)
+        err = float(np.abs(t.output - y).max())
+        print(f"mscale {mscale}/{mscale_all_dim}, float64 internals {f64}: {err:.1e}")
+        assert err < tol, err
+        assert t.step("scaled", head=1).details["factor"] == pytest.approx(attn.scaling ** -1, rel=1e-14)
+
+
+@pytest.mark.parametrize("mscale, mscale_all_dim", [(1.0, 1.0), (1.0, 0.5)])
+def test_deepseek_yarn_against_the_papers(mscale, mscale_all_dim):
+    """The attention written from DeepSeek-V2's equations (oracles_mla.mla) with YaRN (arXiv
+    2309.00071: NTK-by-parts frequencies and the temperature sqrt(1/t) = 0.1 ln s + 1 of section
+    3.4, which DeepSeek takes as mscale^2 on the softmax scale of the whole head, the rotated
+    parts' own factor being g(mscale) / g(mscale_all_dim)), from test_rope_scaling's references."""
+    import math
+
+    from test_rope_scaling import ref_inv_freq, ref_mu
+
+    x, w = om.random_mla(7, n=5, d_r=4)
+    yarn = {"type": "yarn", "factor": 40.0, "original_max_position_embeddings": 4, "beta_fast": 32.0, "beta_slow": 1.0,
+            "mscale": mscale, "mscale_all_dim": mscale_all_dim}
+    m = 0.1 * mscale_all_dim * math.log(40.0) + 1
+    want, _ = om.mla(x, w, 2, theta=ref_inv_freq(yarn, 10000.0, 4), mu=ref_mu(yarn), softmax_scale=m * m / math.sqrt(6))
+    spec = om.spec_of(x, w, 2, scale=f"sqrt(6)/({mscale_all_dim!r}/10*log(40.0) + 1)^2")
+    spec["rope"] = {"layout": "interleaved", "scaling": yarn}
+    t = attntrace.run(spec)
+    np.testing.assert_allclose(t.output, want, rtol=0, atol=TOL)
+    assert t.step("K_R_rope").details["mu"] == pytest.approx(ref_mu(yarn))
+    for trace in (t, attntrace.run(spec, mode="shape")):
+        for fmt in ("md", "tex", "text"):
+            for lang in ("en", "zh"):
+                assert attntrace.render(trace, format=fmt, lang=lang)
+    if mscale != mscale_all_dim:
+        assert "\\mu" in attntrace.render(t, format="md")
+
+
 # -- the checker: carried forward through the latents, and the named mistake ----------------------------
 def _student(values: dict, keys) -> dict:
     return {k: [["-inf" if np.isneginf(x) else round(float(x), 4) for x in row] for row in values[k]] for k in keys}

@@ -29,7 +29,7 @@ attntrace.inputs.stepoptions attntrace.inputs.textescape attntrace.inputs.userte
 attntrace.kinds attntrace.kinds.alibi attntrace.kinds.backward attntrace.kinds.base attntrace.kinds.bias
 attntrace.kinds.block attntrace.kinds.cache attntrace.kinds.context attntrace.kinds.exactsize attntrace.kinds.ffn
 attntrace.kinds.heads attntrace.kinds.mask attntrace.kinds.mla attntrace.kinds.moe attntrace.kinds.norm attntrace.kinds.notation attntrace.kinds.online attntrace.kinds.position
-attntrace.kinds.projection attntrace.kinds.qknorm attntrace.kinds.registry attntrace.kinds.residual attntrace.kinds.rope attntrace.kinds.ropescaling attntrace.kinds.sink
+attntrace.kinds.projection attntrace.kinds.qknorm attntrace.kinds.registry attntrace.kinds.residual attntrace.kinds.rope attntrace.kinds.ropescaling attntrace.kinds.sandwich attntrace.kinds.sink
 attntrace.kinds.scale attntrace.kinds.scores attntrace.kinds.softcap attntrace.kinds.softmax attntrace.kinds.weighted_sum
 attntrace.model attntrace.model.errors attntrace.model.formula attntrace.model.trace
 attntrace.rendering attntrace.rendering.formats attntrace.rendering.formulatext attntrace.rendering.jinja_env attntrace.rendering.layout attntrace.rendering.onlineview

@@ -216,6 +216,10 @@ class NumericAlgebra:
     def constant(self, shape, c):
         return np.full(shape, float(c))
 
+    def clamp(self, a, low, high):
+        """Each entry limited to [low, high] (None: no limit on that side), as torch.clamp."""
+        return np.clip(a, None if low is None else float(low), None if high is None else float(high))
+
     def colsum(self, a):
         return a.sum(axis=0, keepdims=True)
 

@@ -17,7 +17,7 @@ class ShapeAlgebra:
     def __getattr__(self, name: str) -> Any:
         if name in {"matmul", "matmul_t", "add_row", "columns", "divide", "mask", "hstack", "vstack",
                     "rope_angles", "rotate_pairs", "pow2", "number", "distance_bias", "plus", "linear", "hadamard", "tanh", "activation", "sinusoid",
-                    "transpose", "grad_matmul", "grad_divide", "block", "times", "constant", "colsum", "softmax_jacobian",
+                    "transpose", "grad_matmul", "grad_divide", "block", "times", "constant", "clamp", "colsum", "softmax_jacobian",
                     "route_weights"}:
             return lambda *args, **kw: None
         raise AttributeError(name)

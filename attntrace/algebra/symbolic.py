@@ -309,6 +309,12 @@ class SympyAlgebra:
     def constant(self, shape, c):
         return self.sp.Matrix(shape[0], shape[1], lambda i, j: self.sp.sympify(c))
 
+    def clamp(self, a, low, high):
+        """Each entry limited to [low, high] (None: no limit on that side): SymPy's Min and Max."""
+        sp = self.sp
+        f = lambda x: x if high is None else sp.Min(x, sp.sympify(high))  # noqa: E731
+        return a.applyfunc(lambda x: f(x) if low is None else sp.Max(f(x), sp.sympify(low)))
+
     def colsum(self, a):
         sp = self.sp
         ev = not self.name_steps

@@ -103,10 +103,34 @@ def decoder_layer(obj, layer: int = 0):
 
 
 def _rms(norm, what: str) -> dict[str, Any]:
+    """An RMSNorm's table: gain and eps, and `gain_offset = 1` when it multiplies by 1 + weight
+    (Gemma's), which a probe on one row tells apart from Llama's weight alone."""
+    torch = require_torch()
     eps = getattr(norm, "variance_epsilon", getattr(norm, "eps", None))
     if eps is None or getattr(norm, "bias", None) is not None:
         raise Unsupported(f"{what} is not an RMSNorm with a gain and no bias")
-    return {"gain": to_numpy(norm.weight, f"{what}.weight")[None, :], "eps": float(eps)}
+    w = to_numpy(norm.weight, f"{what}.weight")
+    row = np.linspace(-1.0, 2.0, w.shape[0])
+    with torch.no_grad():
+        got = norm(torch.tensor(row[None, :], dtype=norm.weight.dtype)).double().numpy()[0]
+    unit = row / np.sqrt(np.mean(row * row) + float(eps))
+    table: dict[str, Any] = {"gain": w[None, :], "eps": float(eps)}
+    if np.allclose(got, unit * (1.0 + w), rtol=1e-5, atol=1e-6) and not np.allclose(got, unit * w, rtol=1e-5, atol=1e-6):
+        table["gain_offset"] = 1
+    elif not np.allclose(got, unit * w, rtol=1e-5, atol=1e-6):
+        raise Unsupported(f"{what} ({type(norm).__name__}) is not x / rms(x) times its weight or times 1 + its weight")
+    return table
+
+
+def _gate_activation(mlp) -> str:
+    """A gated MLP's activation as the spec's ffn.activation: "silu" (SwiGLU) or "gelu_tanh" (GeGLU)."""
+    fn = getattr(mlp, "act_fn", None)
+    name = type(fn).__name__
+    if name in ("SiLUActivation", "SiLU") or fn is require_torch().nn.functional.silu:
+        return "silu"
+    if name in ("GELUTanh", "PytorchGELUTanh", "NewGELUActivation") or getattr(fn, "approximate", None) == "tanh":
+        return "gelu_tanh"
+    raise Unsupported(f"the MLP's activation is {name}; a gated MLP here is SwiGLU (silu) or GeGLU (tanh GELU)")
 
 
 def _rope_float64_only(rope_float64: bool) -> None:
@@ -134,18 +158,22 @@ def llama_layer_spec(model_or_layer, hidden_states, *, layer: int = 0, position_
                     norm2=_rms(obj.post_attention_layernorm, "post_attention_layernorm"), moe=moe_table(obj.mlp))
         return spec
     dec = decoder_layer(model_or_layer, layer)
-    if hasattr(dec, "pre_feedforward_layernorm"):
-        raise Unsupported(f"{type(dec).__name__} has four norms around its sublayers (Gemma's sandwich); attntrace's llama "
-                          "block has two: trace its attention with from_torch(layer.self_attn, hidden_states)")
-    act = getattr(dec.mlp.config, "hidden_act", "silu") if hasattr(dec.mlp, "config") else "silu"
-    if act != "silu":
-        raise Unsupported(f"the MLP's activation is {act!r}; a llama block's SwiGLU uses silu")
+    act = _gate_activation(dec.mlp)
     if any(getattr(dec.mlp, p).bias is not None for p in ("gate_proj", "up_proj", "down_proj")):
-        raise Unsupported("the MLP has biases (mlp_bias=True); a llama block's SwiGLU has none")
+        raise Unsupported("the MLP has biases (mlp_bias=True); a gated MLP here has none")
     spec = llama_attention_spec(dec.self_attn, hidden_states, position_ids=position_ids, attention_mask=attention_mask)
     w = lambda lin, what: np.ascontiguousarray(to_numpy(lin.weight, what).T)  # noqa: E731 - (in, out)
+    ffn = {"W_gate": w(dec.mlp.gate_proj, "gate_proj"), "W_up": w(dec.mlp.up_proj, "up_proj"), "W_down": w(dec.mlp.down_proj, "down_proj")}
+    if act != "silu":
+        ffn["activation"] = act
+    if hasattr(dec, "pre_feedforward_layernorm"):  # Gemma 2's four norms: the sandwich block (attntrace.kinds.sandwich)
+        spec.update(block="sandwich", norm1=_rms(dec.input_layernorm, "input_layernorm"),
+                    norm3=_rms(dec.post_attention_layernorm, "post_attention_layernorm"),
+                    norm2=_rms(dec.pre_feedforward_layernorm, "pre_feedforward_layernorm"),
+                    norm4=_rms(dec.post_feedforward_layernorm, "post_feedforward_layernorm"), ffn=ffn)
+        return spec
     spec.update(block="llama", norm1=_rms(dec.input_layernorm, "input_layernorm"), norm2=_rms(dec.post_attention_layernorm, "post_attention_layernorm"),
-                ffn={"W_gate": w(dec.mlp.gate_proj, "gate_proj"), "W_up": w(dec.mlp.up_proj, "up_proj"), "W_down": w(dec.mlp.down_proj, "down_proj")})
+                ffn=ffn)
     return spec
 
 
@@ -281,13 +309,15 @@ def gpt2_block_spec(model_or_block, hidden_states, *, layer: int = 0, attention_
 
 def from_hf_layer(model_or_layer, hidden_states, *, layer: int = 0, attention_mask=None, position_ids=None, rope_float64: bool = True,
                   **run_overrides):
-    """Trace one layer of a Hugging Face BERT, GPT-2 or Llama-style model (Llama, Mistral, Qwen3) on its input hidden
-    states (eval mode): the model picks the spec (bert_layer_spec, gpt2_block_spec,
-    llama_layer_spec). attention_mask: HF's 1 = token, 0 = padding (padding keys are ignored);
+    """Trace one layer of a Hugging Face BERT, GPT-2 or Llama-style model (Llama, Mistral, Qwen3,
+    Mixtral, gpt-oss; Gemma 2 as the sandwich block; DeepSeek-V3 with latent attention) on its input
+    hidden states (eval mode): the model picks the spec (bert_layer_spec, gpt2_block_spec,
+    llama_layer_spec, deepseek_layer_spec). attention_mask: HF's 1 = token, 0 = padding (padding keys are ignored);
     position_ids: the Llama-style layer's RoPE positions (BERT and GPT-2 layers take none).
     Agreement with the layer in float64: BERT and GPT-2 at 1e-10; a Llama-style layer at 1e-10
     when its RMSNorms and rotary angles run in float64 (tests/oracles_block.py), else at 1e-6
-    (HF's float32 RMSNorm and angles; see from_hf_llama_layer). rope_float64=False is refused
+    (HF's float32 RMSNorm and angles; see from_hf_llama_layer; Gemma 2 and gpt-oss at 1e-5 as
+    they are, tests/test_sandwich.py, tests/test_moe_gpt_oss.py). rope_float64=False is refused
     here (the layer's RoPE is traced in float64). Extra keyword arguments go to `attntrace.run`."""
     from attntrace.bridges.deepseek import deepseek_layer_spec, is_mla
     from attntrace.tracer import trace_spec

@@ -12,7 +12,10 @@
 - RoPE: `rope_interleave` (DeepSeek's default) rotates adjacent pairs, the interleaved layout;
   HF then stores the rotated pairs de-interleaved, one fixed permutation of q's and k's columns
   alike, which leaves every score unchanged. Otherwise the half layout (rotate_half).
-- scaling qk_head_dim^-1/2 = 1/sqrt(d_nope + d_rope); a YaRN mscale is refused (Unsupported).
+- scaling qk_head_dim^-1/2 = 1/sqrt(d_nope + d_rope); with YaRN (DeepSeek-V3's rope_parameters)
+  the rotated parts turn by YaRN's per-pair factors times its attention factor, and with
+  mscale_all_dim the scores are scaled by qk_head_dim^-1/2 mscale^2 (`score_scale`), as HF's
+  yarn_apply_mscale does.
 
 `deepseek_layer_spec` adds the decoder layer around it (block = "llama": input_layernorm,
 post_attention_layernorm, a dense SwiGLU MLP or, from first_k_dense_replace on, the mixture of
@@ -94,16 +97,32 @@ def _positions(position_ids, n: int) -> list[int]:
 
 
 def _rope(cfg, positions) -> dict[str, Any]:
+    """The spec's rope: the base, DeepSeek's layout, and YaRN's scaling (`rope_settings`: the
+    per-pair factors and the attention factor g(s, mscale) / g(s, mscale_all_dim) of the rotated
+    parts); llama3 is refused (DeepSeek uses YaRN)."""
+    from attntrace.bridges.huggingface import rope_settings
+
+    base, scaling = rope_settings(cfg)
+    if scaling is not None and scaling["type"] != "yarn":
+        raise Unsupported(f"rope_type {scaling['type']!r} on latent attention: attntrace traces its default RoPE and YaRN")
+    out = {"base": float(base), "layout": "interleaved" if getattr(cfg, "rope_interleave", True) else "half", "positions": list(positions)}
+    if scaling is not None:
+        out["scaling"] = scaling
+    return out
+
+
+def score_scale(cfg, width: int) -> str | None:
+    """The divisor of the scores, written exactly: None for sqrt(d_nope + d_rope); with YaRN and
+    mscale_all_dim (DeepSeek-V3), softmax_scale = width^-1/2 mscale^2, mscale = 0.1 mscale_all_dim
+    ln(factor) + 1 (YaRN's temperature sqrt(1/t) on the whole head, not only the rotated part),
+    so the divisor is sqrt(width) / mscale^2."""
     params = getattr(cfg, "rope_parameters", None) or {}
-    kind = params.get("rope_type", "default")
-    if kind != "default":
-        raise Unsupported(f"rope_type {kind!r} rescales the rotary frequencies (and YaRN the scores); "
-                          "attntrace traces latent attention with the default RoPE")
-    base = params.get("rope_theta", getattr(cfg, "rope_theta", None))
-    if base is None:
-        raise Unsupported("the config names no rope_theta")
-    return {"base": float(base), "layout": "interleaved" if getattr(cfg, "rope_interleave", True) else "half",
-            "positions": list(positions)}
+    if params.get("rope_type", "default") == "default" or not params.get("mscale_all_dim"):
+        return None
+    factor = params.get("factor") or cfg.max_position_embeddings / params["original_max_position_embeddings"]
+    if factor <= 1:
+        return None
+    return f"sqrt({width})/({params['mscale_all_dim']!r}/10*log({factor!r}) + 1)^2"
 
 
 def mla_attention_spec(layer_or_model, hidden_states, *, layer: int = 0, position_ids=None, attention_mask=None) -> dict:
@@ -117,8 +136,9 @@ def mla_attention_spec(layer_or_model, hidden_states, *, layer: int = 0, positio
         raise Unsupported("the layer is in training mode with attention dropout; call model.eval() first")
     h = cfg.num_attention_heads
     d_nope, d_rope, d_v, d_c = cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim, cfg.kv_lora_rank
-    if abs(attn.scaling - (d_nope + d_rope) ** -0.5) > 1e-15:
-        raise Unsupported(f"the layer scales the scores by {attn.scaling}, not (d_nope + d_rope)^-1/2 (a YaRN mscale?)")
+    scale = score_scale(cfg, d_nope + d_rope)
+    if scale is None and abs(attn.scaling - (d_nope + d_rope) ** -0.5) > 1e-15:
+        raise Unsupported(f"the layer scales the scores by {attn.scaling}, not (d_nope + d_rope)^-1/2")
     x = _hidden(hidden_states, cfg.hidden_size)
     n = x.shape[0]
     mla: dict[str, Any] = {}
@@ -141,6 +161,8 @@ def mla_attention_spec(layer_or_model, hidden_states, *, layer: int = 0, positio
                             "rope": _rope(cfg, _positions(position_ids, n))}
     if h > 1:
         spec["num_heads"] = h
+    if scale is not None:
+        spec["scale"] = scale
     pad = key_padding_of(attention_mask, n)
     if pad is not None:
         spec["key_padding"] = pad

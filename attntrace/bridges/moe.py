@@ -7,7 +7,13 @@
   gate.e_score_correction_bias -> bias, n_group, topk_group, norm_topk_prob -> normalize,
   routed_scaling_factor -> scaling; shared_experts (a SwiGLU MLP) -> shared.
 
-`moe_table(mlp)` reads either; the decoder layers around them are llama blocks
+- gpt-oss (`GptOssMLP`): router.weight -> W_router, router.bias -> logit_bias, router "softmax"
+  over the top-k logits; experts.gate_up_proj (E, d, 2 d_ff), already (in, out), its even
+  columns the gate and odd ones the up projection, with gate_up_proj_bias split the same way;
+  down_proj (E, d_ff, d) and down_proj_bias; activation "clamped_swiglu" with experts.alpha
+  and experts.limit.
+
+`moe_table(mlp)` reads any of them; the decoder layers around them are llama blocks
 (attntrace.bridges.blocks: Mixtral's attention is Llama's; DeepSeek-V3's is latent attention,
 attntrace.bridges.deepseek). What agrees at what tolerance: tests/test_moe.py.
 """
@@ -23,7 +29,21 @@ from attntrace.model.errors import Unsupported
 
 
 def is_moe(mlp) -> bool:
-    return hasattr(mlp, "gate") and hasattr(mlp, "experts") and hasattr(mlp.experts, "gate_up_proj")
+    return (hasattr(mlp, "gate") or hasattr(mlp, "router")) and hasattr(mlp, "experts") and hasattr(mlp.experts, "gate_up_proj")
+
+
+def _gpt_oss(mlp) -> dict[str, Any]:
+    """gpt-oss's router (with its bias) and clamped SwiGLU experts (with theirs)."""
+    ex, router = mlp.experts, mlp.router
+    gate_up = to_numpy(ex.gate_up_proj, "experts.gate_up_proj")  # (E, d, 2 d_ff): gate, up interleaved
+    gate_up_b = to_numpy(ex.gate_up_proj_bias, "experts.gate_up_proj_bias")  # (E, 2 d_ff)
+    down, down_b = to_numpy(ex.down_proj, "experts.down_proj"), to_numpy(ex.down_proj_bias, "experts.down_proj_bias")
+    c = np.ascontiguousarray
+    experts = [{"W_gate": c(gate_up[e][:, ::2]), "W_up": c(gate_up[e][:, 1::2]), "W_down": c(down[e]),
+                "b_gate": c(gate_up_b[e][::2]).tolist(), "b_up": c(gate_up_b[e][1::2]).tolist(), "b_down": down_b[e].tolist()}
+               for e in range(gate_up.shape[0])]
+    return {"router": "softmax", "W_router": c(to_numpy(router.weight, "router.weight").T), "logit_bias": to_numpy(router.bias, "router.bias").tolist(),
+            "top_k": int(router.top_k), "experts": experts, "activation": "clamped_swiglu", "alpha": float(ex.alpha), "limit": float(ex.limit)}
 
 
 def _experts(experts) -> list[dict[str, Any]]:
@@ -47,7 +67,9 @@ def _mlp(mlp, what: str) -> dict[str, Any]:
 def moe_table(mlp) -> dict[str, Any]:
     """The spec's `moe` table of a Mixtral or DeepSeek-V3 mixture-of-experts block."""
     if not is_moe(mlp):
-        raise Unsupported(f"{type(mlp).__name__} is not a Mixtral or DeepSeek-V3 mixture of experts (gate, experts.gate_up_proj)")
+        raise Unsupported(f"{type(mlp).__name__} is not a Mixtral, DeepSeek-V3 or gpt-oss mixture of experts (gate or router, experts.gate_up_proj)")
+    if hasattr(mlp, "router") and hasattr(mlp.experts, "gate_up_proj_bias"):
+        return _gpt_oss(mlp)
     if getattr(mlp, "training", False) and float(getattr(mlp, "jitter_noise", 0.0) or 0.0) > 0:
         raise Unsupported("the router adds jitter noise in training mode; call model.eval() first")
     gate = mlp.gate

@@ -13,7 +13,7 @@ Grammar (whitespace between tokens is ignored)::
     unary := ("+" | "-")* power
     power := atom (("^" | "**") unary)?          right-associative, binds tighter than
                                                  unary minus: -2^2 = -4, 2^-1 = 1/2
-    atom  := number | name | "oo" | func "(" expr ")" | "Max" "(" expr ("," expr)* ")" | "(" expr ")"
+    atom  := number | name | "oo" | func "(" expr ")" | ("Max" | "Min") "(" expr ("," expr)* ")" | "(" expr ")"
     func  := "sqrt" | "exp" | "log" | "sin" | "cos" | "tanh" | "erf" | "acos"
 
 - Numbers: 3, -0.25, .5, 1., 1e-3, 2.5E+4. Decimals become exact rationals (0.25 -> 1/4).
@@ -87,7 +87,7 @@ _GREEK_LOWER = (
 )  # fmt: skip
 #: Greek letter names usable as symbol bases (SymPy's spellings, lower and capitalised).
 GREEK = frozenset(_GREEK_LOWER + tuple(g.capitalize() for g in _GREEK_LOWER))
-_FUNCTIONS = ("sqrt", "exp", "log", "sin", "cos", "tanh", "erf", "acos", "Max")
+_FUNCTIONS = ("sqrt", "exp", "log", "sin", "cos", "tanh", "erf", "acos", "Max", "Min")
 #: LaTeX spellings of names attntrace writes itself: \mu, \varepsilon, \tilde{q} (never a command of any other kind).
 _LATEX_GREEK = frozenset(_GREEK_LOWER + tuple(g.capitalize() for g in _GREEK_LOWER)
                          + ("varepsilon", "vartheta", "varphi", "varrho", "varsigma"))
@@ -483,7 +483,7 @@ class _Parser:
             args = [self.expr()]
             while self.peek().kind == ",":
                 comma = self.take()
-                if tok.value != "Max":
+                if tok.value not in ("Max", "Min"):
                     raise _Fail("unexpected ','", comma.pos, f"{tok.value} takes one argument")
                 args.append(self.expr())
             self.expect(")", f"')' closing {tok.value}(")
@@ -498,7 +498,9 @@ class _Parser:
                 raise _Fail(f"not a real number ({tok.value} of {arg})", tok.pos)
             functions = {"sqrt": sympy.sqrt, "exp": sympy.exp, "log": sympy.log, "sin": sympy.sin, "cos": sympy.cos,
                          "tanh": sympy.tanh, "erf": sympy.erf, "acos": sympy.acos}
-            return self.check(sympy.Max(*args) if tok.value == "Max" else functions[tok.value](arg), tok.pos)
+            if tok.value in ("Max", "Min"):
+                return self.check((sympy.Max if tok.value == "Max" else sympy.Min)(*args), tok.pos)
+            return self.check(functions[tok.value](arg), tok.pos)
         if tok.kind == "(":
             self.enter(tok.pos)
             inner = self.expr()
@@ -662,7 +664,7 @@ def to_plain(expr) -> str:
     """Plain text for an expression that `parse_expr` reads back to the same expression.
 
     Supported: integers, rationals, symbols with valid names (attntrace's LaTeX names such as
-    \\tilde{q}_{11} included), + - * / **, sqrt, exp, log, sin, cos, tanh, erf, Max, E
+    \\tilde{q}_{11} included), + - * / **, sqrt, exp, log, sin, cos, tanh, erf, Max, Min, E
     (printed exp(1)), pi (printed acos(-1)), oo and -oo (read back with allow_infinity=True).
     Anything else (floats, I, other functions) raises Unsupported. Long results may exceed
     parse_expr's 200-character limit: read them with `exported=True`.
@@ -672,7 +674,7 @@ def to_plain(expr) -> str:
     plain_types = (sympy.Integer, sympy.Rational, sympy.core.numbers.Infinity,
                    sympy.core.numbers.NegativeInfinity, sympy.core.numbers.Exp1, sympy.core.numbers.Pi,
                    sympy.Add, sympy.Mul, sympy.Pow, sympy.exp, sympy.log, sympy.sin, sympy.cos, sympy.tanh,
-                   sympy.erf, sympy.Max)  # fmt: skip
+                   sympy.erf, sympy.Max, sympy.Min)  # fmt: skip
     if isinstance(expr, int) and not isinstance(expr, bool):
         expr = sympy.Integer(expr)
     if not isinstance(expr, sympy.Expr):

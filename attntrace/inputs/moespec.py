@@ -7,6 +7,11 @@
     W_router = [...]            # (d_model, E): logits L = N W_router
     top_k = 2
     experts = [{W_gate = ..., W_up = ..., W_down = ...}, ...]   # E SwiGLU experts
+                                # (each may add b_gate, b_up, b_down: gpt-oss's expert biases)
+    activation = "swiglu"       # or "clamped_swiglu" (gpt-oss): gate min(., limit), up clip(., -limit, limit),
+    alpha = 1.702               #   (up + 1) * gate * sigmoid(alpha * gate)
+    limit = 7.0
+    logit_bias = [...]          # (E): added to the logits (gpt-oss's router bias; softmax router)
     shared = {W_gate = ..., W_up = ..., W_down = ...}          # optional: a shared expert every token uses
     # router = "sigmoid" only:
     bias = [...]                # (E): added to the scores to choose (DeepSeek-V3's bias), not to weigh
@@ -16,8 +21,8 @@
     scaling = 1.0               # then times routed_scaling_factor
     route = [[1, 2], ...]       # the chosen experts of each token (1-based); needed in symbolic mode
 
-Expert e's matrices are operands E_gate, E_up, E_down of index e (shown W_gate^(e), ...); the
-shared expert's are S_gate, S_up, S_down. The options go to Problem.extra["moe"].
+Expert e's matrices are operands E_gate, E_up, E_down of index e (shown W_gate^(e), ...), its
+biases Eb_gate, Eb_up, Eb_down; the shared expert's are S_gate, S_up, S_down. The options go to Problem.extra["moe"].
 """
 
 from __future__ import annotations
@@ -35,19 +40,25 @@ MOE_OPERANDS = {
     "E_down": (sym("W", Word("down", roman=True)), "w^{d}"),
     "S_gate": (sym("W", Word("gate", roman=True), "s"), "w^{sg}"), "S_up": (sym("W", Word("up", roman=True), "s"), "w^{su}"),
     "S_down": (sym("W", Word("down", roman=True), "s"), "w^{sd}"),
+    "Eb_gate": (sym("b", Word("gate", roman=True)), "b^{g}"), "Eb_up": (sym("b", Word("up", roman=True)), "b^{u}"),
+    "Eb_down": (sym("b", Word("down", roman=True)), "b^{d}"), "logit_bias": (sym("b", sup="r"), "b^{r}"),  # the softmax router's (router_bias is the sigmoid router's)
 }
+ACTIVATIONS = ("swiglu", "clamped_swiglu")
 ROUTERS = ("softmax", "sigmoid")
-_KEYS = {"router", "W_router", "top_k", "experts", "shared", "bias", "n_group", "topk_group", "normalize", "scaling", "route"}
+_KEYS = {"router", "W_router", "top_k", "experts", "shared", "bias", "n_group", "topk_group", "normalize", "scaling", "route",
+         "activation", "alpha", "limit", "logit_bias"}
 _EXPERT = ("W_gate", "W_up", "W_down")
+_BIASES = ("b_gate", "b_up", "b_down")
 MAX_EXPERTS = 64
 
 
-def _expert(table: Any, what: str, prefix: str, index, mode: str, operand: Callable) -> dict:
+def _expert(table: Any, what: str, prefix: str, index, mode: str, operand: Callable, biases: bool = False) -> dict:
     if not isinstance(table, Mapping):
         raise BadInput(f"{what} must be a table {{W_gate = ..., W_up = ..., W_down = ...}}")
-    bad = sorted(set(table) - set(_EXPERT))
+    bad = sorted(set(table) - set(_EXPERT) - (set(_BIASES) if biases else set()))
     if bad:
-        raise BadInput(f"unknown key {bad[0]!r} in {what}; an expert is a SwiGLU network: W_gate, W_up, W_down")
+        raise BadInput(f"unknown key {bad[0]!r} in {what}; an expert is a SwiGLU network: W_gate, W_up, W_down"
+                       + (", and its biases b_gate, b_up, b_down" if biases else ""))
     missing = [k for k in _EXPERT if k not in table]
     if missing:
         raise BadInput(f"{what} needs {', '.join(missing)}")
@@ -55,6 +66,11 @@ def _expert(table: Any, what: str, prefix: str, index, mode: str, operand: Calla
     for k in _EXPERT:
         name = f"{prefix}_{k[2:]}"
         out[name] = operand(table[k], name, mode, index, MOE_OPERANDS[name][1])
+    for k in (b for b in _BIASES if b in table):
+        raw = table[k]
+        raw = [raw] if isinstance(raw, list) and raw and not isinstance(raw[0], (list, dict)) else raw
+        name = f"{prefix}b_{k[2:]}"
+        out[name] = operand(raw, name, mode, index, MOE_OPERANDS[name][1])
     return out
 
 
@@ -68,6 +84,9 @@ def moe_options(data: Mapping[str, Any], mode: str, operand: Callable) -> tuple[
         raise BadInput(f"unknown key {bad[0]!r} in moe; allowed: {', '.join(sorted(_KEYS))}")
     if data.get("block") != "llama":
         raise BadInput("moe replaces the SwiGLU feed-forward network of a llama block: give block = \"llama\"")
+    if mode == "exact":  # refused before any step: the router would rank and exponentiate closed forms of the whole attention
+        raise BadInput("a mixture of experts comes after attention's softmax, whose exact entries are too large to rank "
+                       "and exponentiate; use mode numeric, or symbolic with moe.route")
     if "ffn" in data:
         raise BadInput("give ffn or moe, not both: the mixture of experts replaces the feed-forward network")
     router = table.get("router", "softmax")
@@ -85,17 +104,37 @@ def moe_options(data: Mapping[str, Any], mode: str, operand: Callable) -> tuple[
     d_model = operand(data["X"], "X", mode, None, "x").shape[1] if "X" in data else None
     if ops["W_router"].shape != (d_model, n_exp):
         raise BadInput(f"moe.W_router has shape {ops['W_router'].shape}, expected ({d_model}, {n_exp}): one column per expert")
+    biased = [any(b in t for b in _BIASES) if isinstance(t, Mapping) else False for t in experts]
+    if any(biased) and not all(all(b in t for b in _BIASES) for t in experts):
+        raise BadInput("expert biases: give every expert all three of b_gate, b_up, b_down, or none")
     for e, t in enumerate(experts, start=1):
-        for name, op in _expert(t, f"moe.experts[{e}]", "E", e, mode, operand).items():
+        for name, op in _expert(t, f"moe.experts[{e}]", "E", e, mode, operand, biases=True).items():
             ops[f"{name}@{e}"] = op
     if "shared" in table:
         ops.update(_expert(table["shared"], "moe.shared", "S", None, mode, operand))
     for key, op in ops.items():
         if key.startswith(("E_", "S_")):
             _check_expert_shape(key, op, d_model, ops)
+        if key.startswith("Eb_"):
+            width = ops[key.replace("Eb_", "E_")].shape[1]
+            if op.shape != (1, width):
+                raise BadInput(f"moe {key.replace('@', ' of expert ')} has shape {op.shape}, expected (1, {width}): one per column of its W")
     top_k = whole_number(table.get("top_k", 2), "moe.top_k", low=1, high=n_exp, what=f"be a whole number from 1 to {n_exp} (the experts)")
-    extra: dict[str, Any] = {"router": router, "top_k": top_k, "experts": n_exp, "shared": "shared" in table}
+    extra: dict[str, Any] = {"router": router, "top_k": top_k, "experts": n_exp, "shared": "shared" in table, "biases": all(biased)}
+    activation = table.get("activation", "swiglu")
+    if activation not in ACTIVATIONS:
+        raise BadInput(f"moe.activation must be \"swiglu\" or \"clamped_swiglu\" (gpt-oss), not {activation!r}"[:200])
+    extra["activation"] = activation
+    if activation == "clamped_swiglu":
+        extra["alpha"] = real_number(table.get("alpha", 1.702), "moe.alpha", "a positive number")
+        extra["limit"] = real_number(table.get("limit", 7.0), "moe.limit", "a positive number")
+    else:
+        for key in ("alpha", "limit"):
+            if key in table:
+                raise BadInput(f"moe.{key} belongs to activation = \"clamped_swiglu\" (gpt-oss's experts)")
     if router == "sigmoid":
+        if "logit_bias" in table:
+            raise BadInput("moe.logit_bias belongs to the softmax router (gpt-oss); the sigmoid router's bias steers the choice: moe.bias")
         n_group = whole_number(table.get("n_group", 1), "moe.n_group", low=1, high=n_exp, what="be a whole number that divides the experts")
         topk_group = whole_number(table.get("topk_group", n_group), "moe.topk_group", low=1, high=n_group, what=f"be from 1 to n_group = {n_group}")
         if n_exp % n_group:
@@ -116,6 +155,12 @@ def moe_options(data: Mapping[str, Any], mode: str, operand: Callable) -> tuple[
             if ops["router_bias"].shape != (1, n_exp):
                 raise BadInput(f"moe.bias has shape {ops['router_bias'].shape}, expected (1, {n_exp}): one per expert")
     else:
+        if "logit_bias" in table:
+            raw = table["logit_bias"]
+            raw = [raw] if isinstance(raw, list) and raw and not isinstance(raw[0], (list, dict)) else raw
+            ops["logit_bias"] = operand(raw, "logit_bias", mode, None, MOE_OPERANDS["logit_bias"][1])
+            if ops["logit_bias"].shape != (1, n_exp):
+                raise BadInput(f"moe.logit_bias has shape {ops['logit_bias'].shape}, expected (1, {n_exp}): one per expert")
         for key in ("bias", "n_group", "topk_group", "normalize", "scaling"):
             if key in table:
                 raise BadInput(f"moe.{key} belongs to the sigmoid router (DeepSeek-V3); the softmax router (Mixtral) renormalises over its top-k")

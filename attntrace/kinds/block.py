@@ -11,6 +11,9 @@ R2, Y:
   R^f = R + FFN(N^f) (GPT-2's final LayerNorm belongs to the model, after the last block).
 - llama: pre_ln with RMSNorm and the SwiGLU feed-forward network, or a mixture of experts in
   its place (the spec's moe: attntrace.kinds.moe, whose kinds replace the network's).
+- sandwich (Gemma 2): llama with an RMSNorm on each sublayer's output before its residual,
+  R = X + RMSNorm_3(Attn(N)), Y = R + RMSNorm_4(FFN(N^f)) (attntrace.kinds.sandwich), and
+  GeGLU or SwiGLU.
 
 With `block_part = "self_attention"` (the spec's option) only the first sublayer runs:
 post_ln R = E + Attn(E), N = LayerNorm(R); pre_ln and llama N = Norm(E), R = E + Attn(N)
@@ -28,9 +31,10 @@ from attntrace.kinds.moe import MOE_KINDS
 from attntrace.kinds.norm import Norm
 from attntrace.kinds.position import EMBED, POS_ENC
 from attntrace.kinds.residual import Residual
+from attntrace.kinds.sandwich import POST_ATTN_NORM, POST_FFN_NORM
 from attntrace.model.formula import sym
 
-ARRANGEMENTS = ("post_ln", "pre_ln", "llama")
+ARRANGEMENTS = ("post_ln", "pre_ln", "llama", "sandwich")
 
 RESIDUAL1 = Residual("residual1", "X", "O", "R1", sym("R"), sym("r"), "r")
 FFN_HIDDEN = Linear("ffn_hidden", "ffn_in", "H", "H", "h", ("W_1", "W_gate"), "b_1", "ffn_hidden")
@@ -54,13 +58,15 @@ BLOCK_PIPELINES: dict[str | None, tuple[tuple[Kind, ...], tuple[Kind, ...]]] = {
     "post_ln": (POSITION, (RESIDUAL1, NORM1_POST) + FFN + (RESIDUAL2_POST, NORM2_POST)),
     "pre_ln": (POSITION + (NORM1_PRE,), (RESIDUAL1, NORM2_PRE) + FFN + (RESIDUAL2_PRE,)),
     "llama": (POSITION + (NORM1_PRE,), (RESIDUAL1, NORM2_PRE) + FFN + MOE_KINDS + (RESIDUAL2_PRE,)),
+    "sandwich": (POSITION + (NORM1_PRE,), (POST_ATTN_NORM, RESIDUAL1, NORM2_PRE) + FFN + (POST_FFN_NORM, RESIDUAL2_PRE)),
 }
 #: Every block kind (for KINDS; kinds of one id share their names, view and prose).
 BLOCK_KINDS: tuple[Kind, ...] = tuple(dict.fromkeys(k for pre, post in BLOCK_PIPELINES.values() for k in pre + post))
 
 
 #: arrangement -> POST with block_part = "self_attention": the first sublayer's kinds only.
-SELF_ATTENTION_POST: dict[str, tuple[Kind, ...]] = {"post_ln": (RESIDUAL1, NORM1_POST), "pre_ln": (RESIDUAL1,), "llama": (RESIDUAL1,)}
+SELF_ATTENTION_POST: dict[str, tuple[Kind, ...]] = {"post_ln": (RESIDUAL1, NORM1_POST), "pre_ln": (RESIDUAL1,), "llama": (RESIDUAL1,),
+                                                     "sandwich": (POST_ATTN_NORM, RESIDUAL1)}
 
 
 def block_pipelines(problem) -> tuple[tuple[Kind, ...], tuple[Kind, ...]]:

@@ -2,7 +2,8 @@
 
 ReLU/GELU (Vaswani et al. 2017, 3.3; GPT-2 and BERT use GELU): H = N W_1 + b_1, H~ = act(H),
 F = H~ W_2 + b_2. SwiGLU (Shazeer 2020, Llama): H = N W_gate, U = N W_up, H~ = SiLU(H) * U
-entry by entry, F = H~ W_down (no biases); H~ is the role G of the block's state. Weights are (in, out), rows as vectors, like W_Q;
+entry by entry, F = H~ W_down (no biases); H~ is the role G of the block's state. GeGLU
+(Shazeer 2020; Gemma with the tanh GELU): the same with GELU_tanh(H) in place of SiLU(H). Weights are (in, out), rows as vectors, like W_Q;
 `nn.Linear.weight` is (out, in) and is transposed on import.
 """
 
@@ -16,8 +17,13 @@ from attntrace.inputs.blockspec import BLOCK_OPERANDS
 from attntrace.kinds.exactsize import check_exact_size
 from attntrace.model.errors import BadInput
 
+#: a gated network's activation -> the function of its gate
+GATES = {"swiglu": "silu", "geglu": "gelu_tanh"}
+
+
 def _swiglu(problem) -> bool:
-    return problem.extra.get("activation") == "swiglu"
+    """A gated network (SwiGLU or GeGLU): W_gate, W_up, W_down, no biases."""
+    return problem.extra.get("activation") in GATES
 
 
 class Linear(Kind):
@@ -76,6 +82,8 @@ class Activation(Kind):
         if mistake != "gelu_relu_confused" or act not in _CONFUSED:
             if act == "swiglu" and len(args) == 2 and args[0].shape == args[1].shape:
                 return iv.swiglu(args[0], args[1])
+            if act == "geglu" and len(args) == 2 and args[0].shape == args[1].shape:  # GELU_tanh(H) * U
+                return iv.times(iv.activation(args[0], "gelu_tanh"), args[1])
             if act in ("relu", "gelu", "gelu_tanh", "silu") and len(args) == 1:
                 return iv.activation(args[0], act)
             return iv.point(iv.floats(step.value))
@@ -91,12 +99,16 @@ class Activation(Kind):
         h = state["H"]
         hij = sym("h").at("i", "j")
         act = ctx.p.extra.get("activation", "relu")
-        if act == "swiglu":
+        if act in GATES:
             u = state["U"]
-            result = ctx.alg.hadamard(ctx.alg.activation(h.value, "silu"), u.value)
+            result = ctx.alg.hadamard(ctx.alg.activation(h.value, GATES[act]), u.value)
             check_exact_size(ctx, self.id, result)
-            silu = Op("hadamard", Func("SiLU", (sym("H"),)), sym("U"))
-            formula = Parts((sym("H", accent="tilde").eq(silu), sym("h", accent="tilde").at("i", "j").eq(hij / (1 + Power(sym("e"), -hij)) * Space() * sym("u").at("i", "j"))))
+            gate = Op("hadamard", Func("SiLU" if act == "swiglu" else "GELU", (sym("H"),)), sym("U"))
+            # GeGLU's entry names GELU (its tanh form is the prose's): written out, the line would not fit a page
+            gate_entry = hij / (1 + Power(sym("e"), -hij)) if act == "swiglu" else Func("GELU", (hij,))
+            uij = sym("u").at("i", "j")
+            entry = gate_entry * Space() * uij if act == "swiglu" else Op("mul", gate_entry, uij)
+            formula = Parts((sym("H", accent="tilde").eq(gate), sym("h", accent="tilde").at("i", "j").eq(entry)))
             return ctx.emit(self, None, [h.ref, u.ref], formula, result, h.shape, {"activation": act})
         result = ctx.alg.activation(h.value, act)
         check_exact_size(ctx, self.id, result)
@@ -106,8 +118,7 @@ class Activation(Kind):
         elif act == "gelu":
             entry = half * hij * Paren(1 + Func("erf", (hij / Sqrt(Num(2)),), bare=True), sized=True)
         else:
-            inner = Sqrt(Frac(Num(2), sym("pi"), inline=True)) * Space() * Paren(hij + Num(0.044715) * Space() * Power(hij, Num(3)))
-            entry = half * hij * Paren(1 + Func("tanh", (inner,), sized=True), sized=True)
+            entry = _gelu_tanh(hij)
         op = "GELU" if act.startswith("gelu") else "ReLU"
         formula = Parts((sym("H", accent="tilde").eq(Func(op, (sym("H"),))), sym("h", accent="tilde").at("i", "j").eq(entry)))
         return ctx.emit(self, None, [h.ref], formula, result, h.shape, {"activation": act})
@@ -115,6 +126,12 @@ class Activation(Kind):
     def json_details(self, details):
         return {"activation": details["activation"]}
 
+
+
+def _gelu_tanh(hij):
+    """The tanh form of GELU of one entry: h/2 (1 + tanh(sqrt(2/pi) (h + 0.044715 h^3)))."""
+    inner = Sqrt(Frac(Num(2), sym("pi"), inline=True)) * Space() * Paren(hij + Num(0.044715) * Space() * Power(hij, Num(3)))
+    return Frac(Num(1), Num(2), small=True) * hij * Paren(1 + Func("tanh", (inner,), sized=True), sized=True)
 
 
 FFN_ACT = Activation()

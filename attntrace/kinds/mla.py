@@ -199,27 +199,47 @@ class MlaRope(MlaKind):
         rows, d = x.shape
         positions = rope_positions(ctx.p, "Q", rows)
         pairs = rope_pairs(rope["layout"], d)
-        angles = ctx.alg.rope_angles(positions, rope["base"], d)
+        scaling = rope.get("scaling")
+        factors = mu = None
+        if scaling is not None:  # DeepSeek-V3's YaRN on the decoupled parts: pair i turns by p c_i theta_i, times mu
+            from attntrace.kinds.ropescaling import attention_factor, frequency_factors
+
+            exact = ctx.alg.mode in ("exact", "symbolic")
+            factors, mu = frequency_factors(scaling, rope["base"], d, exact), attention_factor(scaling, exact)
+        angles = ctx.alg.rope_angles(positions, rope["base"], d, factors)
         result = ctx.alg.rotate_pairs(x.value, pairs, angles)
+        if mu is not None and mu != 1:
+            result = ctx.alg.times(result, mu)
         h = None if self.layer else head
         base = rope["base"]
         from attntrace.kinds.rope import base_text
 
         angle = Power(Num(base_text(base)), Frac(-(Num(2) * Paren(Add((sym("i"), Neg(Num(1))), tight=True))), sym("d", "k"), inline=True))
-        formula = Parts((self.letter.head(h).eq(Func("RoPE", (x.letter.head(h),))), sym("theta", "i").eq(angle)))
+        rotated = Func("RoPE", (x.letter.head(h),))
+        formula = Parts((self.letter.head(h).eq(sym("mu") * rotated if mu is not None and mu != 1 else rotated), sym("theta", "i").eq(angle)))
         details = {"layout": rope["layout"], "base": base, "positions": positions, "pairs": pairs, "angles": angles, "d": d}
+        if scaling is not None:
+            details.update(scaling=scaling, factors=factors, mu=mu)
         flow = ctx.emit(self, h, [x.ref], formula, result, x.shape, details)
         self.made(ctx)
         return self.put(ctx, state, flow)
 
     def carry(self, iv, step, args, mistake):
         det = step.details
-        return rotate_box(iv, args[0], det["layout"], [float(p) for p in det["positions"]], float(det["base"]))
+        factors = None if det.get("factors") is None else [float(c) for c in det["factors"]]
+        out = rotate_box(iv, args[0], det["layout"], [float(p) for p in det["positions"]], float(det["base"]), factors)
+        mu = det.get("mu")
+        return out if mu is None or mu == 1 else iv.monotone(out, lambda v: float(mu) * v)
 
     def json_details(self, details):
         base = details["base"]
-        return {"rope": {"layout": details["layout"], "base": base if isinstance(base, (int, float)) else str(base),
-                         "positions": list(details["positions"]), "pairs": [[j + 1, k + 1] for j, k in details["pairs"]]}}
+        out = {"layout": details["layout"], "base": base if isinstance(base, (int, float)) else str(base),
+               "positions": list(details["positions"]), "pairs": [[j + 1, k + 1] for j, k in details["pairs"]]}
+        if details.get("scaling") is not None:
+            plain = lambda v: v if isinstance(v, (bool, int, float)) or v is None else str(v)  # noqa: E731
+            out.update(scaling={k: plain(v) for k, v in details["scaling"].items()}, factors=[plain(c) for c in details["factors"]],
+                       attention_factor=plain(details["mu"]))
+        return {"rope": out}
 
 
 class MlaCache(MlaKind):
@@ -371,13 +391,15 @@ def _gap(ctx, absorbed, scores):
     return None
 
 
-def rotate_box(iv, x, layout: str, positions, base: float):
+def rotate_box(iv, x, layout: str, positions, base: float, factors=None):
     """Each row of the interval matrix x turned pair by pair by its position's angles (RoPE over
-    intervals: a row times a fixed rotation, an interval product)."""
+    intervals: a row times a fixed rotation, an interval product); `factors`: RoPE scaling's c_i."""
     rows, d = x.shape
     if rows != len(positions) or d % 2:
         raise iv.Impossible()
     inv_freq = 1.0 / (base ** (np.arange(0, d, 2, dtype=np.float64) / d))
+    if factors is not None:
+        inv_freq = inv_freq * np.asarray(factors, dtype=np.float64)
     out = []
     for r in range(rows):
         rot = np.zeros((d, d))

@@ -16,6 +16,11 @@ each a SwiGLU network E_e(x) = (SiLU(x W_gate^(e)) ⊙ x W_up^(e)) W_down^(e):
     Y^s = E_s(N^f)                                 the shared expert (DeepSeek-V3), every token
     F = sum_e G[:, e] ⊙ Y_e (+ Y^s)               each token's weighted sum of its experts
 
+gpt-oss (its model card; HF's GptOssExperts): the router's logits have a bias, L = N W_r + b_r,
+and each expert is a clamped SwiGLU with biases (moe.activation = "clamped_swiglu"):
+H = min(N W_gate + b_gate, limit), U = clip(N W_up + b_up, -limit, limit),
+E(N) = ((U + 1) ⊙ H ⊙ sigmoid(alpha H)) W_down + b_down, alpha = 1.702, limit = 7.
+
 F takes the feed-forward network's role: residual2 adds it to R. The chosen experts need an
 order on the scores: in symbolic mode the spec gives them (`moe.route`).
 """
@@ -65,24 +70,25 @@ class RouterLogits(MoeKind):
     id = "router_logits"
 
     def carry(self, iv, step, args, mistake):
-        return _matmul(iv, args[0], args[1])
+        out = _matmul(iv, args[0], args[1])
+        return iv.add(out, args[2]) if len(args) > 2 else out
 
     reads, writes = ("ffn_in",), "router_L"
     letter, entry, symbol = sym("L"), sym("l"), "l"
     view = "product"
 
     def compute(self, ctx, head, state):
-        if ctx.p.mode == "exact":  # the router ranks and exponentiates closed forms of the whole attention
-            raise BadInput("a mixture of experts comes after attention's softmax, whose exact entries are too large to rank "
-                           "and exponentiate; use mode numeric, or symbolic with moe.route")
         n = state["ffn_in"]
         w = _op(ctx, "W_router")
         if n.shape[1] != w.shape[0]:
             raise BadInput(f"step {self.id}: cannot multiply {n.ref} {n.shape} by W_router {w.shape}: {n.shape[1]} != {w.shape[0]}")
         shape = (n.shape[0], w.shape[1])
-        result = ctx.alg.linear(n.value, w.value, None)  # as the feed-forward network's products (exact forms kept small)
+        bias = ctx.p.shared.get("logit_bias")  # gpt-oss's router bias
+        result = ctx.alg.linear(n.value, w.value, None if bias is None else bias.value)  # as the feed-forward network's products
         check_exact_size(ctx, self.id, result)
-        return ctx.emit(self, None, [n.ref, "W_router"], self.letter.eq(n.letter * _WR), result, shape)
+        product = n.letter * _WR
+        formula = self.letter.eq(product + sym("b", sup="r") if bias is not None else product)
+        return ctx.emit(self, None, [n.ref, "W_router"] + (["logit_bias"] if bias is not None else []), formula, result, shape)
 
 
 class RouterScores(MoeKind):
@@ -247,15 +253,39 @@ class RouterGates(MoeKind):
         return out
 
 
-def _swiglu(ctx, step, x, gate, up, down):
-    """(SiLU(x W_gate) ⊙ x W_up) W_down, each product's exact size checked before the next."""
+def _swiglu(ctx, step, x, gate, up, down, biases=(None, None, None), clamp=None):
+    """(SiLU(x W_gate) ⊙ x W_up) W_down, or with clamp = (alpha, limit) gpt-oss's
+    ((clip(x W_up + b_up) + 1) ⊙ H ⊙ sigmoid(alpha H)) W_down + b_down, H = min(x W_gate + b_gate,
+    limit); each product's exact size checked before the next."""
     alg = ctx.alg
-    h = alg.linear(x, gate, None)
+    h = alg.linear(x, gate, biases[0])
     check_exact_size(ctx, step, h)
-    u = alg.linear(x, up, None)
-    a = alg.hadamard(alg.activation(h, "silu"), u)
+    u = alg.linear(x, up, biases[1])
+    if clamp is None:
+        a = alg.hadamard(alg.activation(h, "silu"), u)
+    elif u is None:  # shape mode
+        a = None
+    else:
+        alpha, limit = clamp
+        g = alg.clamp(h, None, limit)
+        glu = alg.hadamard(g, alg.activation(alg.times(g, alpha), "sigmoid"))
+        a = alg.hadamard(alg.plus(alg.clamp(u, -limit, limit), alg.constant(tuple(u.shape), 1)), glu)
     check_exact_size(ctx, step, a)
-    return alg.linear(a, down, None)
+    return alg.linear(a, down, biases[2])
+
+
+def _number(ctx, x):
+    """alpha or limit in the algebra's numbers: float64, or the exact rational of its decimal text."""
+    if ctx.numeric or ctx.p.mode == "shape":
+        return float(x)
+    import sympy
+
+    return x if isinstance(x, sympy.Basic) else sympy.Rational(repr(float(x)))
+
+
+def _clamped(h, u, limit) -> int:
+    """How many of an expert's gate entries exceed the limit or up entries leave [-limit, limit]."""
+    return int(np.sum(np.asarray(h, float) > limit) + np.sum(np.abs(np.asarray(u, float)) > limit))
 
 
 def _check(ctx, step, x, w_gate):
@@ -264,44 +294,94 @@ def _check(ctx, step, x, w_gate):
 
 
 class Experts(MoeKind):
-    """Y = [E_1(N) | ... | E_E(N)]: every expert's SwiGLU output for every token."""
+    """Y = [E_1(N) | ... | E_E(N)]: every expert's SwiGLU (or clamped SwiGLU) output for every token."""
 
     id = "experts"
     reads, writes = ("ffn_in",), "moe_Y"
     letter, entry, symbol = sym("Y"), sym("y"), "y"
     view = "experts"
+    #: gpt-oss's clamps left out: the gate not limited above, the up projection not clipped
+    mistakes = (Mistake("moe_clamp_ignored", when=lambda steps: any(s.details.get("clamped") for s in steps)),)
 
     def compute(self, ctx, head, state):
         x = state["ffn_in"]
-        n_exp = _moe(ctx.p)["experts"]
-        parts, inputs = [], [x.ref]
+        moe = _moe(ctx.p)
+        n_exp = moe["experts"]
+        clamp = (_number(ctx, moe["alpha"]), _number(ctx, moe["limit"])) if moe.get("activation") == "clamped_swiglu" else None
+        parts, inputs, clamped = [], [x.ref], 0
         for e in range(1, n_exp + 1):
-            ops = [ctx.p.shared[f"E_{w}@{e}"] for w in ("gate", "up", "down")]
+            names = [f"E_{w}@{e}" for w in ("gate", "up", "down")] + ([f"Eb_{w}@{e}" for w in ("gate", "up", "down")] if moe.get("biases") else [])
+            ops = [ctx.p.shared[n] for n in names]
             _check(ctx, self.id, x, ops[0])
-            parts.append(_swiglu(ctx, self.id, x.value, *(o.value for o in ops)))
-            inputs += [f"E_{w}@{e}" for w in ("gate", "up", "down")]
+            biases = tuple(o.value for o in ops[3:]) or (None, None, None)
+            parts.append(_swiglu(ctx, self.id, x.value, *(o.value for o in ops[:3]), biases, clamp))
+            if clamp is not None and ctx.numeric:
+                clamped += _clamped(ctx.alg.linear(x.value, ops[0].value, biases[0]), ctx.alg.linear(x.value, ops[1].value, biases[1]), clamp[1])
+            inputs += names
         result = None if parts[0] is None else ctx.alg.hstack(parts)
         check_exact_size(ctx, self.id, result)
         d = x.shape[1]
-        y_e = sym("Y", sup="(e)")
-        w = lambda part: sym("W", Word(part, roman=True), "(e)")  # noqa: E731
-        expert = Paren(Op("hadamard", Func("SiLU", (x.letter * w("gate"),)), x.letter * w("up"))) * w("down")
-        formula = Parts((self.letter.eq(Hcat((sym("Y", sup="(1)"), Word("..."), sym("Y", sup=f"({n_exp})")))), y_e.eq(expert)))
-        return ctx.emit(self, None, inputs, formula, result, (x.shape[0], n_exp * d), {"experts": n_exp, "width": d})
+        formula = Parts((self.letter.eq(Hcat((sym("Y", sup="(1)"), Word("..."), sym("Y", sup=f"({n_exp})")))),) + _expert_rules(x.letter, clamp, moe.get("biases")))
+        details = {"experts": n_exp, "width": d, "biases": bool(moe.get("biases")), "activation": moe.get("activation", "swiglu")}
+        if clamp is not None:
+            details.update(alpha=moe["alpha"], limit=moe["limit"], clamped=clamped if ctx.numeric else None)
+        return ctx.emit(self, None, inputs, formula, result, (x.shape[0], n_exp * d), details)
 
     def carry(self, iv, step, args, mistake):
+        d = step.details
         x, ws = args[0], args[1:]
-        if len(ws) % 3:
+        k = 6 if d.get("biases") else 3
+        if len(ws) % k:
             raise iv.Impossible()
-        return iv.stack([_swiglu_box(iv, x, *ws[k:k + 3]) for k in range(0, len(ws), 3)], axis=1)
+        clamp = None
+        if d.get("activation") == "clamped_swiglu":
+            clamp = (float(d["alpha"]), float(d["limit"]), mistake == "moe_clamp_ignored")
+        return iv.stack([_swiglu_box(iv, x, *ws[j:j + 3], ws[j + 3:j + k], clamp) for j in range(0, len(ws), k)], axis=1)
+
+    def message_params(self, step):
+        return {"limit": step.details.get("limit", 7)}
 
     def json_details(self, details):
-        return {"experts": details["experts"], "width": details["width"]}
+        out = {"experts": details["experts"], "width": details["width"]}
+        if details.get("activation") == "clamped_swiglu":
+            out.update(activation="clamped_swiglu", alpha=float(details["alpha"]), limit=float(details["limit"]))
+        return out
 
 
-def _swiglu_box(iv, x, gate, up, down):
-    """An expert over intervals: (SiLU(x W_gate) ⊙ x W_up) W_down from the student's x."""
-    return _matmul(iv, iv.swiglu(_matmul(iv, x, gate), _matmul(iv, x, up)), down)
+def _expert_rules(x, clamp, biases) -> tuple:
+    """Y^(e) = (SiLU(X W_gate) ⊙ X W_up) W_down, or gpt-oss's clamped rule in three lines."""
+    w = lambda part: sym("W", Word(part, roman=True), "(e)")  # noqa: E731
+    b = lambda part: sym("b", Word(part, roman=True), "(e)")  # noqa: E731
+    lin = lambda part: x * w(part) + b(part) if biases else x * w(part)  # noqa: E731
+    y_e = sym("Y", sup="(e)")
+    if clamp is None:
+        out = Paren(Op("hadamard", Func("SiLU", (lin("gate"),)), lin("up"))) * w("down")
+        return (y_e.eq(out + b("down") if biases else out),)
+    alpha, limit = (node(int(float(c)) if float(c).is_integer() else float(c)) for c in clamp)
+    h, u = sym("H", sup="(e)"), sym("U", sup="(e)")
+    glu = Op("hadamard", Op("hadamard", Paren(u + 1), h), sym("sigma") * Paren(alpha * h))
+    out = Paren(glu, sized=True) * w("down")
+    return (h.eq(Func("min", (lin("gate"), limit))), u.eq(Func("max", (Func("min", (lin("up"), limit)), Neg(limit)))),
+            y_e.eq(out + b("down") if biases else out))
+
+
+def _swiglu_box(iv, x, gate, up, down, biases=(), clamp=None):
+    """An expert over intervals from the student's x: (SiLU(x W_gate) ⊙ x W_up) W_down, or the
+    clamped rule, ((U + 1) ⊙ H ⊙ sigmoid(alpha H)) = SiLU(alpha H) ⊙ (U + 1) / alpha, its clamps
+    monotone (clamp[2]: left out, the mistake moe_clamp_ignored)."""
+    h, u = _matmul(iv, x, gate), _matmul(iv, x, up)
+    if biases:
+        h, u = iv.add(h, biases[0]), iv.add(u, biases[1])
+    if clamp is None:
+        a = iv.swiglu(h, u)
+    else:
+        alpha, limit, ignored = clamp
+        if not ignored:
+            h = iv.monotone(h, lambda v: np.minimum(v, limit))
+            u = iv.monotone(u, lambda v: np.clip(v, -limit, limit))
+        a = iv.swiglu(iv.monotone(h, lambda v: alpha * v), iv.monotone(u, lambda v: (v + 1.0) / alpha))
+    out = _matmul(iv, a, down)
+    return iv.add(out, biases[2]) if biases else out
 
 
 class SharedExpert(MoeKind):
@@ -327,7 +407,7 @@ class SharedExpert(MoeKind):
                         {"experts": 1, "width": x.shape[1]})
 
     def carry(self, iv, step, args, mistake):
-        return _swiglu_box(iv, *args)
+        return _swiglu_box(iv, *args[:4])
 
     def json_details(self, details):
         return {"experts": 1, "width": details["width"]}

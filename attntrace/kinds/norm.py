@@ -5,8 +5,9 @@ LayerNorm (Ba et al. 2016, as torch.nn.LayerNorm): n_ij = gamma_j (r_ij - mu_i) 
 RMSNorm (Zhang & Sennrich 2019, as torch.nn.RMSNorm and Llama): n_ij = gamma_j r_ij / sqrt(nu_i + eps)
 with the mean square nu_i = (1/d) sum_k r_ik^2, no centring and no bias. The gain and bias are
 the spec's norm1/norm2 tables (operands gamma_1, beta_1, gamma_2, beta_2, written gamma, beta, gamma^f,
-beta^f as N and N^f are); without them the gain
-is 1 and the bias 0, and the formula leaves them out.
+beta^f as N and N^f are; a sandwich block's norm3/norm4 too, attntrace.kinds.sandwich); without them the gain
+is 1 and the bias 0, and the formula leaves them out. Gemma's RMSNorm multiplies by 1 + gamma
+(its weights start at 0): the table's `gain_offset = 1`, written (1 + gamma_j) in the formula.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from attntrace.inputs.blockspec import BLOCK_OPERANDS
 from attntrace.kinds.base import Kind, Mistake, Symbol
 from attntrace.kinds.exactsize import check_exact_size
 from attntrace.model.errors import BadInput
-from attntrace.model.formula import Func, Num, Parts, Power, Sqrt, Sym, sym
+from attntrace.model.formula import Func, Num, Paren, Parts, Power, Sqrt, Sym, sym
 
 
 class Norm(Kind):
@@ -38,8 +39,10 @@ class Norm(Kind):
         if mistake not in ("norm_unbiased_variance", "norm_wrong_axis"):
             gain_box = next((b for n, b in named.items() if n.startswith("gamma")), None)
             bias_box = next((b for n, b in named.items() if n.startswith("beta")), None)
+            if gain_box is not None and det.get("offset"):  # Gemma: 1 + gamma
+                gain_box = iv.add(gain_box, iv.point(np.full_like(gain_box.lo, float(det["offset"]))))
             return iv.norm(args[0], gain_box, bias_box, eps, rms)
-        gain = next((b.mid for n, b in named.items() if n.startswith("gamma")), None)
+        gain = next((b.mid + float(det.get("offset", 0)) for n, b in named.items() if n.startswith("gamma")), None)
         bias = next((b.mid for n, b in named.items() if n.startswith("beta")), None)
         axis = 0 if mistake == "norm_wrong_axis" else 1
         if any(v is not None and v.shape[1] != args[0].shape[1] for v in (gain, bias)):
@@ -61,7 +64,7 @@ class Norm(Kind):
     def __init__(self, id: str, reads: str, writes: str, letter: Sym, entry: Sym, symbol: str, which: int):
         self.id, self.reads, self.writes = id, (reads,), writes
         self.letter, self.entry, self.symbol = letter, entry, symbol
-        self.which = which  # 1 or 2: gamma_1/beta_1 or gamma_2/beta_2, eps of norm1 or norm2
+        self.which = which  # 1 to 4: gamma_1/beta_1 ..., eps1 ... of the spec's norm1 ... norm4
 
     def compute(self, ctx, head, state):
         r = state[self.reads[0]]
@@ -73,8 +76,11 @@ class Norm(Kind):
         for op in (gain, bias):
             if op is not None and op.shape != (1, r.shape[1]):
                 raise BadInput(f"step {self.id}: {op.name} has shape {op.shape}, expected (1, {r.shape[1]}), one entry per feature of {r.ref}")
-        value = ctx.alg.norm(r.value, None if gain is None else gain.value, None if bias is None else bias.value,
-                             _eps(ctx, eps), rms)
+        offset = p.extra.get(f"offset{self.which}", 0)
+        gain_value = None if gain is None else gain.value
+        if offset and gain is not None:  # Gemma: the row times 1 + gamma
+            gain_value = ctx.alg.plus(ctx.alg.constant(gain.shape, offset), gain.value)
+        value = ctx.alg.norm(r.value, gain_value, None if bias is None else bias.value, _eps(ctx, eps), rms)
         result, details = value
         _check_spread(self.id, r, details, eps, rms)
         check_exact_size(ctx, self.id, result)
@@ -85,9 +91,10 @@ class Norm(Kind):
         else:
             entry = (e - sym("mu", "i")) / Sqrt(Power(sym("sigma", "i"), 2) + eps_)
         # the gain and bias go by their operands' names: gamma, beta for norm 1, gamma^f, beta^f for norm 2
-        gl, bl = BLOCK_OPERANDS[f"gamma_{self.which}"][0], BLOCK_OPERANDS[f"beta_{self.which}"][0]
+        gl, bl = BLOCK_OPERANDS[f"gamma_{self.which}"][0], BLOCK_OPERANDS.get(f"beta_{self.which}", (None,))[0]
         if gain is not None:
-            entry = dataclasses.replace(gl, sub="j") * entry
+            g = dataclasses.replace(gl, sub="j")
+            entry = (Paren(Num(offset) + g) if offset else g) * entry
         if bias is not None:
             entry = entry + dataclasses.replace(bl, sub="j")
         params = tuple(s for s, op in ((gl, gain), (bl, bias)) if op is not None)
@@ -95,6 +102,8 @@ class Norm(Kind):
         formula = Parts((self.letter.eq(function), self.entry.at("i", "j").eq(entry)))
         inputs = [r.ref] + [op.name for op in (gain, bias) if op is not None]
         details = {**details, "norm": "rms" if rms else "layer", "eps": eps, "which": self.which}
+        if offset and gain is not None:
+            details["offset"] = offset
         return ctx.emit(self, None, inputs, formula, result, r.shape, details)
 
     def notation(self, step):
@@ -106,6 +115,8 @@ class Norm(Kind):
 
     def json_details(self, details):
         out = {"norm": details["norm"], "eps": details["eps"]}
+        if details.get("offset"):
+            out["gain_offset"] = details["offset"]
         for key in ("mean", "var", "mean_square"):
             if key in details:
                 out[key] = [_json_number(x) for x in details[key]]

@@ -212,7 +212,7 @@ def build_norm(sv, vm) -> None:
     gain = resolve(sv.t, gain_name, None) if gain_name in s.inputs else None
     bias = resolve(sv.t, bias_name, None) if bias_name in s.inputs else None
     vm["extra"].update(norm="rms" if rms else "layer", eps=_eps_text(o, d["eps"]), dim=str(s.shape[1]), gain=gain is not None,
-                       bias=bias is not None)
+                       bias=bias is not None, offset=bool(d.get("offset")))
     vm["formula_block"] = _entry_formula(sv, vm)
     exact = sv.mode == "exact"
     width = s.shape[1]
@@ -298,7 +298,11 @@ def build_norm(sv, vm) -> None:
             centred = F.Add((o.entry(r.value, i, j), F.Neg(o.paren(mt) if mt.startswith('-') else mt)))
             spread = F.Add((_num(o, d['var'][i]), eps))
         nums = o.math(F.Frac(centred, F.Sqrt(spread)))
-        if gain is not None:
+        if gain is not None and d.get("offset"):  # Gemma's 1 + gamma_j
+            one = F.Num(d["offset"])
+            names = o.math(F.Op("mul", F.Paren(F.Add((one, vector_entry(sv.ename(gain, 0, j))))), names))
+            nums = o.math(F.Op("mul", F.Paren(F.Add((one, o.factor(gain.value, 0, j)))), nums))
+        elif gain is not None:
             names = o.math(F.Op("mul", vector_entry(sv.ename(gain, 0, j)), names))
             nums = o.math(F.Op("mul", o.factor(gain.value, 0, j), nums))
         if bias is not None:
@@ -378,8 +382,9 @@ def _ffn_line(trace) -> F.Node | None:
         return None
     hidden = F.after_lhs(steps["ffn_hidden"].expr)
     act = steps["ffn_act"].details.get("activation")
-    if act == "swiglu":
-        inner: F.Node = F.Paren(F.Op("hadamard", F.Func("SiLU", (hidden,)), F.after_lhs(steps["ffn_up"].expr)), sized=True)
+    if act in ("swiglu", "geglu"):  # the gated networks: SiLU or GELU of the gate
+        gate = "SiLU" if act == "swiglu" else "GELU"
+        inner: F.Node = F.Paren(F.Op("hadamard", F.Func(gate, (hidden,)), F.after_lhs(steps["ffn_up"].expr)), sized=True)
     else:
         inner = F.Juxt((F.Func({"relu": "ReLU", "gelu": "GELU", "gelu_tanh": "GELU"}[act], (hidden,)), F.Space()))
     # the activation's matrix G in F = G W_2 + b_2 becomes the activation itself

@@ -43,7 +43,8 @@ def build_stack(sv, vm) -> None:
     s, o = sv.s, sv.out
     first, second = s.details["parts"]
     a, b = (resolve(sv.t, n, s.head) for n in s.inputs)
-    vm["extra"].update(first=sv.mname(a), second=sv.mname(b), first_cols=first, second_cols=second, width=first + second)
+    vm["extra"].update(first=sv.mname(a), second=sv.mname(b), first_cols=first, second_cols=second, width=first + second,
+                       scale_given=any(t.id == "scaled" and t.details.get("by_sqrt_dk") is False for t in sv.t.steps))
     lhs = sv.named(sv.ref)
     matrix = o.matrix(s.value, s.shape, sv.budget(lhs))
     if not o.plain:

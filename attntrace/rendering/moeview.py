@@ -105,7 +105,11 @@ def build_experts(sv, vm) -> None:
     s, o = sv.s, sv.out
     vm["formula_block"] = block([vm["formula"]])
     x = vm["extra"]
-    x.update(experts=s.details["experts"], width=s.details["width"])
+    x.update(experts=s.details["experts"], width=s.details["width"], activation=s.details.get("activation", "swiglu"),
+             clamp_alpha=str(s.details.get("alpha", "")), clamp_limit=str(s.details.get("limit", "")))
+    if s.details.get("activation") == "clamped_swiglu":  # gpt-oss's rule takes three lines: one equation a line
+        lines = [o.math(part) for part in s.expr.items]
+        vm["formula_block"] = block(lines if o.plain else [line.replace(" = ", " &= ", 1) for line in lines])
     if s.value is None:
         return
     d, n_exp = s.details["width"], s.details["experts"]
