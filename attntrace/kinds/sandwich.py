@@ -32,6 +32,7 @@ class OutputNorm(Norm):
     """RMSNorm of a sublayer's output (Gemma 2's post_attention_layernorm, post_feedforward_layernorm)."""
 
     prose = "sandwich"
+    elementwise = "hadamard"  # its shapes line: (n x d) o (1 x d), the gain broadcast, not a product
     mistakes = (Mistake("post_norm_skipped", also=()),)
 
     def carry(self, iv, step, args, mistake):

@@ -283,6 +283,7 @@ def mark_repeats(view: dict[str, Any]) -> None:
     intros_seen: set = set()
     lefts_seen: set = set()
     grad_lines_seen = False
+    norm_shapes_said = False
     for vm in order:
         if not isinstance(vm, dict) or "prose" not in vm:
             continue
@@ -291,10 +292,10 @@ def mark_repeats(view: dict[str, Any]) -> None:
             vm["main"] = vm["main_short"]  # the up projection after the gate: N^f's product with its factors was shown
         elif left is not None:
             lefts_seen.add(left)
-        # Q, K, V share one explanation, as do the two norms, Q_norm and K_norm, and the two residuals; other kinds
-        # that share a prose module (the backward steps, the online softmax) differ by kind
+        # Q, K, V share one explanation, as do the two norms, the two sandwich norms, Q_norm and K_norm, and the
+        # two residuals; other kinds that share a prose module (the backward steps, the online softmax) differ by kind
         kind = KINDS.get(vm["kind"])
-        if vm["prose"] in ("projection", "norm", "qk_norm", "residual", "rope"):
+        if vm["prose"] in ("projection", "norm", "qk_norm", "residual", "rope", "sandwich"):
             key = vm["prose"]
         elif kind is not None and kind.explained_by_view:  # kinds of one prose that say the same per view
             key = f'{vm["prose"]}/{vm.get("view")}'
@@ -336,8 +337,12 @@ def mark_repeats(view: dict[str, Any]) -> None:
             vm["lines_again"] = family in intros_seen
             intros_seen.add(family)
         if vm.get("view") == "norm":
-            # a norm: the row's statistics and one entry (the others differ only in their numbers)
+            # a norm: the row's statistics and one entry (the others differ only in their numbers);
+            # its shapes, (n x d) o (1 x d) -> (n x d), are the same for every norm of a block: said once
             _one_entry(vm)
+            if norm_shapes_said:
+                vm["shapes_said"] = True
+            norm_shapes_said = True
         if view.get("block") and vm["kind"] in ("scores", "Z") and "Q" in by_kind:
             # a block's report: attention is one part of many, and its products were written out for Q
             _one_entry(vm)
