@@ -65,8 +65,10 @@ def printer_classes() -> tuple[type, type]:
         def _print_Mul(self, expr):
             """2 e^{-x}, not SymPy's \\frac{2}{e^{x}}: exact weights and Z keep their exponentials
             upstairs, as the canonical forms of attntrace.algebra.exact_form write them."""
-            from sympy import Mul, exp
+            from sympy import Mul, Symbol, exp
 
+            if all(type(a) is Symbol for a in expr.args):  # x_{11} w_{11}: the bulk of a symbolic report
+                return " ".join(self._print(a) for a in expr.args)
             if any(isinstance(a, exp) for a in expr.args) and not any(a.is_Pow and a.exp.is_negative for a in expr.args):
                 c, rest = expr.as_coeff_Mul()
                 body = " ".join(f"\\left({self._print(f)}\\right)" if f.is_Add else self._print(f) for f in Mul.make_args(rest))
@@ -528,14 +530,21 @@ class TexOut(_Out):
     def __init__(self, precision: int = 4, max_size: int = 8, limit: float = 34.0):
         super().__init__(precision, max_size, limit)
         self._printer = None
+        self._printed: dict = {}  # SymPy expression -> its printed text (see expr)
 
     def num(self, x: float) -> str:
         return tex_number(x, self.precision)
 
     def expr(self, e: Any) -> str:
-        if self._printer is None:
-            self._printer = printer_classes()[0]({"precision": self.precision})
-        return self._printer.doprint(e)
+        # a matrix is laid out at a few column counts before one fits (`widest`), and an entry
+        # recurs in later steps: each distinct entry goes through SymPy's printer once
+        # (SymPy's == tells 1 from 1.0, so equal keys print alike)
+        out = self._printed.get(e)
+        if out is None:
+            if self._printer is None:
+                self._printer = printer_classes()[0]({"precision": self.precision})
+            out = self._printed[e] = self._printer.doprint(e)
+        return out
 
     def paren(self, s: str) -> str:
         return f"\\left({s}\\right)"
@@ -655,6 +664,7 @@ class PlainOut(_Out):
     def __init__(self, precision: int = 4, max_size: int = 8, limit: float = 34.0):
         super().__init__(precision, max_size, limit)
         self._printer = None
+        self._printed: dict = {}  # SymPy expression -> its printed text (see expr)
 
     def num(self, x: float) -> str:
         return plain_number(x, self.precision)
@@ -662,9 +672,12 @@ class PlainOut(_Out):
     def expr(self, e: Any) -> str:
         if _is_infinite(e):
             return "-inf" if e < 0 else "inf"
-        if self._printer is None:
-            self._printer = printer_classes()[1]({"precision": self.precision})
-        return self._printer.doprint(e)
+        out = self._printed.get(e)
+        if out is None:
+            if self._printer is None:
+                self._printer = printer_classes()[1]({"precision": self.precision})
+            out = self._printed[e] = self._printer.doprint(e)
+        return out
 
     def paren(self, s: str) -> str:
         return f"({s})"
