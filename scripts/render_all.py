@@ -12,12 +12,26 @@ check reports of the examples' answer files and a worksheet per example come alo
 from __future__ import annotations
 
 import sys
+import tomllib
 from pathlib import Path
 
 import attntrace
 from attntrace.resources import example_paths, examples_dir
 
 MODES = ("numeric", "exact", "symbolic", "shape")
+
+#: Specs no example covers: a given attention bias, small, too large to show in full, one per head.
+_BIG = [[((3 * i + 5 * j) % 7) / 4 - 0.5 for j in range(10)] for i in range(10)]
+EXTRA = {
+    "attn-bias-3": {"Q": [[1, 0], [0, 1], [1, 1]], "K": [[1, 2], [0, 1], [1, 0]], "V": [[1, 0], [0, 1], [2, 2]],
+                    "attn_bias": [["1/2", 0, -1], [0, 0, "1/4"], [2, 1, 0]], "mask": "causal"},
+    "attn-bias-10": {"scores": _BIG, "scale": False, "attn_bias": [row[::-1] for row in _BIG]},
+    "attn-bias-heads": {"X": [[1, 0, 1, 0], [0, 1, 0, 1], [1, 1, 0, 0]], "num_heads": 2,
+                        "W_Q": [[1, 0, 0, 1], [0, 1, 1, 0], [1, 1, 0, 0], [0, 0, 1, 1]],
+                        "W_K": [[0, 1, 1, 0], [1, 0, 0, 1], [1, 0, 1, 0], [0, 1, 0, 1]],
+                        "W_V": [[1, 1, 0, 0], [0, 0, 1, 1], [1, 0, 0, 1], [0, 1, 1, 0]],
+                        "attn_bias": [[[0, 1, 0], [1, 0, 1], [0, 0, 1]], [[1, 0, 0], [0, 1, 0], [0, 0, 1]]]},
+}
 FORMATS = ("md", "tex", "text", "html")
 LANGS = ("en", "zh")
 
@@ -32,17 +46,21 @@ def _write(out: Path, name: str, produce) -> None:
 
 def main(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    for path in example_paths():
+    moe = tomllib.loads((examples_dir() / "moe-tiny.toml").read_text(encoding="utf-8"))
+    moe["moe"]["bias"] = [0.1, -0.2, 0.3, 0.0]  # the sigmoid router's bias for choosing
+    specs = [(p.stem, p) for p in example_paths()] + list(EXTRA.items()) + [("moe-router-bias", moe)]
+    for stem, spec in specs:
         for mode in MODES:
             try:
-                trace = attntrace.run(path, mode=mode)
+                trace = attntrace.run(spec, mode=mode)
             except Exception as exc:  # noqa: BLE001
-                (out / f"{path.stem}.{mode}.error").write_text(f"{type(exc).__name__}: {exc}\n", encoding="utf-8")
+                (out / f"{stem}.{mode}.error").write_text(f"{type(exc).__name__}: {exc}\n", encoding="utf-8")
                 continue
             for lang in LANGS:
                 for fmt in FORMATS:
-                    _write(out, f"{path.stem}.{mode}.{lang}.{fmt}", lambda: attntrace.render(trace, fmt, lang=lang))
-            _write(out, f"{path.stem}.{mode}.standalone.tex", lambda: attntrace.render(trace, "tex", standalone=True, lang="zh"))
+                    _write(out, f"{stem}.{mode}.{lang}.{fmt}", lambda: attntrace.render(trace, fmt, lang=lang))
+            _write(out, f"{stem}.{mode}.standalone.tex", lambda: attntrace.render(trace, "tex", standalone=True, lang="zh"))
+            _write(out, f"{stem}.{mode}.all-rows.md", lambda: attntrace.render(trace, "md", rows="all"))
     for answer in sorted(examples_dir().glob("*.answer.toml")):
         spec = examples_dir() / (answer.name.split(".")[0] + ".toml")
         if not spec.is_file():
