@@ -54,7 +54,7 @@ from functools import lru_cache
 from numbers import Integral
 from typing import TYPE_CHECKING, NamedTuple
 
-from attntrace.inputs import limits
+from attntrace.inputs import limits, tokens
 from attntrace.model.errors import BadInput, Unsupported
 
 if TYPE_CHECKING:  # SymPy is imported on first use: numeric mode never loads it
@@ -80,56 +80,28 @@ MAX_ROOT_BITS = 1024
 MAX_DECIMAL_EXPONENT = 400
 MAX_EXP_ARGUMENT = 1000
 
-_GREEK_LOWER = (
-    "alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa",
-    "lambda", "lamda", "mu", "nu", "xi", "omicron", "pi", "rho", "sigma", "tau", "upsilon",
-    "phi", "chi", "psi", "omega",
-)  # fmt: skip
 #: Greek letter names usable as symbol bases (SymPy's spellings, lower and capitalised).
-GREEK = frozenset(_GREEK_LOWER + tuple(g.capitalize() for g in _GREEK_LOWER))
+GREEK = tokens.GREEK
 _FUNCTIONS = ("sqrt", "exp", "log", "sin", "cos", "tanh", "erf", "acos", "Max")
 #: LaTeX spellings of names attntrace writes itself: \mu, \varepsilon, \tilde{q} (never a command of any other kind).
-_LATEX_GREEK = frozenset(_GREEK_LOWER + tuple(g.capitalize() for g in _GREEK_LOWER)
-                         + ("varepsilon", "vartheta", "varphi", "varrho", "varsigma"))
+_LATEX_GREEK = frozenset(GREEK | {"varepsilon", "vartheta", "varphi", "varrho", "varsigma"})
 _ACCENTS = ("tilde", "hat", "bar", "check")
-
-_NUMBER = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE]([+-]?[0-9]+))?", re.ASCII)
-_WORD = re.compile(r"[A-Za-z]+", re.ASCII)
-_SUP_LETTER = re.compile(r"\^([A-Za-z])(?![A-Za-z0-9])", re.ASCII)
-_SUP_CONTENT = re.compile(r"[A-Za-z0-9(),]+", re.ASCII)
-_SUB_DIGITS = re.compile(r"_([0-9]+)", re.ASCII)
-_SUB_CONTENT = re.compile(r"[0-9]+(?:,[0-9]+)*", re.ASCII)
 _SPACE = " \t"
-_OPERATORS = "+-*/^(),"
 
 
-def _show(text: str, limit: int = 60) -> str:
-    """Quote user text for a one-line message (control characters escaped, long text cut)."""
-    if len(text) > limit:
-        text = text[: limit - 3] + "..."
-    shown = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
-    return '"' + shown.replace('"', '\\"') + '"'
-
-
-class _Fail(Exception):
-    """Internal: a parse failure, turned into BadInput with the text prefix."""
-
-    def __init__(self, message: str, pos: int | None = None, hint: str = "") -> None:
-        where = "" if pos is None else f" at position {pos}"
-        super().__init__(message + where + (f" ({hint})" if hint else ""))
+#: Quote user text for a one-line message; the failure of a parse (TokenError's message form).
+_show = tokens.show
+_Fail = tokens.TokenError
+balanced_parentheses = tokens.balanced_parentheses
 
 
 # ---------------------------------------------------------------------------------------
-# names
+# names and tokens (attntrace.inputs.tokens, with this reader's words)
 
 
-def balanced_parentheses(content: str) -> bool:
-    level = 0
-    for c in content:
-        level += (c == "(") - (c == ")")
-        if level < 0:
-            return False
-    return level == 0
+def _name(base: str, sup: str | None, sub: str | None) -> str:
+    """The canonical spelling of a name: base^{sup}_{sub}."""
+    return base + ("" if sup is None else "^{" + sup + "}") + ("" if sub is None else "_{" + sub + "}")
 
 
 def _read_name(text: str, pos: int, base: str) -> tuple[str, int]:
@@ -138,127 +110,31 @@ def _read_name(text: str, pos: int, base: str) -> tuple[str, int]:
     Superscript and subscript may come in either order, each at most once; the canonical
     form is base^{sup}_{sub}.
     """
-    sup = sub = None
-    while pos < len(text) and text[pos] in "^_":
-        start = pos
-        if text[pos] == "^":
-            if pos + 1 < len(text) and text[pos + 1] == "{":
-                close = text.find("}", pos + 2)
-                if close < 0:
-                    raise _Fail("unclosed '{' in superscript", pos + 1)
-                content = text[pos + 2 : close]
-                if not _SUP_CONTENT.fullmatch(content) or not balanced_parentheses(content):
-                    raise _Fail(
-                        f"bad superscript {_show('{' + content + '}')}",
-                        pos,
-                        "letters, digits, balanced parentheses and commas only",
-                    )
-                if content.isdigit():
-                    raise _Fail(
-                        f"superscript {_show('{' + content + '}')} is only digits",
-                        pos,
-                        f"write a power as {base}^{content} or {base}**{content}",
-                    )
-                end = close + 1
-            else:
-                m = _SUP_LETTER.match(text, pos)
-                if not m:
-                    break  # a power operator, not a superscript
-                content, end = m.group(1), m.end()
-            if sup is not None:
-                raise _Fail("a name has at most one superscript", start, "use ** for powers")
-            sup = content
-        else:
-            if pos + 1 < len(text) and text[pos + 1] == "{":
-                close = text.find("}", pos + 2)
-                if close < 0:
-                    raise _Fail("unclosed '{' in subscript", pos + 1)
-                content = text[pos + 2 : close]
-                if not _SUB_CONTENT.fullmatch(content):
-                    raise _Fail(f"bad subscript {_show('{' + content + '}')}", pos, "digits and commas only")
-                end = close + 1
-            else:
-                m = _SUB_DIGITS.match(text, pos)
-                if not m:
-                    raise _Fail("bad subscript", pos, "write v_1 or v_{1,2}")
-                content, end = m.group(1), m.end()
-            if sub is not None:
-                raise _Fail("a name has at most one subscript", start)
-            sub = content
-        pos = end
-    name = base + ("" if sup is None else "^{" + sup + "}") + ("" if sub is None else "_{" + sub + "}")
-    return name, pos
+    sup, sub, end = tokens.read_scripts(text, pos, base, letter_subscripts=False)
+    return _name(base, sup, sub), end
 
 
-# ---------------------------------------------------------------------------------------
-# tokens
+def _number(m: re.Match, pos: int) -> str:
+    if m.group(2) is not None and abs(int(m.group(2))) > MAX_DECIMAL_EXPONENT:
+        raise _Fail(f"number {m.group(0)} is out of range", pos, f"decimal exponent at most {MAX_DECIMAL_EXPONENT}")
+    return m.group(0)
 
 
-class _Tok(NamedTuple):
-    kind: str  # "num", "name", "func", "inf", an operator character, or "end"
-    value: str
-    pos: int
+def _unknown_word(word: str, pos: int) -> _Fail:
+    return _Fail(f"unknown name {_show(word)}", pos,
+                 "names are one letter or a Greek letter name; write products as a*b; functions: " + ", ".join(_FUNCTIONS))
+
+
+_Tok = tokens.Token
 
 
 def _tokenize(text: str) -> list[_Tok]:
-    toks: list[_Tok] = []
-    pos, n = 0, len(text)
-    while pos < n:
-        c = text[pos]
-        if c in _SPACE:
-            pos += 1
-        elif c == "*" and text.startswith("**", pos):
-            toks.append(_Tok("^", "**", pos))
-            pos += 2
-        elif c in _OPERATORS:
-            toks.append(_Tok(c, c, pos))
-            pos += 1
-        elif c.isascii() and (c.isdigit() or c == "."):
-            m = _NUMBER.match(text, pos)
-            if not m:
-                raise _Fail(f"unexpected {c!r}", pos)
-            if m.group(1) is not None and abs(int(m.group(1))) > MAX_DECIMAL_EXPONENT:
-                raise _Fail(
-                    f"number {m.group(0)} is out of range",
-                    pos,
-                    f"decimal exponent at most {MAX_DECIMAL_EXPONENT}",
-                )
-            toks.append(_Tok("num", m.group(0), pos))
-            pos = m.end()
-        elif c == "\\":
-            base, end = _latex_base(text, pos)
-            name, end = _read_name(text, end, base)
-            toks.append(_Tok("name", name, pos))
-            pos = end
-        elif c.isascii() and c.isalpha():
-            word = _WORD.match(text, pos).group(0)
-            end = pos + len(word)
-            if word in _FUNCTIONS:
-                toks.append(_Tok("func", word, pos))
-                pos = end
-            elif word == "oo":
-                toks.append(_Tok("inf", word, pos))
-                pos = end
-            elif len(word) == 1 or word in GREEK:
-                name, end = _read_name(text, end, word)
-                toks.append(_Tok("name", name, pos))
-                pos = end
-            else:
-                raise _Fail(
-                    f"unknown name {_show(word)}",
-                    pos,
-                    "names are one letter or a Greek letter name; write products as a*b; "
-                    "functions: " + ", ".join(_FUNCTIONS),
-                )
-        else:
-            raise _Fail(f"unexpected {c!r}", pos)
-    toks.append(_Tok("end", "", n))
-    return toks
+    return tokens.tokenize(text, _LEXICON)
 
 
 def _latex_base(text: str, pos: int) -> tuple[str, int]:
     """A name base in attntrace's LaTeX spelling at text[pos] (a backslash): \\nu or \\tilde{q}."""
-    m = _WORD.match(text, pos + 1)
+    m = tokens.WORD.match(text, pos + 1)
     word = m.group(0) if m else ""
     end = pos + 1 + len(word)
     if word in _LATEX_GREEK:
@@ -269,6 +145,11 @@ def _latex_base(text: str, pos: int) -> tuple[str, int]:
         if len(inner) == 1 and inner.isascii() and inner.isalpha() or inner[:1] == "\\" and inner[1:] in _LATEX_GREEK:
             return f"\\{word}{{{inner}}}", close + 1
     raise _Fail(f"unknown name {_show(text[pos:end + 3])}", pos, "after a backslash: a Greek letter, or tilde, hat, bar or check over a letter")
+
+
+#: Entries: spaces and tabs, the operators and functions above, oo, attntrace's LaTeX names.
+_LEXICON = tokens.Lexicon(spaces=_SPACE, operators="+-*/^(),", functions=_FUNCTIONS, infinity=("oo",), name=_name,
+                          number=_number, unknown_word=_unknown_word, latex_base=_latex_base)
 
 
 def _describe(tok: _Tok) -> str:
@@ -559,7 +440,7 @@ def parse_symbol_base(text: str) -> str:
 def _symbol_base(text: str) -> str:
     stripped = text.strip(_SPACE)
     try:
-        m = _WORD.match(stripped)
+        m = tokens.WORD.match(stripped)
         if not m:
             raise _Fail("a symbol name starts with a letter")
         word = m.group(0)

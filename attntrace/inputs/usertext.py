@@ -67,9 +67,10 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from typing import Callable, NamedTuple
+from typing import Callable
 
-from attntrace.inputs.expr import GREEK, MAX_DEPTH, MAX_LENGTH, balanced_parentheses  # parentheses balanced: the parser's own test
+from attntrace.inputs.expr import MAX_DEPTH, MAX_LENGTH
+from attntrace.inputs.tokens import Lexicon, Token, TokenError, tokenize
 from attntrace.inputs.textescape import escape_md, escape_tex, escape_text
 from attntrace.inputs.safetext import check_sympy_entry, clean_output, clean_text, has_unsafe_chars, json_safe, one_line  # noqa: F401  (re-exported)
 
@@ -91,12 +92,6 @@ _RELATIONS = {  # token -> (LaTeX, plain)
 }
 _REL = re.compile(r"<=|>=|!=|->|[=<>~≈≤≥≠→]")
 _UNICODE_OPS = str.maketrans({"−": "-", "×": "*", "·": "*", "⋅": "*", "∞": " oo "})
-_NUMBER = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE]([+-]?[0-9]+))?", re.ASCII)
-_WORD = re.compile(r"[A-Za-z]+", re.ASCII)
-# a superscript: one letter not followed by a letter or digit, or braces (as attntrace.inputs.expr)
-_SUP = re.compile(r"\^(?:([A-Za-z])(?![A-Za-z0-9])|\{([A-Za-z0-9(),]+)\})", re.ASCII)
-# a subscript: digits, or a letter then letters/digits, or braces holding those and commas
-_SUB = re.compile(r"_(?:([0-9]+|[A-Za-z][A-Za-z0-9]*)|\{([A-Za-z0-9]+(?:,[A-Za-z0-9]+)*)\})", re.ASCII)
 _FUNCTIONS = ("sqrt", "exp")
 _INFINITY = ("oo", "inf")
 # as SymPy's LaTeX printer writes them (capitals without a glyph of their own are upright
@@ -107,13 +102,9 @@ _GREEK_SPECIAL = {"epsilon": r"\varepsilon", "lamda": r"\lambda", "Lamda": r"\La
                                                      ("Omicron", "O"), ("Rho", "P"), ("Tau", "T"), ("Chi", "X"))}}
 
 
-class _Fail(Exception):
-    """The span is not math; it is shown as text."""
-
-
-class _Tok(NamedTuple):
-    kind: str  # "num", "name", "func", "inf", "rel", an operator character, or "end"
-    value: object
+#: A span that is not math (it is shown as text): a token error, or the parser's refusal.
+_Fail = TokenError
+_Tok = Token
 
 
 def _greek_tex(base: str) -> str:
@@ -126,24 +117,8 @@ def _script_tex(content: str) -> str:
     return f"\\text{{{content}}}" if content.isalpha() and len(content) >= 3 else content
 
 
-def _read_name(text: str, pos: int, base: str) -> tuple[tuple[str, str], int]:
-    """The name starting with `base` before text[pos:]: ((LaTeX, plain), end)."""
-    sup = sub = None
-    while pos < len(text) and text[pos] in "^_":
-        if text[pos] == "^":
-            m = _SUP.match(text, pos)
-            if m is None:
-                break  # a power operator
-            content = m.group(1) or m.group(2)
-            if sup is not None or content.isdigit() or not balanced_parentheses(content):
-                raise _Fail
-            sup = content
-        else:
-            m = _SUB.match(text, pos)
-            if m is None or sub is not None:
-                raise _Fail
-            sub = m.group(1) or m.group(2)
-        pos = m.end()
+def _name(base: str, sup: str | None, sub: str | None) -> tuple[str, str]:
+    """A name token's value: (LaTeX, plain)."""
     tex = _greek_tex(base) if len(base) > 1 else base
     plain = base
     if sup is not None:
@@ -152,50 +127,22 @@ def _read_name(text: str, pos: int, base: str) -> tuple[tuple[str, str], int]:
     if sub is not None:
         tex += f"_{{{_script_tex(sub)}}}"
         plain += f"_{sub}"
-    return (tex, plain), pos
+    return tex, plain
 
 
-def _tokenize(text: str) -> list[_Tok]:
-    toks: list[_Tok] = []
-    pos, n = 0, len(text)
-    while pos < n:
-        c = text[pos]
-        if c == " ":
-            pos += 1
-            continue
-        m = _REL.match(text, pos)
-        if m:
-            toks.append(_Tok("rel", _RELATIONS[m.group(0)]))
-            pos = m.end()
-        elif text.startswith("**", pos):
-            toks.append(_Tok("^", "^"))
-            pos += 2
-        elif c in "+-*/^()√":
-            toks.append(_Tok(c, c))
-            pos += 1
-        elif c.isascii() and (c.isdigit() or c == "."):
-            m = _NUMBER.match(text, pos)
-            if not m:
-                raise _Fail
-            toks.append(_Tok("num", (m.group(1), m.group(2))))
-            pos = m.end()
-        elif c.isascii() and c.isalpha():
-            word = _WORD.match(text, pos).group(0)
-            end = pos + len(word)
-            if word in _FUNCTIONS:
-                toks.append(_Tok("func", word))
-            elif word in _INFINITY:
-                toks.append(_Tok("inf", word))
-            elif len(word) == 1 or word in GREEK:
-                name, end = _read_name(text, end, word)
-                toks.append(_Tok("name", name))
-            else:
-                raise _Fail  # multi-letter words (softmax, model) are prose, not math
-            pos = end
-        else:
-            raise _Fail
-    toks.append(_Tok("end", None))
-    return toks
+def _unknown_word(word: str, pos: int) -> TokenError:
+    return TokenError("multi-letter words (softmax, model) are prose, not math", pos)
+
+
+#: Spans: spaces, the operators with √, relations, sqrt and exp, oo and inf, letter subscripts;
+#: a number is kept as written (mantissa, exponent); no LaTeX names (user LaTeX is text).
+_LEXICON = Lexicon(spaces=" ", operators="+-*/^()√", functions=_FUNCTIONS, infinity=_INFINITY, name=_name,
+                   number=lambda m, pos: (m.group(1), m.group(2)), unknown_word=_unknown_word,
+                   relations=_RELATIONS, relation_pattern=_REL, letter_subscripts=True)
+
+
+def _tokenize(text: str) -> list[Token]:
+    return tokenize(text, _LEXICON)
 
 
 # ----------------------------------------------------------------------------- parser
