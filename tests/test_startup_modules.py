@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SENTENCE_MODULES = frozenset("""
 attntrace attntrace.cli attntrace.budget attntrace.resources attntrace.tracer attntrace.version
 attntrace.algebra attntrace.algebra.modes attntrace.algebra.numeric
-attntrace.inputs attntrace.inputs.blockspec attntrace.inputs.expr attntrace.inputs.limits attntrace.inputs.matrices attntrace.inputs.options
+attntrace.inputs attntrace.inputs.blockspec attntrace.inputs.expr attntrace.inputs.grammar attntrace.inputs.limits attntrace.inputs.matrices attntrace.inputs.options
 attntrace.inputs.mlaspec attntrace.inputs.moespec attntrace.inputs.numbers attntrace.inputs.positional attntrace.inputs.safetext attntrace.inputs.spec
 attntrace.inputs.stepoptions attntrace.inputs.textescape attntrace.inputs.tokens attntrace.inputs.usertext
 attntrace.kinds attntrace.kinds.alibi attntrace.kinds.backward attntrace.kinds.base attntrace.kinds.bias

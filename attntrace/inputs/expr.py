@@ -1,8 +1,9 @@
 """Whitelist parser for entry strings and symbol names.
 
 Matrix entries and symbol names arrive as text (spec files, answer files, the command
-line). They are read by a small tokenizer and a recursive-descent parser that builds the
-result with SymPy constructors only; nothing is ever passed to `eval`, `sympify`,
+line). They are read by the tokenizer and the recursive-descent grammar that user-text math
+shares (`attntrace.inputs.tokens`, `attntrace.inputs.grammar`), with a back end here that
+builds the result with SymPy constructors only; nothing is ever passed to `eval`, `sympify`,
 `sympy.parse_expr` or `sympy.S(str)`, so a string can describe a number or a formula and
 nothing else.
 
@@ -52,9 +53,9 @@ import re
 from fractions import Fraction
 from functools import lru_cache
 from numbers import Integral
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
-from attntrace.inputs import limits, tokens
+from attntrace.inputs import grammar, limits, tokens
 from attntrace.model.errors import BadInput, Unsupported
 
 if TYPE_CHECKING:  # SymPy is imported on first use: numeric mode never loads it
@@ -152,8 +153,7 @@ _LEXICON = tokens.Lexicon(spaces=_SPACE, operators="+-*/^(),", functions=_FUNCTI
                           number=_number, unknown_word=_unknown_word, latex_base=_latex_base)
 
 
-def _describe(tok: _Tok) -> str:
-    return "end of input" if tok.kind == "end" else repr(tok.value)
+_describe = grammar.describe
 
 
 # ---------------------------------------------------------------------------------------
@@ -190,35 +190,15 @@ def _radicand_bits(expr: sympy.Expr) -> int:
     )
 
 
-class _Parser:
+class _Parser(grammar.Parser):
+    """The grammar of `attntrace.inputs.grammar` with SymPy values, each result checked as it is built."""
+
     def __init__(self, text: str, allow_symbols: bool, allow_infinity: bool, max_exp: float = MAX_EXP_ARGUMENT) -> None:
+        super().__init__(_tokenize(text), MAX_DEPTH)
         self.text = text
         self.max_exp = max_exp
-        self.toks = _tokenize(text)
-        self.i = 0
-        self.depth = 0
         self.allow_symbols = allow_symbols
         self.allow_infinity = allow_infinity
-
-    # -- helpers
-    def peek(self) -> _Tok:
-        return self.toks[self.i]
-
-    def take(self) -> _Tok:
-        tok = self.toks[self.i]
-        self.i += 1
-        return tok
-
-    def expect(self, kind: str, what: str) -> _Tok:
-        tok = self.peek()
-        if tok.kind != kind:
-            raise _Fail(f"expected {what}, found {_describe(tok)}", tok.pos)
-        return self.take()
-
-    def enter(self, pos: int) -> None:
-        self.depth += 1
-        if self.depth > MAX_DEPTH:
-            raise _Fail(f"nested too deeply (at most {MAX_DEPTH} levels)", pos)
 
     def check(self, result: sympy.Expr, pos: int) -> sympy.Expr:
         """Refuse undefined results and exp of huge numbers.
@@ -257,62 +237,31 @@ class _Parser:
             raise _Fail("not a real number")
         return result
 
-    def expr(self) -> sympy.Expr:
+    def sum_add(self, left: sympy.Expr, op: _Tok, right: sympy.Expr) -> sympy.Expr:
         import sympy
 
-        left = self.term()
-        while self.peek().kind in ("+", "-"):
-            op = self.take()
-            right = self.term()
-            if op.kind == "-":
-                right = sympy.Mul(sympy.S.NegativeOne, right)
-            left = self.check(sympy.Add(left, right), op.pos)
-        return left
+        if op.kind == "-":
+            right = sympy.Mul(sympy.S.NegativeOne, right)
+        return self.check(sympy.Add(left, right), op.pos)
 
-    def term(self) -> sympy.Expr:
+    def product_add(self, left: sympy.Expr, op: _Tok, right: sympy.Expr) -> sympy.Expr:
         import sympy
 
-        left = self.unary()
-        while True:
-            tok = self.peek()
-            if tok.kind in ("*", "/"):
-                self.take()
-                right = self.unary()
-                if tok.kind == "/":
-                    if right.is_zero:
-                        raise _Fail("division by zero", tok.pos)
-                    right = sympy.Pow(right, sympy.S.NegativeOne)
-                if _radicand_bits(left) and _radicand_bits(left) + _radicand_bits(right) > MAX_ROOT_BITS:
-                    raise _Fail(f"product of roots of more than {MAX_ROOT_BITS} bits", tok.pos)
-                left = self.check(sympy.Mul(left, right), tok.pos)
-            elif tok.kind in ("num", "name", "func", "inf", "("):
-                raise _Fail(
-                    f"missing operator before {_describe(tok)}",
-                    tok.pos,
-                    "implicit multiplication is not allowed; write a*b",
-                )
-            else:
-                return left
+        if op.kind == "/":
+            if right.is_zero:
+                raise _Fail("division by zero", op.pos)
+            right = sympy.Pow(right, sympy.S.NegativeOne)
+        if _radicand_bits(left) and _radicand_bits(left) + _radicand_bits(right) > MAX_ROOT_BITS:
+            raise _Fail(f"product of roots of more than {MAX_ROOT_BITS} bits", op.pos)
+        return self.check(sympy.Mul(left, right), op.pos)
 
-    def unary(self) -> sympy.Expr:
+    def negate(self, operand: sympy.Expr, pos: int) -> sympy.Expr:
         import sympy
 
-        negative, pos = False, self.peek().pos
-        while self.peek().kind in ("+", "-"):
-            negative ^= self.take().kind == "-"
-        operand = self.power()
-        return self.check(sympy.Mul(sympy.S.NegativeOne, operand), pos) if negative else operand
+        return self.check(sympy.Mul(sympy.S.NegativeOne, operand), pos)
 
-    def power(self) -> sympy.Expr:
-        base = self.atom()
-        tok = self.peek()
-        if tok.kind != "^":
-            return base
-        self.take()
-        self.enter(tok.pos)
-        exponent = self.unary()
-        self.depth -= 1
-        return self.pow(base, exponent, tok.pos)
+    def raise_to(self, base: sympy.Expr, exponent: sympy.Expr, pos: int) -> sympy.Expr:
+        return self.pow(base, exponent, pos)
 
     def pow(self, base: sympy.Expr, exponent: sympy.Expr, pos: int) -> sympy.Expr:
         import sympy
@@ -368,7 +317,7 @@ class _Parser:
                     raise _Fail("unexpected ','", comma.pos, f"{tok.value} takes one argument")
                 args.append(self.expr())
             self.expect(")", f"')' closing {tok.value}(")
-            self.depth -= 1
+            self.leave()
             arg = args[0]
             if tok.value == "sqrt":
                 if arg.is_number and arg.is_negative:
@@ -384,7 +333,7 @@ class _Parser:
             self.enter(tok.pos)
             inner = self.expr()
             self.expect(")", "')'")
-            self.depth -= 1
+            self.leave()
             return inner
         raise _Fail(f"unexpected {_describe(tok)}", tok.pos)
 

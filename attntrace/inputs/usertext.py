@@ -49,8 +49,8 @@ Why not `attntrace.inputs.expr.parse_expr` + SymPy's printer: that parser builds
 objects in SymPy's canonical order (``2*q*k - k^2`` prints as ``- k^{2} + 2 k q``,
 ``2*a + b`` as ``b + 2 a``, ``2.449`` as 2449/1000), it refuses letter subscripts (they are
 not entry names), and printing through SymPy would import SymPy into numeric reports, which must never load it (tested in
-test_api/test_bench_smoke; about 0.5 s). So this module has its own small, SymPy-free
-parser for the same grammar that keeps the author's form, and a printer that writes the
+test_api/test_bench_smoke; about 0.5 s). So this module is a second, SymPy-free back
+end of the same tokenizer and grammar (`attntrace.inputs.tokens`, `attntrace.inputs.grammar`) that keeps the author's form, and a printer that writes the
 notation of `attntrace.rendering.printing` (``\\left(...\\right)``, ``\\frac``, ``\\sqrt{}``,
 ``e^{x}``, juxtaposed products, ``-\\infty``; plain: ``sqrt(6)``, ``a*b``, ``inf``). Powers
 stay ``^`` in plain text (``-(q - k)^2``), as the author wrote them. Parentheses are
@@ -70,6 +70,7 @@ from functools import lru_cache
 from typing import Callable
 
 from attntrace.inputs.expr import MAX_DEPTH, MAX_LENGTH
+from attntrace.inputs.grammar import Parser
 from attntrace.inputs.tokens import Lexicon, Token, TokenError, tokenize
 from attntrace.inputs.textescape import escape_md, escape_tex, escape_text
 from attntrace.inputs.safetext import check_sympy_entry, clean_output, clean_text, has_unsafe_chars, json_safe, one_line  # noqa: F401  (re-exported)
@@ -151,28 +152,13 @@ def _tokenize(text: str) -> list[Token]:
 # ("func", "sqrt" | "exp", x).
 
 
-class _Parser:
+class _Parser(Parser):
+    """The grammar of `attntrace.inputs.grammar` building the tree above, as the author wrote it."""
+
+    ATOM_STARTS = (*Parser.ATOM_STARTS, "√")
+
     def __init__(self, text: str) -> None:
-        self.toks = _tokenize(text)
-        self.i = 0
-        self.depth = 0
-
-    def peek(self) -> _Tok:
-        return self.toks[self.i]
-
-    def take(self) -> _Tok:
-        tok = self.toks[self.i]
-        self.i += 1
-        return tok
-
-    def expect(self, kind: str) -> None:
-        if self.take().kind != kind:
-            raise _Fail
-
-    def enter(self) -> None:
-        self.depth += 1
-        if self.depth > MAX_DEPTH:
-            raise _Fail
+        super().__init__(_tokenize(text), MAX_DEPTH)
 
     def span(self) -> list:
         """[expr, rel, expr, rel, ...]"""
@@ -184,23 +170,24 @@ class _Parser:
             raise _Fail
         return parts
 
-    def expr(self):
-        items = [("+", self.term())]
-        while self.peek().kind in ("+", "-"):
-            items.append((self.take().kind, self.term()))
+    def sum_start(self, first):
+        return [("+", first)]
+
+    def sum_add(self, items, op, right):
+        items.append((op.kind, right))
+        return items
+
+    def sum_end(self, items):
         return items[0][1] if len(items) == 1 else ("add", items)
 
-    def term(self):
-        items = [("*", self.unary())]
-        while True:
-            kind = self.peek().kind
-            if kind in ("*", "/"):
-                self.take()
-                items.append((kind, self.unary()))
-            elif kind in ("num", "name", "func", "inf", "(", "√"):
-                raise _Fail  # implicit multiplication, refused as in attntrace.inputs.expr
-            else:
-                break
+    def product_start(self, first):
+        return [("*", first)]
+
+    def product_add(self, items, op, right):
+        items.append((op.kind, right))
+        return items
+
+    def product_end(self, items):
         if len(items) == 1:
             return items[0][1]
         flat = []  # a parenthesized product multiplied in: (a*b)*c = a*b*c, a*(b/c) = a*b/c
@@ -208,21 +195,10 @@ class _Parser:
             flat.extend(x[1] if op == "*" and x[0] == "term" else [(op, x)])
         return ("term", flat)
 
-    def unary(self):
-        negative = False
-        while self.peek().kind in ("+", "-"):
-            negative ^= self.take().kind == "-"
-        x = self.power()
-        return ("neg", x) if negative else x
+    def negate(self, x, pos):
+        return ("neg", x)
 
-    def power(self):
-        base = self.atom()
-        if self.peek().kind != "^":
-            return base
-        self.take()
-        self.enter()
-        exponent = self.unary()
-        self.depth -= 1
+    def raise_to(self, base, exponent, pos):
         return ("pow", base, exponent)
 
     def atom(self):
@@ -234,20 +210,20 @@ class _Parser:
         if tok.kind == "inf":
             return ("inf",)
         if tok.kind in ("func", "√"):
-            self.enter()
+            self.enter(tok.pos)
             if tok.kind == "func":
-                self.expect("(")
+                self.expect("(", "'('")
                 arg = self.expr()
-                self.expect(")")
+                self.expect(")", "')'")
             else:
                 arg = self.atom()
-            self.depth -= 1
+            self.leave()
             return ("func", "sqrt" if tok.kind == "√" else tok.value, arg)
         if tok.kind == "(":
-            self.enter()
+            self.enter(tok.pos)
             inner = self.expr()
-            self.expect(")")
-            self.depth -= 1
+            self.expect(")", "')'")
+            self.leave()
             return inner
         raise _Fail
 
