@@ -16,6 +16,7 @@ import tomllib
 from pathlib import Path
 
 import attntrace
+from attntrace.grading.htmlreport import check_html
 from attntrace.resources import example_paths, examples_dir
 
 MODES = ("numeric", "exact", "symbolic", "shape")
@@ -61,6 +62,7 @@ def main(out: Path) -> None:
                     _write(out, f"{stem}.{mode}.{lang}.{fmt}", lambda: attntrace.render(trace, fmt, lang=lang))
             _write(out, f"{stem}.{mode}.standalone.tex", lambda: attntrace.render(trace, "tex", standalone=True, lang="zh"))
             _write(out, f"{stem}.{mode}.all-rows.md", lambda: attntrace.render(trace, "md", rows="all"))
+            _write(out, f"{stem}.{mode}.fragment.html", lambda: attntrace.render(trace, "html", fragment=True, lang="zh"))
     for answer in sorted(examples_dir().glob("*.answer.toml")):
         spec = examples_dir() / (answer.name.split(".")[0] + ".toml")
         if not spec.is_file():
@@ -71,8 +73,11 @@ def main(out: Path) -> None:
             (out / f"check.{answer.stem}.error").write_text(f"{type(exc).__name__}: {exc}\n", encoding="utf-8")
             continue
         for lang in LANGS:
-            for fmt in ("md", "tex", "text", "html"):
+            for fmt in ("md", "tex", "text"):
                 _write(out, f"check.{answer.stem}.{lang}.{fmt}", lambda: report.render(fmt, lang=lang))
+            for fragment in (False, True):
+                _write(out, f"check.{answer.stem}.{lang}.{'fragment' if fragment else 'page'}.html",
+                       lambda: check_html(report, answer, lang=lang, fragment=fragment))
 
 
 if __name__ == "__main__":
