@@ -23,9 +23,9 @@ ROOT = Path(__file__).resolve().parent.parent
 SENTENCE_MODULES = frozenset("""
 attntrace attntrace.cli attntrace.budget attntrace.resources attntrace.tracer attntrace.version
 attntrace.algebra attntrace.algebra.modes attntrace.algebra.numeric
-attntrace.inputs attntrace.inputs.blockspec attntrace.inputs.expr attntrace.inputs.limits attntrace.inputs.matrices attntrace.inputs.options
+attntrace.inputs attntrace.inputs.blockspec attntrace.inputs.expr attntrace.inputs.grammar attntrace.inputs.limits attntrace.inputs.matrices attntrace.inputs.options
 attntrace.inputs.mlaspec attntrace.inputs.moespec attntrace.inputs.numbers attntrace.inputs.positional attntrace.inputs.safetext attntrace.inputs.spec
-attntrace.inputs.stepoptions attntrace.inputs.textescape attntrace.inputs.usertext
+attntrace.inputs.stepoptions attntrace.inputs.textescape attntrace.inputs.tokens attntrace.inputs.usertext
 attntrace.kinds attntrace.kinds.alibi attntrace.kinds.backward attntrace.kinds.base attntrace.kinds.bias
 attntrace.kinds.block attntrace.kinds.cache attntrace.kinds.context attntrace.kinds.exactsize attntrace.kinds.ffn
 attntrace.kinds.heads attntrace.kinds.mask attntrace.kinds.mla attntrace.kinds.moe attntrace.kinds.norm attntrace.kinds.notation attntrace.kinds.online attntrace.kinds.position

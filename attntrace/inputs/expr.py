@@ -1,8 +1,9 @@
 """Whitelist parser for entry strings and symbol names.
 
 Matrix entries and symbol names arrive as text (spec files, answer files, the command
-line). They are read by a small tokenizer and a recursive-descent parser that builds the
-result with SymPy constructors only; nothing is ever passed to `eval`, `sympify`,
+line). They are read by the tokenizer and the recursive-descent grammar that user-text math
+shares (`attntrace.inputs.tokens`, `attntrace.inputs.grammar`), with a back end here that
+builds the result with SymPy constructors only; nothing is ever passed to `eval`, `sympify`,
 `sympy.parse_expr` or `sympy.S(str)`, so a string can describe a number or a formula and
 nothing else.
 
@@ -52,9 +53,9 @@ import re
 from fractions import Fraction
 from functools import lru_cache
 from numbers import Integral
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
-from attntrace.inputs import limits
+from attntrace.inputs import grammar, limits, tokens
 from attntrace.model.errors import BadInput, Unsupported
 
 if TYPE_CHECKING:  # SymPy is imported on first use: numeric mode never loads it
@@ -80,56 +81,28 @@ MAX_ROOT_BITS = 1024
 MAX_DECIMAL_EXPONENT = 400
 MAX_EXP_ARGUMENT = 1000
 
-_GREEK_LOWER = (
-    "alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa",
-    "lambda", "lamda", "mu", "nu", "xi", "omicron", "pi", "rho", "sigma", "tau", "upsilon",
-    "phi", "chi", "psi", "omega",
-)  # fmt: skip
 #: Greek letter names usable as symbol bases (SymPy's spellings, lower and capitalised).
-GREEK = frozenset(_GREEK_LOWER + tuple(g.capitalize() for g in _GREEK_LOWER))
+GREEK = tokens.GREEK
 _FUNCTIONS = ("sqrt", "exp", "log", "sin", "cos", "tanh", "erf", "acos", "Max", "Min")
 #: LaTeX spellings of names attntrace writes itself: \mu, \varepsilon, \tilde{q} (never a command of any other kind).
-_LATEX_GREEK = frozenset(_GREEK_LOWER + tuple(g.capitalize() for g in _GREEK_LOWER)
-                         + ("varepsilon", "vartheta", "varphi", "varrho", "varsigma"))
+_LATEX_GREEK = frozenset(GREEK | {"varepsilon", "vartheta", "varphi", "varrho", "varsigma"})
 _ACCENTS = ("tilde", "hat", "bar", "check")
-
-_NUMBER = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE]([+-]?[0-9]+))?", re.ASCII)
-_WORD = re.compile(r"[A-Za-z]+", re.ASCII)
-_SUP_LETTER = re.compile(r"\^([A-Za-z])(?![A-Za-z0-9])", re.ASCII)
-_SUP_CONTENT = re.compile(r"[A-Za-z0-9(),]+", re.ASCII)
-_SUB_DIGITS = re.compile(r"_([0-9]+)", re.ASCII)
-_SUB_CONTENT = re.compile(r"[0-9]+(?:,[0-9]+)*", re.ASCII)
 _SPACE = " \t"
-_OPERATORS = "+-*/^(),"
 
 
-def _show(text: str, limit: int = 60) -> str:
-    """Quote user text for a one-line message (control characters escaped, long text cut)."""
-    if len(text) > limit:
-        text = text[: limit - 3] + "..."
-    shown = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
-    return '"' + shown.replace('"', '\\"') + '"'
-
-
-class _Fail(Exception):
-    """Internal: a parse failure, turned into BadInput with the text prefix."""
-
-    def __init__(self, message: str, pos: int | None = None, hint: str = "") -> None:
-        where = "" if pos is None else f" at position {pos}"
-        super().__init__(message + where + (f" ({hint})" if hint else ""))
+#: Quote user text for a one-line message; the failure of a parse (TokenError's message form).
+_show = tokens.show
+_Fail = tokens.TokenError
+balanced_parentheses = tokens.balanced_parentheses
 
 
 # ---------------------------------------------------------------------------------------
-# names
+# names and tokens (attntrace.inputs.tokens, with this reader's words)
 
 
-def balanced_parentheses(content: str) -> bool:
-    level = 0
-    for c in content:
-        level += (c == "(") - (c == ")")
-        if level < 0:
-            return False
-    return level == 0
+def _name(base: str, sup: str | None, sub: str | None) -> str:
+    """The canonical spelling of a name: base^{sup}_{sub}."""
+    return base + ("" if sup is None else "^{" + sup + "}") + ("" if sub is None else "_{" + sub + "}")
 
 
 def _read_name(text: str, pos: int, base: str) -> tuple[str, int]:
@@ -138,127 +111,31 @@ def _read_name(text: str, pos: int, base: str) -> tuple[str, int]:
     Superscript and subscript may come in either order, each at most once; the canonical
     form is base^{sup}_{sub}.
     """
-    sup = sub = None
-    while pos < len(text) and text[pos] in "^_":
-        start = pos
-        if text[pos] == "^":
-            if pos + 1 < len(text) and text[pos + 1] == "{":
-                close = text.find("}", pos + 2)
-                if close < 0:
-                    raise _Fail("unclosed '{' in superscript", pos + 1)
-                content = text[pos + 2 : close]
-                if not _SUP_CONTENT.fullmatch(content) or not balanced_parentheses(content):
-                    raise _Fail(
-                        f"bad superscript {_show('{' + content + '}')}",
-                        pos,
-                        "letters, digits, balanced parentheses and commas only",
-                    )
-                if content.isdigit():
-                    raise _Fail(
-                        f"superscript {_show('{' + content + '}')} is only digits",
-                        pos,
-                        f"write a power as {base}^{content} or {base}**{content}",
-                    )
-                end = close + 1
-            else:
-                m = _SUP_LETTER.match(text, pos)
-                if not m:
-                    break  # a power operator, not a superscript
-                content, end = m.group(1), m.end()
-            if sup is not None:
-                raise _Fail("a name has at most one superscript", start, "use ** for powers")
-            sup = content
-        else:
-            if pos + 1 < len(text) and text[pos + 1] == "{":
-                close = text.find("}", pos + 2)
-                if close < 0:
-                    raise _Fail("unclosed '{' in subscript", pos + 1)
-                content = text[pos + 2 : close]
-                if not _SUB_CONTENT.fullmatch(content):
-                    raise _Fail(f"bad subscript {_show('{' + content + '}')}", pos, "digits and commas only")
-                end = close + 1
-            else:
-                m = _SUB_DIGITS.match(text, pos)
-                if not m:
-                    raise _Fail("bad subscript", pos, "write v_1 or v_{1,2}")
-                content, end = m.group(1), m.end()
-            if sub is not None:
-                raise _Fail("a name has at most one subscript", start)
-            sub = content
-        pos = end
-    name = base + ("" if sup is None else "^{" + sup + "}") + ("" if sub is None else "_{" + sub + "}")
-    return name, pos
+    sup, sub, end = tokens.read_scripts(text, pos, base, letter_subscripts=False)
+    return _name(base, sup, sub), end
 
 
-# ---------------------------------------------------------------------------------------
-# tokens
+def _number(m: re.Match, pos: int) -> str:
+    if m.group(2) is not None and abs(int(m.group(2))) > MAX_DECIMAL_EXPONENT:
+        raise _Fail(f"number {m.group(0)} is out of range", pos, f"decimal exponent at most {MAX_DECIMAL_EXPONENT}")
+    return m.group(0)
 
 
-class _Tok(NamedTuple):
-    kind: str  # "num", "name", "func", "inf", an operator character, or "end"
-    value: str
-    pos: int
+def _unknown_word(word: str, pos: int) -> _Fail:
+    return _Fail(f"unknown name {_show(word)}", pos,
+                 "names are one letter or a Greek letter name; write products as a*b; functions: " + ", ".join(_FUNCTIONS))
+
+
+_Tok = tokens.Token
 
 
 def _tokenize(text: str) -> list[_Tok]:
-    toks: list[_Tok] = []
-    pos, n = 0, len(text)
-    while pos < n:
-        c = text[pos]
-        if c in _SPACE:
-            pos += 1
-        elif c == "*" and text.startswith("**", pos):
-            toks.append(_Tok("^", "**", pos))
-            pos += 2
-        elif c in _OPERATORS:
-            toks.append(_Tok(c, c, pos))
-            pos += 1
-        elif c.isascii() and (c.isdigit() or c == "."):
-            m = _NUMBER.match(text, pos)
-            if not m:
-                raise _Fail(f"unexpected {c!r}", pos)
-            if m.group(1) is not None and abs(int(m.group(1))) > MAX_DECIMAL_EXPONENT:
-                raise _Fail(
-                    f"number {m.group(0)} is out of range",
-                    pos,
-                    f"decimal exponent at most {MAX_DECIMAL_EXPONENT}",
-                )
-            toks.append(_Tok("num", m.group(0), pos))
-            pos = m.end()
-        elif c == "\\":
-            base, end = _latex_base(text, pos)
-            name, end = _read_name(text, end, base)
-            toks.append(_Tok("name", name, pos))
-            pos = end
-        elif c.isascii() and c.isalpha():
-            word = _WORD.match(text, pos).group(0)
-            end = pos + len(word)
-            if word in _FUNCTIONS:
-                toks.append(_Tok("func", word, pos))
-                pos = end
-            elif word == "oo":
-                toks.append(_Tok("inf", word, pos))
-                pos = end
-            elif len(word) == 1 or word in GREEK:
-                name, end = _read_name(text, end, word)
-                toks.append(_Tok("name", name, pos))
-                pos = end
-            else:
-                raise _Fail(
-                    f"unknown name {_show(word)}",
-                    pos,
-                    "names are one letter or a Greek letter name; write products as a*b; "
-                    "functions: " + ", ".join(_FUNCTIONS),
-                )
-        else:
-            raise _Fail(f"unexpected {c!r}", pos)
-    toks.append(_Tok("end", "", n))
-    return toks
+    return tokens.tokenize(text, _LEXICON)
 
 
 def _latex_base(text: str, pos: int) -> tuple[str, int]:
     """A name base in attntrace's LaTeX spelling at text[pos] (a backslash): \\nu or \\tilde{q}."""
-    m = _WORD.match(text, pos + 1)
+    m = tokens.WORD.match(text, pos + 1)
     word = m.group(0) if m else ""
     end = pos + 1 + len(word)
     if word in _LATEX_GREEK:
@@ -271,8 +148,12 @@ def _latex_base(text: str, pos: int) -> tuple[str, int]:
     raise _Fail(f"unknown name {_show(text[pos:end + 3])}", pos, "after a backslash: a Greek letter, or tilde, hat, bar or check over a letter")
 
 
-def _describe(tok: _Tok) -> str:
-    return "end of input" if tok.kind == "end" else repr(tok.value)
+#: Entries: spaces and tabs, the operators and functions above, oo, attntrace's LaTeX names.
+_LEXICON = tokens.Lexicon(spaces=_SPACE, operators="+-*/^(),", functions=_FUNCTIONS, infinity=("oo",), name=_name,
+                          number=_number, unknown_word=_unknown_word, latex_base=_latex_base)
+
+
+_describe = grammar.describe
 
 
 # ---------------------------------------------------------------------------------------
@@ -309,35 +190,15 @@ def _radicand_bits(expr: sympy.Expr) -> int:
     )
 
 
-class _Parser:
+class _Parser(grammar.Parser):
+    """The grammar of `attntrace.inputs.grammar` with SymPy values, each result checked as it is built."""
+
     def __init__(self, text: str, allow_symbols: bool, allow_infinity: bool, max_exp: float = MAX_EXP_ARGUMENT) -> None:
+        super().__init__(_tokenize(text), MAX_DEPTH)
         self.text = text
         self.max_exp = max_exp
-        self.toks = _tokenize(text)
-        self.i = 0
-        self.depth = 0
         self.allow_symbols = allow_symbols
         self.allow_infinity = allow_infinity
-
-    # -- helpers
-    def peek(self) -> _Tok:
-        return self.toks[self.i]
-
-    def take(self) -> _Tok:
-        tok = self.toks[self.i]
-        self.i += 1
-        return tok
-
-    def expect(self, kind: str, what: str) -> _Tok:
-        tok = self.peek()
-        if tok.kind != kind:
-            raise _Fail(f"expected {what}, found {_describe(tok)}", tok.pos)
-        return self.take()
-
-    def enter(self, pos: int) -> None:
-        self.depth += 1
-        if self.depth > MAX_DEPTH:
-            raise _Fail(f"nested too deeply (at most {MAX_DEPTH} levels)", pos)
 
     def check(self, result: sympy.Expr, pos: int) -> sympy.Expr:
         """Refuse undefined results and exp of huge numbers.
@@ -376,62 +237,31 @@ class _Parser:
             raise _Fail("not a real number")
         return result
 
-    def expr(self) -> sympy.Expr:
+    def sum_add(self, left: sympy.Expr, op: _Tok, right: sympy.Expr) -> sympy.Expr:
         import sympy
 
-        left = self.term()
-        while self.peek().kind in ("+", "-"):
-            op = self.take()
-            right = self.term()
-            if op.kind == "-":
-                right = sympy.Mul(sympy.S.NegativeOne, right)
-            left = self.check(sympy.Add(left, right), op.pos)
-        return left
+        if op.kind == "-":
+            right = sympy.Mul(sympy.S.NegativeOne, right)
+        return self.check(sympy.Add(left, right), op.pos)
 
-    def term(self) -> sympy.Expr:
+    def product_add(self, left: sympy.Expr, op: _Tok, right: sympy.Expr) -> sympy.Expr:
         import sympy
 
-        left = self.unary()
-        while True:
-            tok = self.peek()
-            if tok.kind in ("*", "/"):
-                self.take()
-                right = self.unary()
-                if tok.kind == "/":
-                    if right.is_zero:
-                        raise _Fail("division by zero", tok.pos)
-                    right = sympy.Pow(right, sympy.S.NegativeOne)
-                if _radicand_bits(left) and _radicand_bits(left) + _radicand_bits(right) > MAX_ROOT_BITS:
-                    raise _Fail(f"product of roots of more than {MAX_ROOT_BITS} bits", tok.pos)
-                left = self.check(sympy.Mul(left, right), tok.pos)
-            elif tok.kind in ("num", "name", "func", "inf", "("):
-                raise _Fail(
-                    f"missing operator before {_describe(tok)}",
-                    tok.pos,
-                    "implicit multiplication is not allowed; write a*b",
-                )
-            else:
-                return left
+        if op.kind == "/":
+            if right.is_zero:
+                raise _Fail("division by zero", op.pos)
+            right = sympy.Pow(right, sympy.S.NegativeOne)
+        if _radicand_bits(left) and _radicand_bits(left) + _radicand_bits(right) > MAX_ROOT_BITS:
+            raise _Fail(f"product of roots of more than {MAX_ROOT_BITS} bits", op.pos)
+        return self.check(sympy.Mul(left, right), op.pos)
 
-    def unary(self) -> sympy.Expr:
+    def negate(self, operand: sympy.Expr, pos: int) -> sympy.Expr:
         import sympy
 
-        negative, pos = False, self.peek().pos
-        while self.peek().kind in ("+", "-"):
-            negative ^= self.take().kind == "-"
-        operand = self.power()
-        return self.check(sympy.Mul(sympy.S.NegativeOne, operand), pos) if negative else operand
+        return self.check(sympy.Mul(sympy.S.NegativeOne, operand), pos)
 
-    def power(self) -> sympy.Expr:
-        base = self.atom()
-        tok = self.peek()
-        if tok.kind != "^":
-            return base
-        self.take()
-        self.enter(tok.pos)
-        exponent = self.unary()
-        self.depth -= 1
-        return self.pow(base, exponent, tok.pos)
+    def raise_to(self, base: sympy.Expr, exponent: sympy.Expr, pos: int) -> sympy.Expr:
+        return self.pow(base, exponent, pos)
 
     def pow(self, base: sympy.Expr, exponent: sympy.Expr, pos: int) -> sympy.Expr:
         import sympy
@@ -487,7 +317,7 @@ class _Parser:
                     raise _Fail("unexpected ','", comma.pos, f"{tok.value} takes one argument")
                 args.append(self.expr())
             self.expect(")", f"')' closing {tok.value}(")
-            self.depth -= 1
+            self.leave()
             arg = args[0]
             if tok.value == "sqrt":
                 if arg.is_number and arg.is_negative:
@@ -505,7 +335,7 @@ class _Parser:
             self.enter(tok.pos)
             inner = self.expr()
             self.expect(")", "')'")
-            self.depth -= 1
+            self.leave()
             return inner
         raise _Fail(f"unexpected {_describe(tok)}", tok.pos)
 
@@ -561,7 +391,7 @@ def parse_symbol_base(text: str) -> str:
 def _symbol_base(text: str) -> str:
     stripped = text.strip(_SPACE)
     try:
-        m = _WORD.match(stripped)
+        m = tokens.WORD.match(stripped)
         if not m:
             raise _Fail("a symbol name starts with a letter")
         word = m.group(0)

@@ -49,8 +49,8 @@ Why not `attntrace.inputs.expr.parse_expr` + SymPy's printer: that parser builds
 objects in SymPy's canonical order (``2*q*k - k^2`` prints as ``- k^{2} + 2 k q``,
 ``2*a + b`` as ``b + 2 a``, ``2.449`` as 2449/1000), it refuses letter subscripts (they are
 not entry names), and printing through SymPy would import SymPy into numeric reports, which must never load it (tested in
-test_api/test_bench_smoke; about 0.5 s). So this module has its own small, SymPy-free
-parser for the same grammar that keeps the author's form, and a printer that writes the
+test_api/test_bench_smoke; about 0.5 s). So this module is a second, SymPy-free back
+end of the same tokenizer and grammar (`attntrace.inputs.tokens`, `attntrace.inputs.grammar`) that keeps the author's form, and a printer that writes the
 notation of `attntrace.rendering.printing` (``\\left(...\\right)``, ``\\frac``, ``\\sqrt{}``,
 ``e^{x}``, juxtaposed products, ``-\\infty``; plain: ``sqrt(6)``, ``a*b``, ``inf``). Powers
 stay ``^`` in plain text (``-(q - k)^2``), as the author wrote them. Parentheses are
@@ -67,9 +67,11 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from typing import Callable, NamedTuple
+from typing import Callable
 
-from attntrace.inputs.expr import GREEK, MAX_DEPTH, MAX_LENGTH, balanced_parentheses  # parentheses balanced: the parser's own test
+from attntrace.inputs.expr import MAX_DEPTH, MAX_LENGTH
+from attntrace.inputs.grammar import Parser
+from attntrace.inputs.tokens import Lexicon, Token, TokenError, tokenize
 from attntrace.inputs.textescape import escape_md, escape_tex, escape_text
 from attntrace.inputs.safetext import check_sympy_entry, clean_output, clean_text, has_unsafe_chars, json_safe, one_line  # noqa: F401  (re-exported)
 
@@ -91,12 +93,6 @@ _RELATIONS = {  # token -> (LaTeX, plain)
 }
 _REL = re.compile(r"<=|>=|!=|->|[=<>~≈≤≥≠→]")
 _UNICODE_OPS = str.maketrans({"−": "-", "×": "*", "·": "*", "⋅": "*", "∞": " oo "})
-_NUMBER = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE]([+-]?[0-9]+))?", re.ASCII)
-_WORD = re.compile(r"[A-Za-z]+", re.ASCII)
-# a superscript: one letter not followed by a letter or digit, or braces (as attntrace.inputs.expr)
-_SUP = re.compile(r"\^(?:([A-Za-z])(?![A-Za-z0-9])|\{([A-Za-z0-9(),]+)\})", re.ASCII)
-# a subscript: digits, or a letter then letters/digits, or braces holding those and commas
-_SUB = re.compile(r"_(?:([0-9]+|[A-Za-z][A-Za-z0-9]*)|\{([A-Za-z0-9]+(?:,[A-Za-z0-9]+)*)\})", re.ASCII)
 _FUNCTIONS = ("sqrt", "exp")
 _INFINITY = ("oo", "inf")
 # as SymPy's LaTeX printer writes them (capitals without a glyph of their own are upright
@@ -107,13 +103,9 @@ _GREEK_SPECIAL = {"epsilon": r"\varepsilon", "lamda": r"\lambda", "Lamda": r"\La
                                                      ("Omicron", "O"), ("Rho", "P"), ("Tau", "T"), ("Chi", "X"))}}
 
 
-class _Fail(Exception):
-    """The span is not math; it is shown as text."""
-
-
-class _Tok(NamedTuple):
-    kind: str  # "num", "name", "func", "inf", "rel", an operator character, or "end"
-    value: object
+#: A span that is not math (it is shown as text): a token error, or the parser's refusal.
+_Fail = TokenError
+_Tok = Token
 
 
 def _greek_tex(base: str) -> str:
@@ -126,24 +118,8 @@ def _script_tex(content: str) -> str:
     return f"\\text{{{content}}}" if content.isalpha() and len(content) >= 3 else content
 
 
-def _read_name(text: str, pos: int, base: str) -> tuple[tuple[str, str], int]:
-    """The name starting with `base` before text[pos:]: ((LaTeX, plain), end)."""
-    sup = sub = None
-    while pos < len(text) and text[pos] in "^_":
-        if text[pos] == "^":
-            m = _SUP.match(text, pos)
-            if m is None:
-                break  # a power operator
-            content = m.group(1) or m.group(2)
-            if sup is not None or content.isdigit() or not balanced_parentheses(content):
-                raise _Fail
-            sup = content
-        else:
-            m = _SUB.match(text, pos)
-            if m is None or sub is not None:
-                raise _Fail
-            sub = m.group(1) or m.group(2)
-        pos = m.end()
+def _name(base: str, sup: str | None, sub: str | None) -> tuple[str, str]:
+    """A name token's value: (LaTeX, plain)."""
     tex = _greek_tex(base) if len(base) > 1 else base
     plain = base
     if sup is not None:
@@ -152,50 +128,22 @@ def _read_name(text: str, pos: int, base: str) -> tuple[tuple[str, str], int]:
     if sub is not None:
         tex += f"_{{{_script_tex(sub)}}}"
         plain += f"_{sub}"
-    return (tex, plain), pos
+    return tex, plain
 
 
-def _tokenize(text: str) -> list[_Tok]:
-    toks: list[_Tok] = []
-    pos, n = 0, len(text)
-    while pos < n:
-        c = text[pos]
-        if c == " ":
-            pos += 1
-            continue
-        m = _REL.match(text, pos)
-        if m:
-            toks.append(_Tok("rel", _RELATIONS[m.group(0)]))
-            pos = m.end()
-        elif text.startswith("**", pos):
-            toks.append(_Tok("^", "^"))
-            pos += 2
-        elif c in "+-*/^()√":
-            toks.append(_Tok(c, c))
-            pos += 1
-        elif c.isascii() and (c.isdigit() or c == "."):
-            m = _NUMBER.match(text, pos)
-            if not m:
-                raise _Fail
-            toks.append(_Tok("num", (m.group(1), m.group(2))))
-            pos = m.end()
-        elif c.isascii() and c.isalpha():
-            word = _WORD.match(text, pos).group(0)
-            end = pos + len(word)
-            if word in _FUNCTIONS:
-                toks.append(_Tok("func", word))
-            elif word in _INFINITY:
-                toks.append(_Tok("inf", word))
-            elif len(word) == 1 or word in GREEK:
-                name, end = _read_name(text, end, word)
-                toks.append(_Tok("name", name))
-            else:
-                raise _Fail  # multi-letter words (softmax, model) are prose, not math
-            pos = end
-        else:
-            raise _Fail
-    toks.append(_Tok("end", None))
-    return toks
+def _unknown_word(word: str, pos: int) -> TokenError:
+    return TokenError("multi-letter words (softmax, model) are prose, not math", pos)
+
+
+#: Spans: spaces, the operators with √, relations, sqrt and exp, oo and inf, letter subscripts;
+#: a number is kept as written (mantissa, exponent); no LaTeX names (user LaTeX is text).
+_LEXICON = Lexicon(spaces=" ", operators="+-*/^()√", functions=_FUNCTIONS, infinity=_INFINITY, name=_name,
+                   number=lambda m, pos: (m.group(1), m.group(2)), unknown_word=_unknown_word,
+                   relations=_RELATIONS, relation_pattern=_REL, letter_subscripts=True)
+
+
+def _tokenize(text: str) -> list[Token]:
+    return tokenize(text, _LEXICON)
 
 
 # ----------------------------------------------------------------------------- parser
@@ -204,28 +152,13 @@ def _tokenize(text: str) -> list[_Tok]:
 # ("func", "sqrt" | "exp", x).
 
 
-class _Parser:
+class _Parser(Parser):
+    """The grammar of `attntrace.inputs.grammar` building the tree above, as the author wrote it."""
+
+    ATOM_STARTS = (*Parser.ATOM_STARTS, "√")
+
     def __init__(self, text: str) -> None:
-        self.toks = _tokenize(text)
-        self.i = 0
-        self.depth = 0
-
-    def peek(self) -> _Tok:
-        return self.toks[self.i]
-
-    def take(self) -> _Tok:
-        tok = self.toks[self.i]
-        self.i += 1
-        return tok
-
-    def expect(self, kind: str) -> None:
-        if self.take().kind != kind:
-            raise _Fail
-
-    def enter(self) -> None:
-        self.depth += 1
-        if self.depth > MAX_DEPTH:
-            raise _Fail
+        super().__init__(_tokenize(text), MAX_DEPTH)
 
     def span(self) -> list:
         """[expr, rel, expr, rel, ...]"""
@@ -237,23 +170,24 @@ class _Parser:
             raise _Fail
         return parts
 
-    def expr(self):
-        items = [("+", self.term())]
-        while self.peek().kind in ("+", "-"):
-            items.append((self.take().kind, self.term()))
+    def sum_start(self, first):
+        return [("+", first)]
+
+    def sum_add(self, items, op, right):
+        items.append((op.kind, right))
+        return items
+
+    def sum_end(self, items):
         return items[0][1] if len(items) == 1 else ("add", items)
 
-    def term(self):
-        items = [("*", self.unary())]
-        while True:
-            kind = self.peek().kind
-            if kind in ("*", "/"):
-                self.take()
-                items.append((kind, self.unary()))
-            elif kind in ("num", "name", "func", "inf", "(", "√"):
-                raise _Fail  # implicit multiplication, refused as in attntrace.inputs.expr
-            else:
-                break
+    def product_start(self, first):
+        return [("*", first)]
+
+    def product_add(self, items, op, right):
+        items.append((op.kind, right))
+        return items
+
+    def product_end(self, items):
         if len(items) == 1:
             return items[0][1]
         flat = []  # a parenthesized product multiplied in: (a*b)*c = a*b*c, a*(b/c) = a*b/c
@@ -261,21 +195,10 @@ class _Parser:
             flat.extend(x[1] if op == "*" and x[0] == "term" else [(op, x)])
         return ("term", flat)
 
-    def unary(self):
-        negative = False
-        while self.peek().kind in ("+", "-"):
-            negative ^= self.take().kind == "-"
-        x = self.power()
-        return ("neg", x) if negative else x
+    def negate(self, x, pos):
+        return ("neg", x)
 
-    def power(self):
-        base = self.atom()
-        if self.peek().kind != "^":
-            return base
-        self.take()
-        self.enter()
-        exponent = self.unary()
-        self.depth -= 1
+    def raise_to(self, base, exponent, pos):
         return ("pow", base, exponent)
 
     def atom(self):
@@ -287,20 +210,20 @@ class _Parser:
         if tok.kind == "inf":
             return ("inf",)
         if tok.kind in ("func", "√"):
-            self.enter()
+            self.enter(tok.pos)
             if tok.kind == "func":
-                self.expect("(")
+                self.expect("(", "'('")
                 arg = self.expr()
-                self.expect(")")
+                self.expect(")", "')'")
             else:
                 arg = self.atom()
-            self.depth -= 1
+            self.leave()
             return ("func", "sqrt" if tok.kind == "√" else tok.value, arg)
         if tok.kind == "(":
-            self.enter()
+            self.enter(tok.pos)
             inner = self.expr()
-            self.expect(")")
-            self.depth -= 1
+            self.expect(")", "')'")
+            self.leave()
             return inner
         raise _Fail
 

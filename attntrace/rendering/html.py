@@ -63,10 +63,7 @@ def html_document(md: str, ctx: dict, fragment: bool, template_dir: str | os.Pat
     """A Markdown derivation with the page data -> the page or the fragment."""
     sections = markdown_sections(md)
     ctx = {**ctx, "sections": sections, "fragment": fragment}
-    body = _template(template_dir, "html/fragment.j2", **ctx)
-    if fragment:
-        return body
-    return _template(template_dir, "html/page.j2", **ctx, body=body)
+    return _template(template_dir, "html/page.j2", **ctx)
 
 
 def markdown_page(md: str, lang: str, title: str, fragment: bool = False, extra: str = "",

@@ -3,9 +3,12 @@
 Pipeline (latexify_py style): validate settings -> build the view model
 (`attntrace.rendering.viewmodel`, math fragments from `attntrace.rendering.printing`) -> render templates
 (prose and layout only, `templates/`). Settings are declared once in `DEFAULTS` and unknown
-ones are refused (SymPy printer style). Templates: `<format>/report.j2` for a whole report,
-`steps/<kind>.j2`, else `steps/view/<view>.j2`, else `steps/default.j2` for one step (shared by the formats), `<format>/fmt.j2` for the format's
-primitives (headings, display math, matrices) and `prose/<lang>.j2` for all the words.
+ones are refused (SymPy printer style). Templates are found by fallback, so a format or a kind
+with no layout of its own needs no file: `<format>/report.j2`, else `report/body.j2` for a whole
+report (only LaTeX wraps the body, in a document or a fragment); `steps/<kind>.j2`, else
+`steps/view/<view>.j2`, else `steps/default.j2` for one step (shared by the formats);
+`<format>/fmt.j2` for the format's primitives (headings, display math, matrices) and
+`prose/<lang>.j2` for all the words.
 """
 
 from __future__ import annotations
@@ -216,6 +219,12 @@ def check_figures_folder(directory: str | os.PathLike) -> None:
         raise BadInput(f"cannot write into the figures folder {shown}: permission denied")
 
 
+def report_templates(fmt: str) -> tuple[str, ...]:
+    """The templates of a whole report in `fmt`, the first found wins: the format's own
+    (a user's folder may add one for any format), else the body every format shares."""
+    return (f"{fmt}/report.j2", "report/body.j2")
+
+
 def render(trace: Trace, format: str = "md", **options: Any) -> str:
     """Render a trace as a derivation: format md | tex | text, lang en | zh (see DEFAULTS).
     The HTML page wraps this report: `attntrace.rendering.formats.render`."""
@@ -233,6 +242,6 @@ def render(trace: Trace, format: str = "md", **options: Any) -> str:
     page = s["page"]
     with user_template_errors(env, s["template_dir"]):
         ctx = _context(env, s["format"], s["lang"], s["math_delimiters"])
-        text = env.get_template(f"{s['format']}/report.j2").render(**ctx, r=vm, standalone=s["standalone"],
+        text = env.select_template(report_templates(s["format"])).render(**ctx, r=vm, standalone=s["standalone"],
                                                                    textwidth=f"{page.pt:.1f}pt" if page.pt else "")
     return tidy(text, s["format"])
