@@ -33,9 +33,10 @@ subscripts)::
 - Names: one Latin letter or a Greek letter name (`attntrace.inputs.expr.GREEK`), then an
   optional superscript (``^Q``, ``^{(2)}``) and subscript, as in `attntrace.inputs.expr`, except
   that a subscript may hold letters: ``d_k``, ``W_O``, ``X_kv``, ``a_ij``, ``d_model``,
-  ``v_{i,j}``. Printed ``d_{k}``, ``W_{O}``, ``X_{kv}``, ``a_{ij}``; a subscript or
-  superscript that is a word of three or more letters is upright: ``d_{\\text{model}}``
-  (one- and two-letter ones are indices: ``X_{kv}`` as the derivations print it). Greek
+  ``v_{i,j}``. Printed ``d_{k}``, ``W_{O}``, ``X_{\\mathrm{kv}}``, ``a_{ij}``; a subscript or
+  superscript that is a word of three or more letters is upright: ``d_{\\text{model}}``, and so
+  are the names ``kv`` and ``ff`` (``X_{\\mathrm{kv}}``, ``d_{\\text{ff}}``, as the derivations print
+  them); other one- and two-letter ones are indices (``a_{ij}``). Greek
   names get their macro (``alpha`` -> ``\\alpha``, ``Omega`` -> ``\\Omega``).
 - Products need ``*`` (``2*q*k``); LaTeX writes them by juxtaposition (``2 q k``, with
   ``\\cdot`` before a factor that starts with a digit), plain text keeps ``*``.
@@ -113,8 +114,16 @@ def _greek_tex(base: str) -> str:
     return _GREEK_SPECIAL.get(base, "\\" + base)
 
 
+#: Two-letter subscripts that are names, not index pairs, spelled as the derivations print them:
+#: X_kv (the key/value sequence) and d_ff (the feed-forward width).
+_NAMED_SCRIPTS = {"kv": "\\mathrm{kv}", "ff": "\\text{ff}"}
+
+
 def _script_tex(content: str) -> str:
-    """A sub- or superscript: a word of three or more letters is upright text."""
+    """A sub- or superscript: a word of three or more letters is upright text, and so are the
+    two-letter names of `_NAMED_SCRIPTS`; other one- and two-letter scripts are indices (a_ij)."""
+    if content in _NAMED_SCRIPTS:
+        return _NAMED_SCRIPTS[content]
     return f"\\text{{{content}}}" if content.isalpha() and len(content) >= 3 else content
 
 
