@@ -220,27 +220,25 @@ def reproducing_precision(precision: int, terms: list[tuple[float, ...]], result
 
     Why: RoPE's cos 0.01 printed as 1.0000 gives 2 * 1.0000 - 1 * 0.0100 = 1.99, which does not
     round to the printed 1.9899; at 5 decimals 2 * 0.99995 - 1 * 0.01 does."""
-    try:
-        target = float(result)
-    except ValueError:
-        return precision
-    d = len(result.split(".")[1]) if "." in result else 0
-    for p in range(precision, precision + most + 1):
-        total = 0.0
-        for factors in terms:
+    sizes = [len(factors) for factors in terms]
+
+    def sum_of_products(xs: list[float]) -> float:
+        total, k = 0.0, 0
+        for n in sizes:
             prod = 1.0
-            for x in factors:
-                prod *= float(f"{x:.{p}f}")
-            total += prod
-        if abs(total - target) <= 0.5 * 10 ** -d + 1e-9 * max(1.0, abs(target)):
-            return p
-    return precision
+            for x in xs[k:k + n]:
+                prod *= x
+            total, k = total + prod, k + n
+        return total
+
+    return reproducing_digits(precision, [x for factors in terms for x in factors], sum_of_products, result, most)
 
 
 def reproducing_digits(precision: int, operands: list[float], compute, result: str, most: int = 6) -> int:
-    """Like `reproducing_precision` for a line that is not a sum of products: the decimals (at
-    least `precision`) at which `compute` of the operands, each rounded as printed, gives the
-    printed `result` (a norm's (0.0551 - 1) / sqrt(1.2774 + 10^-5), a score over sqrt(d_k))."""
+    """The decimals (at least `precision`, at most `precision + most`) at which `compute` of the
+    operands, each rounded as printed, gives the printed `result` at the result's own decimals
+    (a norm's (0.0551 - 1) / sqrt(1.2774 + 10^-5), a score over sqrt(d_k)); `precision` when
+    none does."""
     try:
         target = float(result)
     except ValueError:
