@@ -201,7 +201,8 @@ class TexPrinter(Printer):
         return f"\\left({self.p(p.of)}\\right)" if p.sized else f"({self.p(p.of)})"
 
     def _print_Func(self, f: F.Func) -> str:
-        name = f"\\{f.name}" if f.name in TEX_FUNCTIONS else f"\\operatorname{{{f.name}}}"
+        name = (f"\\{f.name}" if f.name in TEX_FUNCTIONS else GREEK[f.name][0] if f.name in GREEK  # sigma(L): the logistic function
+                else f"\\operatorname{{{f.name}}}")
         if not f.args:
             return name
         inner = self.args(f.args) + "".join((";\\ " if k == 0 else ", ") + self.p(x) for k, x in enumerate(f.params))
@@ -499,7 +500,7 @@ class MathMLPrinter(Printer):
         return self.row(self.mo("("), self.p(p.of), self.mo(")"))
 
     def _print_Func(self, f: F.Func) -> str:
-        name = self.mi(f.name, upright=True) if len(f.name) > 1 else self.mi(f.name, upright=True)
+        name = self.mi(GREEK[f.name][2]) if f.name in GREEK else self.mi(f.name, upright=True)
         if not f.args:
             return name
         inner = [self.p(a) if k == 0 else self.mo(",") + self.p(a) for k, a in enumerate(f.args)]
