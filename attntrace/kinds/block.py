@@ -37,9 +37,9 @@ from attntrace.model.formula import sym
 ARRANGEMENTS = ("post_ln", "pre_ln", "llama", "sandwich")
 
 RESIDUAL1 = Residual("residual1", "X", "O", "R1", sym("R"), sym("r"), "r")
-FFN_HIDDEN = Linear("ffn_hidden", "ffn_in", "H", "H", "h", ("W_1", "W_gate"), "b_1", "ffn_hidden")
-FFN_UP = Linear("ffn_up", "ffn_in", "U", "U", "u", ("W_up", "W_up"), None, "ffn_up", swiglu_only=True)
-FFN_OUT = Linear("ffn_out", "G", "F", "F", "f", ("W_2", "W_down"), "b_2", "ffn_out")
+FFN_HIDDEN = Linear("ffn_hidden", "ffn_in", "H", "H", "h", ("W_1", "W_gate"), "b_1")
+FFN_UP = Linear("ffn_up", "ffn_in", "U", "U", "u", ("W_up", "W_up"), None, swiglu_only=True)
+FFN_OUT = Linear("ffn_out", "G", "F", "F", "f", ("W_2", "W_down"), "b_2")
 FFN = (FFN_HIDDEN, FFN_UP, FFN_ACT, FFN_OUT)
 
 # post-LN: the norms follow the residual additions

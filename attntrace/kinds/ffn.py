@@ -30,12 +30,12 @@ class Linear(Kind):
     """One of the FFN's matrix products, with its bias when given: laid out like Q = X W_Q + b_Q."""
 
     per_head = False
-    view = "product"
+    view, prose = "product", "ffn"
 
-    def __init__(self, id, reads, writes, letter, entry, weights: tuple[str, str], bias: str | None, prose: str, swiglu_only=False):
+    def __init__(self, id, reads, writes, letter, entry, weights: tuple[str, str], bias: str | None, swiglu_only=False):
         self.id, self.reads, self.writes = id, (reads,), writes
         self.letter, self.entry, self.symbol = node(letter), node(entry), entry
-        self.weights, self.bias, self.prose, self.swiglu_only = weights, bias, prose, swiglu_only
+        self.weights, self.bias, self.swiglu_only = weights, bias, swiglu_only
         self.mistakes = ()
 
     def carry(self, iv, step, args, mistake):
@@ -71,7 +71,7 @@ class Activation(Kind):
     per_head = False
     reads, writes = ("H",), "G"
     letter, entry, symbol = sym("H", accent="tilde"), sym("h", accent="tilde"), "\\tilde{h}"
-    view, prose = "activation", "ffn_act"
+    view, prose = "activation", "ffn"
     mistakes = (Mistake("gelu_relu_confused", when=lambda steps: any(s.details.get("activation") in _CONFUSED for s in steps)),)
 
     def carry(self, iv, step, args, mistake):

@@ -26,7 +26,7 @@ class Concat(Kind):
     reads, writes = ("Z",), "Z"
     starts = ("X", "QKV", "scores", "weights", "Z")
     letter, entry = "Z", "z"
-    view, prose = "concat", "concat"
+    view, prose = "concat", "heads"
     mistakes = (Mistake("concat_rows"), Mistake("head_order", plant=_head_orders))
 
     def carry(self, iv, step, args, mistake):
@@ -77,7 +77,7 @@ class Output(Kind):
     reads, writes = ("Z", "W_O"), "O"
     starts = ("X", "QKV", "scores", "weights", "Z")
     letter, entry, symbol = "O", "o", "o"
-    view, prose = "product", "output"
+    view, prose = "product", "heads"
     mistakes = (Mistake("forgot_output_projection"), Mistake("output_weights_transposed"))
 
     def carry(self, iv, step, args, mistake):

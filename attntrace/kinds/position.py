@@ -19,7 +19,7 @@ class PosEnc(Kind):
     per_head = False
     reads, writes = ("X",), "P"
     letter, entry, symbol = "P", "p", None  # constants: symbolic mode keeps sin(...) and cos(...)
-    view, prose = "posenc", "pos_enc"
+    view, prose = "posenc", "position"
     mistakes = (Mistake("posenc_sin_cos_swapped"),)
 
     def carry(self, iv, step, args, mistake):
@@ -61,7 +61,7 @@ class Embed(Kind):
     per_head = False
     reads, writes = ("X", "P"), "X"
     letter, entry, symbol = "E", "e", "e"
-    view, prose = "sum", "embed"
+    view, prose = "sum", "position"
     mistakes = (Mistake("posenc_not_added"),)
 
     def carry(self, iv, step, args, mistake):

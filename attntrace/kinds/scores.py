@@ -40,7 +40,7 @@ class Scores(Kind):
     reads, writes = ("Q", "K"), "S"
     starts = ("X", "QKV")
     letter, entry, symbol = "S", "s", "s"
-    view, prose = "product", "scores"
+    view, prose = "product", "attention"
     mistakes = (Mistake("transposed_scores"), Mistake("no_transpose"),
                 Mistake("kv_head_mapping", also=("Z",), plant=_kv_head_mapping, rewire=_rewire_kv))
     transposable = False  # the transposed scores are transposed_scores

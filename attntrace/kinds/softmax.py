@@ -40,7 +40,7 @@ class Weights(Kind):
     reads, writes = ("S",), "A"
     starts = ("X", "QKV", "scores")
     letter, entry, symbol = "A", "a", "a"
-    view, prose = "softmax", "weights"
+    view, prose = "softmax", "attention"
     mistakes = (Mistake("skipped_softmax"), Mistake("column_softmax"), Mistake("softmax_without_exp"),
                 Mistake("rows_not_normalised", planted=False, read_off=_rows_not_normalised))
     _OWN = ("skipped_softmax", "column_softmax", "softmax_without_exp")

@@ -22,7 +22,7 @@ class WeightedSum(Kind):
     reads, writes = ("A", "V"), "Z"
     starts = ("X", "QKV", "scores", "weights")
     letter, entry, symbol = "Z", "z", "z"
-    view, prose = "product", "weighted_sum"
+    view, prose = "product", "attention"
     full_width_answer = True
     mistakes = (Mistake("values_first"), "kv_head_mapping", Mistake("rope_rotated_values", plant=_rotated_values))
 

@@ -357,14 +357,14 @@ def mark_repeats(view: dict[str, Any]) -> None:
         if vm.get("view") == "sum":
             # an addition entry by entry (E = X + P, a residual): one entry shows it
             _one_entry(vm)
-        if vm.get("view") == "product" and vm["prose"] in LATER_PRODUCTS and "projection" in first:
+        if vm.get("view") == "product" and vm["kind"] in LATER_PRODUCTS and "projection" in first:
             # the feed-forward and output products after the projections were written out
             _one_entry(vm)
 
 
 #: Kinds whose entry lines have an introduction of their own (not "the sum of products, ...").
 OWN_LINES_INTRO = ("pos_enc", "embed", "residual1", "residual2", "ffn_act", "norm1", "norm2", "scaled", "biased", "bias")
-#: Products whose entries a report writes out once it has written out the queries': one entry as an example.
+#: Products (kinds) whose entries a report writes out once it has written out the queries': one entry as an example.
 LATER_PRODUCTS = ("ffn_hidden", "ffn_up", "ffn_out", "output")
 
 
