@@ -50,7 +50,6 @@ Every failure is a one-line `BadInput`, e.g.
 from __future__ import annotations
 
 import re
-from fractions import Fraction
 from functools import lru_cache
 from numbers import Integral
 from typing import TYPE_CHECKING
@@ -296,6 +295,8 @@ class _Parser(grammar.Parser):
 
         tok = self.take()
         if tok.kind == "num":
+            from fractions import Fraction  # exact and symbolic input only: not on every start
+
             f = Fraction(tok.value)
             return sympy.Rational(f.numerator, f.denominator)
         if tok.kind == "name":

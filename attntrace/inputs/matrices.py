@@ -31,7 +31,6 @@ import math
 import sys
 import weakref
 from collections.abc import Mapping
-from fractions import Fraction
 from numbers import Integral, Rational as _PyRational, Real
 from typing import TYPE_CHECKING, Any
 
@@ -412,6 +411,8 @@ def _parse_entry(text: str, where: str) -> sympy.Expr:
 def _rational_of_float(f: float, where: str) -> sympy.Rational:
     if not math.isfinite(f):
         raise BadInput(f"{where} is {f}; inputs must be finite")
+    from fractions import Fraction
+
     import sympy
 
     q = Fraction(repr(f))

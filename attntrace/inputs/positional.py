@@ -9,11 +9,13 @@ slopes that are not one positive number per head. The kinds (`attntrace.kinds.ro
 
 from __future__ import annotations
 
-from fractions import Fraction
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from attntrace.inputs.numbers import MAX_INDEX, real_number, shown, whole_number
 from attntrace.model.errors import BadInput
+
+if TYPE_CHECKING:  # fractions is imported where a slope is made (ALiBi specs only)
+    from fractions import Fraction
 
 ROPE_LAYOUTS = ("half", "interleaved")
 ROPE_KEYS = ("base", "layout", "positions", "kv_positions", "scaling")
@@ -112,6 +114,8 @@ def paper_slopes(h: int) -> tuple[Fraction, ...]:
     ones, 2^(-4/p), 2^(-12/p), ...) until there are h. Exponents stay exact, so that exact
     mode gets 2^(-1/2) and numeric mode the float of the same power.
     """
+    from fractions import Fraction
+
     p = 1 << (h.bit_length() - 1)
     first = [Fraction(8 * k, p) for k in range(1, p + 1)]
     rest = [Fraction(8 * k, 2 * p) for k in range(1, 2 * p + 1, 2)][: h - p]

@@ -11,13 +11,16 @@ differs per row by the constant lambda_h i and so gives the same weights.
 
 from __future__ import annotations
 
-from fractions import Fraction
+from typing import TYPE_CHECKING
 
 from attntrace.inputs.options import SpecOption
 from attntrace.inputs.positional import check_positional, paper_slopes, parse_alibi
 from attntrace.model.errors import BadInput
 from attntrace.kinds.base import Kind, Mistake
 from attntrace.model.formula import Paren, Parts, Space, sym
+
+if TYPE_CHECKING:  # fractions is imported where a slope is made (ALiBi specs only)
+    from fractions import Fraction
 
 
 def _check(problem) -> None:

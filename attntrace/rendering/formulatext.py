@@ -11,11 +11,16 @@ report, from the tree itself rather than from its LaTeX.
 from __future__ import annotations
 
 import dataclasses
-
-from html import escape
 from typing import Any
 
 from attntrace.model import formula as F
+
+
+def escape(text: str) -> str:
+    """`html.escape(text)` (quotes included), without importing `html` and its entity table on
+    every start: only the MathML printer, for HTML reports, calls it."""
+    return (text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+            .replace('"', "&quot;").replace("'", "&#x27;"))
 
 #: Greek letters by name: LaTeX command, plain spelling, Unicode character (MathML).
 GREEK = {"ell": ("\\ell", "l", "ℓ"), "theta": ("\\theta", "theta", "θ"), "gamma": ("\\gamma", "gamma", "γ"),
