@@ -17,10 +17,11 @@ from attntrace.model import formula as F
 
 
 def escape(text: str) -> str:
-    """`html.escape(text)` (quotes included), without importing `html` and its entity table on
-    every start: only the MathML printer, for HTML reports, calls it."""
-    return (text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-            .replace('"', "&quot;").replace("'", "&#x27;"))
+    """`html.escape`, imported on first use: only the MathML printer (HTML reports) calls it, so
+    a Markdown or LaTeX report does not load `html` and its entity table."""
+    from html import escape as html_escape
+
+    return html_escape(text)
 
 #: Greek letters by name: LaTeX command, plain spelling, Unicode character (MathML).
 GREEK = {"ell": ("\\ell", "l", "ℓ"), "theta": ("\\theta", "theta", "θ"), "gamma": ("\\gamma", "gamma", "γ"),
