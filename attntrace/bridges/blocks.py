@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from attntrace.bridges.pytorch import to_numpy, require_torch, multihead_spec
+from attntrace.bridges.pytorch import to_numpy, to_numpy_T, require_torch, multihead_spec
 from attntrace.model.errors import Unsupported
 
 
@@ -63,8 +63,8 @@ def encoder_layer_spec(layer, x, *, src_mask=None, src_key_padding_mask=None, is
     if layer.training and (layer.dropout.p > 0 or layer.self_attn.dropout > 0):
         raise Unsupported("TransformerEncoderLayer in training mode applies dropout at random; call layer.eval() first")
     spec = multihead_spec(layer.self_attn, x, attn_mask=src_mask, is_causal=is_causal, key_padding_mask=src_key_padding_mask)
-    ffn: dict[str, Any] = {"W_1": np.ascontiguousarray(to_numpy(layer.linear1.weight, "linear1.weight").T),
-                           "W_2": np.ascontiguousarray(to_numpy(layer.linear2.weight, "linear2.weight").T),
+    ffn: dict[str, Any] = {"W_1": to_numpy_T(layer.linear1.weight, "linear1.weight"),
+                           "W_2": to_numpy_T(layer.linear2.weight, "linear2.weight"),
                            "activation": _activation(layer)}
     if layer.linear1.bias is not None:
         ffn["b_1"] = to_numpy(layer.linear1.bias, "linear1.bias")[None, :]
@@ -83,7 +83,7 @@ def from_torch_layer(layer, x, *, src_mask=None, src_key_padding_mask=None, is_c
     from attntrace.tracer import trace_spec
 
     return trace_spec(encoder_layer_spec(layer, x, src_mask=src_mask, src_key_padding_mask=src_key_padding_mask,
-                                  is_causal=is_causal), **run_overrides)
+                                  is_causal=is_causal), **{"copy": False, **run_overrides})  # fresh arrays (to_numpy)
 
 
 # -- Hugging Face: a whole Llama-style decoder layer -------------------------------------------------
@@ -162,7 +162,7 @@ def llama_layer_spec(model_or_layer, hidden_states, *, layer: int = 0, position_
     if any(getattr(dec.mlp, p).bias is not None for p in ("gate_proj", "up_proj", "down_proj")):
         raise Unsupported("the MLP has biases (mlp_bias=True); a gated MLP here has none")
     spec = llama_attention_spec(dec.self_attn, hidden_states, position_ids=position_ids, attention_mask=attention_mask)
-    w = lambda lin, what: np.ascontiguousarray(to_numpy(lin.weight, what).T)  # noqa: E731 - (in, out)
+    w = lambda lin, what: to_numpy_T(lin.weight, what)  # noqa: E731 - (in, out)
     ffn = {"W_gate": w(dec.mlp.gate_proj, "gate_proj"), "W_up": w(dec.mlp.up_proj, "up_proj"), "W_down": w(dec.mlp.down_proj, "down_proj")}
     if act != "silu":
         ffn["activation"] = act
@@ -189,7 +189,7 @@ def from_hf_llama_layer(model_or_layer, hidden_states, *, layer: int = 0, positi
 
     _rope_float64_only(rope_float64)
     return trace_spec(llama_layer_spec(model_or_layer, hidden_states, layer=layer, position_ids=position_ids,
-                                attention_mask=attention_mask), **run_overrides)
+                                attention_mask=attention_mask), **{"copy": False, **run_overrides})  # fresh arrays (to_numpy)
 
 
 # -- Hugging Face: BERT and GPT-2 layers ------------------------------------------------------------
@@ -223,7 +223,7 @@ def _hf_padding(attention_mask, hidden_states) -> dict:
         return {}
     from attntrace.bridges.huggingface import key_padding_of
 
-    pad = key_padding_of(attention_mask, int(np.shape(to_numpy(hidden_states, "hidden_states"))[-2]))
+    pad = key_padding_of(attention_mask, int(np.shape(hidden_states)[-2]))
     return {} if pad is None else {"key_padding": pad}
 
 
@@ -255,7 +255,7 @@ def bert_layer_spec(model_or_layer, hidden_states, *, layer: int = 0, attention_
         raise Unsupported(f"{type(obj).__name__} is not a BERT layer (attention, intermediate, output)")
     sa, so = obj.attention.self, obj.attention.output
     d = sa.query.in_features
-    w = lambda lin, what: np.ascontiguousarray(to_numpy(lin.weight, what).T)  # noqa: E731 - (in, out)
+    w = lambda lin, what: to_numpy_T(lin.weight, what)  # noqa: E731 - (in, out)
     b = lambda lin, what: to_numpy(lin.bias, what)[None, :]  # noqa: E731
     spec: dict[str, Any] = {"X": _hf_seq(hidden_states, d), "block": "post_ln", **_hf_padding(attention_mask, hidden_states)}
     for name, lin in (("Q", sa.query), ("K", sa.key), ("V", sa.value)):
@@ -291,11 +291,11 @@ def gpt2_block_spec(model_or_block, hidden_states, *, layer: int = 0, attention_
     if getattr(attn, "scale_attn_by_inverse_layer_idx", False) or getattr(attn, "reorder_and_upcast_attn", False) or not getattr(attn, "scale_attn_weights", True):
         raise Unsupported("GPT-2 attention with scale_attn_by_inverse_layer_idx, reorder_and_upcast_attn or without scale_attn_weights is not supported")
     d = attn.c_attn.weight.shape[0]
-    wa, ba = to_numpy(attn.c_attn.weight, "c_attn.weight"), to_numpy(attn.c_attn.bias, "c_attn.bias")
     spec: dict[str, Any] = {"X": _hf_seq(hidden_states, d), "block": "pre_ln", "mask": "causal", **_hf_padding(attention_mask, hidden_states)}
     for k, name in enumerate("QKV"):
-        spec[f"W_{name}"] = np.ascontiguousarray(wa[:, k * d:(k + 1) * d])
-        spec[f"b_{name}"] = ba[None, k * d:(k + 1) * d].copy()
+        cols = slice(k * d, (k + 1) * d)  # Conv1D's weight is (in, out) already: each slice converted once
+        spec[f"W_{name}"] = to_numpy(attn.c_attn.weight[:, cols], "c_attn.weight")
+        spec[f"b_{name}"] = to_numpy(attn.c_attn.bias[cols], "c_attn.bias")[None, :]
     spec["W_O"], spec["b_O"] = to_numpy(attn.c_proj.weight, "c_proj.weight"), to_numpy(attn.c_proj.bias, "c_proj.bias")[None, :]
     if attn.num_heads > 1:
         spec["num_heads"] = attn.num_heads
@@ -338,4 +338,4 @@ def from_hf_layer(model_or_layer, hidden_states, *, layer: int = 0, attention_ma
     else:
         _rope_float64_only(rope_float64)
         spec = llama_layer_spec(obj, hidden_states, layer=layer, position_ids=position_ids, attention_mask=attention_mask)
-    return trace_spec(spec, **run_overrides)
+    return trace_spec(spec, **{"copy": False, **run_overrides})  # every array is the bridge's own (to_numpy): not copied again

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from attntrace.bridges.blocks import layer_norm_table
-from attntrace.bridges.pytorch import to_numpy, require_torch, multihead_spec
+from attntrace.bridges.pytorch import require_torch, multihead_spec
 from attntrace.model.errors import BadInput, Unsupported
 
 
@@ -35,7 +35,7 @@ def decoder_self_attention_spec(layer, tgt, *, tgt_mask=None, tgt_is_causal=Fals
     if layer.training and (layer.dropout1.p > 0 or layer.self_attn.dropout > 0):
         raise Unsupported("TransformerDecoderLayer in training mode applies dropout at random; call layer.eval() first")
     d_model = layer.self_attn.embed_dim
-    shape = tuple(np.shape(to_numpy(tgt, "tgt")))
+    shape = tuple(np.shape(tgt))
     batch_first = bool(layer.self_attn.batch_first)
     if len(shape) not in (2, 3) or shape[-1] != d_model or (len(shape) == 3 and shape[0 if batch_first else 1] != 1):
         layout = f"(1, T, {d_model})" if batch_first else f"(T, 1, {d_model})"
@@ -62,4 +62,4 @@ def from_torch_decoder_self_attention(layer, tgt, *, tgt_mask=None, tgt_is_causa
     spec = decoder_self_attention_spec(layer, tgt, tgt_mask=tgt_mask, tgt_is_causal=tgt_is_causal,
                                        tgt_key_padding_mask=tgt_key_padding_mask)
     # no title of its own: the report's default one names the sublayer and the arrangement in either language
-    return trace_spec(spec, **run_overrides)
+    return trace_spec(spec, **{"copy": False, **run_overrides})  # fresh arrays (to_numpy): not copied again

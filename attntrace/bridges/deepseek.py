@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from attntrace.bridges.pytorch import require_torch, to_numpy
+from attntrace.bridges.pytorch import require_torch, to_numpy, to_numpy_T
 from attntrace.model.errors import BadInput, Unsupported
 
 
@@ -55,7 +55,7 @@ def mla_module(obj, layer: int = 0):
 
 
 def _w(lin, what: str) -> np.ndarray:
-    return np.ascontiguousarray(to_numpy(lin.weight, what).T)
+    return to_numpy_T(lin.weight, what)
 
 
 def _heads(w: np.ndarray, h: int, widths: tuple[int, ...]) -> list[np.ndarray]:
@@ -201,4 +201,4 @@ def from_hf_mla_attention(layer_or_model, hidden_states, *, layer: int = 0, posi
     from attntrace.tracer import trace_spec
 
     return trace_spec(mla_attention_spec(layer_or_model, hidden_states, layer=layer, position_ids=position_ids,
-                                         attention_mask=attention_mask), **run_overrides)
+                                         attention_mask=attention_mask), **{"copy": False, **run_overrides})  # fresh arrays

@@ -56,9 +56,12 @@ def attention_module(obj, layer: int = 0):
 
 
 def _weights(lin, what: str):
-    torch = _torch()
-    w = lin.weight.detach().to(device="cpu", dtype=torch.float64).numpy().T.copy()  # (in, out): row vectors
-    b = None if lin.bias is None else lin.bias.detach().to(device="cpu", dtype=torch.float64).numpy()[None, :].copy()
+    """A linear layer's weight as (in, out) (row vectors times W) and its bias as a row, float64
+    arrays of their own, each converted once straight into that layout (`fresh_float64`)."""
+    from attntrace.bridges.pytorch import to_numpy, to_numpy_T
+
+    w = to_numpy_T(lin.weight, f"{what}_proj.weight")
+    b = None if lin.bias is None else to_numpy(lin.bias, f"{what}_proj.bias")[None, :]
     return w, b
 
 
@@ -131,8 +134,11 @@ def _hidden(hidden_states, d_model: int) -> np.ndarray:
     torch = _torch()
     a = hidden_states
     if isinstance(a, torch.Tensor):
-        a = a.detach().to(device="cpu", dtype=torch.float64).numpy()
-    a = np.array(a, dtype=np.float64)
+        from attntrace.bridges.pytorch import fresh_float64
+
+        a = fresh_float64(a)  # one copy, in float64
+    else:
+        a = np.array(a, dtype=np.float64)
     if a.ndim == 3:
         if a.shape[0] != 1:
             raise Unsupported(f"hidden_states {a.shape} is a batch of {a.shape[0]}; attntrace traces one sequence")
@@ -173,7 +179,7 @@ def qk_norm_table(attn) -> dict | None:
         w = getattr(norm, "weight", None)
         if eps is None or w is None or getattr(norm, "bias", None) is not None:
             raise Unsupported(f"{type(norm).__name__} is not an RMSNorm with a gain and no bias")
-        gain = w.detach().to(device="cpu", dtype=_torch().float64).numpy().copy()
+        gain = w.detach().to(device="cpu", dtype=_torch().float64).numpy()  # read into a list below
         if type(norm).__name__.startswith("Gemma"):  # Gemma's RMSNorm: x / rms(x) * (1 + weight)
             gain = 1.0 + gain
         out[key], out["eps"] = gain.tolist(), float(eps)
@@ -234,7 +240,7 @@ def llama_qkv(layer_or_model, hidden_states, *, position_ids=None, layer: int = 
         cos, sin = cos.to(torch.float64), sin.to(torch.float64)
     with torch.no_grad():
         q, k = apply_rotary_pos_emb(torch.from_numpy(proj["q"])[None], torch.from_numpy(proj["k"])[None], cos, sin)
-    return {"q": q[0].numpy().copy(), "k": k[0].numpy().copy(), "v": proj["v"].copy(), "positions": pos,
+    return {"q": q[0].numpy(), "k": k[0].numpy(), "v": proj["v"], "positions": pos,  # computed here: nothing else holds them
             "num_heads": h, "num_kv_heads": h_kv, "head_dim": d}
 
 
@@ -268,13 +274,18 @@ def _past(cache, layer: int, h_kv: int, d: int) -> tuple[np.ndarray, np.ndarray]
     if not isinstance(cache, (tuple, list)) or len(cache) != 2:
         raise BadInput("cache must be a DynamicCache or a (keys, values) pair of (h_kv, P, head_dim) arrays")
     out = []
+    from attntrace.bridges.pytorch import fresh_float64
+
     for a, what in zip(cache, ("keys", "values")):
-        a = a.detach().to(device="cpu", dtype=torch.float64).numpy() if isinstance(a, torch.Tensor) else np.asarray(a, dtype=np.float64)
+        is_tensor = isinstance(a, torch.Tensor)
+        a = a if is_tensor else np.asarray(a, dtype=np.float64)
         if a.ndim == 4 and a.shape[0] == 1:
             a = a[0]
         if a.ndim != 3 or a.shape[0] != h_kv or a.shape[2] != d:
-            raise BadInput(f"cached {what} must be ({h_kv}, P, {d}) (one block per key/value head), not {a.shape}")
-        out.append(np.ascontiguousarray(a.transpose(1, 0, 2).reshape(a.shape[1], h_kv * d)))
+            raise BadInput(f"cached {what} must be ({h_kv}, P, {d}) (one block per key/value head), not {tuple(a.shape)}")
+        # (h_kv, P, d) -> (P, h_kv d): a tensor is converted once, straight into that layout
+        blocks = fresh_float64(a.permute(1, 0, 2)) if is_tensor else np.ascontiguousarray(a.transpose(1, 0, 2))
+        out.append(blocks.reshape(a.shape[1], h_kv * d))
     if out[0].shape[0] != out[1].shape[0]:
         raise BadInput(f"the cache holds {out[0].shape[0]} keys but {out[1].shape[0]} values; one of each per past token")
     return None if out[0].shape[0] == 0 else (out[0], out[1])  # P = 0: no cache
@@ -394,4 +405,4 @@ def from_hf_llama_attention(layer_or_model, hidden_states, *, position_ids=None,
 
     spec = llama_attention_spec(layer_or_model, hidden_states, position_ids=position_ids, attention_mask=attention_mask,
                                 layer=layer, start=start, cache=cache, rope_float64=rope_float64)
-    return trace_spec(spec, **run_overrides)
+    return trace_spec(spec, **{"copy": False, **run_overrides})  # every array is the bridge's own: not copied again

@@ -22,9 +22,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 
-from attntrace.bridges.pytorch import to_numpy
+from attntrace.bridges.pytorch import to_numpy, to_numpy_T
 from attntrace.model.errors import Unsupported
 
 
@@ -35,32 +34,33 @@ def is_moe(mlp) -> bool:
 def _gpt_oss(mlp) -> dict[str, Any]:
     """gpt-oss's router (with its bias) and clamped SwiGLU experts (with theirs)."""
     ex, router = mlp.experts, mlp.router
-    gate_up = to_numpy(ex.gate_up_proj, "experts.gate_up_proj")  # (E, d, 2 d_ff): gate, up interleaved
+    gate_up = ex.gate_up_proj.detach()  # (E, d, 2 d_ff): gate, up interleaved; each slice converted once (to_numpy)
     gate_up_b = to_numpy(ex.gate_up_proj_bias, "experts.gate_up_proj_bias")  # (E, 2 d_ff)
-    down, down_b = to_numpy(ex.down_proj, "experts.down_proj"), to_numpy(ex.down_proj_bias, "experts.down_proj_bias")
-    c = np.ascontiguousarray
-    experts = [{"W_gate": c(gate_up[e][:, ::2]), "W_up": c(gate_up[e][:, 1::2]), "W_down": c(down[e]),
-                "b_gate": c(gate_up_b[e][::2]).tolist(), "b_up": c(gate_up_b[e][1::2]).tolist(), "b_down": down_b[e].tolist()}
+    down, down_b = ex.down_proj.detach(), to_numpy(ex.down_proj_bias, "experts.down_proj_bias")
+    w = "experts.gate_up_proj"
+    experts = [{"W_gate": to_numpy(gate_up[e][:, ::2], w), "W_up": to_numpy(gate_up[e][:, 1::2], w), "W_down": to_numpy(down[e], "experts.down_proj"),
+                "b_gate": gate_up_b[e][::2].tolist(), "b_up": gate_up_b[e][1::2].tolist(), "b_down": down_b[e].tolist()}
                for e in range(gate_up.shape[0])]
-    return {"router": "softmax", "W_router": c(to_numpy(router.weight, "router.weight").T), "logit_bias": to_numpy(router.bias, "router.bias").tolist(),
+    return {"router": "softmax", "W_router": to_numpy_T(router.weight, "router.weight"), "logit_bias": to_numpy(router.bias, "router.bias").tolist(),
             "top_k": int(router.top_k), "experts": experts, "activation": "clamped_swiglu", "alpha": float(ex.alpha), "limit": float(ex.limit)}
 
 
 def _experts(experts) -> list[dict[str, Any]]:
-    gate_up = to_numpy(experts.gate_up_proj, "experts.gate_up_proj")  # (E, 2 d_ff, d)
-    down = to_numpy(experts.down_proj, "experts.down_proj")  # (E, d, d_ff)
+    gate_up = experts.gate_up_proj.detach()  # (E, 2 d_ff, d): each expert's block converted once, into (in, out)
+    down = experts.down_proj.detach()  # (E, d, d_ff)
     if getattr(experts, "has_bias", False) or getattr(experts, "gate_up_proj_bias", None) is not None:
         raise Unsupported("the experts have biases (gpt-oss); attntrace's SwiGLU experts have none")
     act = getattr(getattr(experts, "act_fn", None), "__class__", type(None)).__name__
     if act not in ("SiLUActivation", "SiLU"):
         raise Unsupported(f"the experts' activation is {act}; attntrace's experts are SwiGLU (SiLU)")
     d_ff = gate_up.shape[1] // 2
-    return [{"W_gate": np.ascontiguousarray(gate_up[e, :d_ff].T), "W_up": np.ascontiguousarray(gate_up[e, d_ff:].T),
-             "W_down": np.ascontiguousarray(down[e].T)} for e in range(gate_up.shape[0])]
+    w, wd = "experts.gate_up_proj", "experts.down_proj"
+    return [{"W_gate": to_numpy_T(gate_up[e, :d_ff], w), "W_up": to_numpy_T(gate_up[e, d_ff:], w),
+             "W_down": to_numpy_T(down[e], wd)} for e in range(gate_up.shape[0])]
 
 
 def _mlp(mlp, what: str) -> dict[str, Any]:
-    w = lambda lin, name: np.ascontiguousarray(to_numpy(lin.weight, f"{what}.{name}").T)  # noqa: E731 - (in, out)
+    w = lambda lin, name: to_numpy_T(lin.weight, f"{what}.{name}")  # noqa: E731 - (in, out)
     return {"W_gate": w(mlp.gate_proj, "gate_proj"), "W_up": w(mlp.up_proj, "up_proj"), "W_down": w(mlp.down_proj, "down_proj")}
 
 
@@ -73,7 +73,7 @@ def moe_table(mlp) -> dict[str, Any]:
     if getattr(mlp, "training", False) and float(getattr(mlp, "jitter_noise", 0.0) or 0.0) > 0:
         raise Unsupported("the router adds jitter noise in training mode; call model.eval() first")
     gate = mlp.gate
-    table: dict[str, Any] = {"W_router": np.ascontiguousarray(to_numpy(gate.weight, "gate.weight").T), "top_k": int(gate.top_k),
+    table: dict[str, Any] = {"W_router": to_numpy_T(gate.weight, "gate.weight"), "top_k": int(gate.top_k),
                              "experts": _experts(mlp.experts)}
     if hasattr(gate, "e_score_correction_bias"):  # DeepSeek-V3's sigmoid router
         table.update(router="sigmoid", bias=to_numpy(gate.e_score_correction_bias, "gate.e_score_correction_bias").tolist(),

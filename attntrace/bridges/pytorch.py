@@ -33,13 +33,17 @@ def require_torch():
 
 
 def fresh_float64(t) -> np.ndarray:
-    """A tensor's values as a float64 ndarray that shares no memory with it, copied once: a
-    float32 tensor's conversion is already a new buffer, so only a float64 CPU tensor (whose
-    `.to` returns the tensor itself) is copied."""
+    """A tensor's values as a C-contiguous float64 ndarray that shares no memory with it, copied
+    once. `t` may be a transposed, permuted or sliced view of a weight: the conversion writes
+    straight into C order, so a weight read as (in, out) is not converted and then copied again
+    into the transposed layout. Only a tensor the conversion hands back as itself (float64, on
+    the CPU, already C-contiguous) is copied."""
     torch = require_torch()
-    converted = t.detach().to(device="cpu", dtype=torch.float64)
+    t = t.detach()
+    converted = t.to(device="cpu", dtype=torch.float64, memory_format=torch.contiguous_format)
     out = converted.numpy()
-    return out.copy() if converted.data_ptr() == t.data_ptr() else out
+    shared = t.device.type == "cpu" and converted.untyped_storage().data_ptr() == t.untyped_storage().data_ptr()
+    return out.copy() if shared else out
 
 
 def to_numpy(t, what: str) -> np.ndarray:
@@ -55,6 +59,15 @@ def to_numpy(t, what: str) -> np.ndarray:
         return np.array(t, dtype=np.float64)
     except (TypeError, ValueError):
         raise BadInput(f"{what} must be a tensor or an array of numbers, not {type(t).__name__}") from None
+
+
+def to_numpy_T(weight, what: str) -> np.ndarray:
+    """A torch linear layer's (out, in) weight as the (in, out) float64 matrix the spec takes
+    (row vectors times W), copied once straight into that layout (`fresh_float64`)."""
+    torch = require_torch()
+    if isinstance(weight, torch.Tensor) and weight.ndim == 2:
+        return to_numpy(weight.detach().T, what)
+    return np.ascontiguousarray(to_numpy(weight, what).T)
 
 
 # -- masks ---------------------------------------------------------------------------------
@@ -176,15 +189,17 @@ def _mask_spec(keep) -> Any:
 # -- nn.MultiheadAttention -------------------------------------------------------------------
 def _sequence(x, what: str, batch_first: bool) -> np.ndarray:
     """(L, E), or a batch of one: (1, L, E) if batch_first else (L, 1, E) -> (L, E) float64."""
-    a = to_numpy(x, what)
+    torch = require_torch()
+    a = x if isinstance(x, torch.Tensor) else to_numpy(x, what)
     if a.ndim == 2:
-        return a
+        return to_numpy(a, what) if a is x else a
     if a.ndim == 3:
         batch_axis = 0 if batch_first else 1
         if a.shape[batch_axis] != 1:
             layout = "(N, L, E)" if batch_first else "(L, N, E)"
             raise Unsupported(f"{what} {tuple(a.shape)} is a batch of {a.shape[batch_axis]} {layout}; attntrace traces one sequence: pass a batch of one")
-        return np.ascontiguousarray(a[0] if batch_first else a[:, 0])
+        one = a[0] if batch_first else a[:, 0]
+        return to_numpy(one, what) if a is x else np.ascontiguousarray(one)  # a tensor's slice: converted once, into C order
     raise BadInput(f"{what} must be (L, E) or a batch of one, not of shape {tuple(a.shape)}")
 
 
@@ -221,21 +236,20 @@ def multihead_spec(module, query, key=None, value=None, *, attn_mask=None, is_ca
         raise BadInput(f"query has width {X.shape[1]} but the module's embed_dim is {E}")
 
     if m._qkv_same_embed_dim:
-        W = to_numpy(m.in_proj_weight, "in_proj_weight")  # (3E, E), torch's (out, in)
-        WQ, WK, WV = W[:E].T, W[E:2 * E].T, W[2 * E:].T  # each (E, E), row-vector convention
+        W = m.in_proj_weight  # (3E, E), torch's (out, in): each block converted once, into (in, out)
+        WQ, WK, WV = (to_numpy_T(W[s], "in_proj_weight") for s in (slice(0, E), slice(E, 2 * E), slice(2 * E, None)))
     else:
-        WQ = to_numpy(m.q_proj_weight, "q_proj_weight").T  # (E, E)
-        WK = to_numpy(m.k_proj_weight, "k_proj_weight").T  # (kdim, E)
-        WV = to_numpy(m.v_proj_weight, "v_proj_weight").T  # (vdim, E)
+        WQ = to_numpy_T(m.q_proj_weight, "q_proj_weight")  # (E, E)
+        WK = to_numpy_T(m.k_proj_weight, "k_proj_weight")  # (kdim, E)
+        WV = to_numpy_T(m.v_proj_weight, "v_proj_weight")  # (vdim, E)
     if Y.shape[1] != WK.shape[0]:
         raise BadInput(f"key has width {Y.shape[1]} but the module expects {WK.shape[0]}")
 
-    spec: dict[str, Any] = {"X": X, "W_Q": np.ascontiguousarray(WQ), "W_K": np.ascontiguousarray(WK),
-                            "W_V": np.ascontiguousarray(WV)}
+    spec: dict[str, Any] = {"X": X, "W_Q": WQ, "W_K": WK, "W_V": WV}
     if m.in_proj_bias is not None:
         b = to_numpy(m.in_proj_bias, "in_proj_bias")  # (3E,)
         spec.update(b_Q=b[None, :E], b_K=b[None, E:2 * E], b_V=b[None, 2 * E:])
-    spec["W_O"] = np.ascontiguousarray(to_numpy(m.out_proj.weight, "out_proj.weight").T)  # (E, E)
+    spec["W_O"] = to_numpy_T(m.out_proj.weight, "out_proj.weight")  # (E, E)
     if m.out_proj.bias is not None:
         spec["b_O"] = to_numpy(m.out_proj.bias, "out_proj.bias")[None, :]
     cross = query is not key and not _same(X, Y)
