@@ -11,6 +11,7 @@ import math
 from attntrace.inputs import limits
 from attntrace.inputs.spec import Problem
 from attntrace.kinds import HEAD_PIPELINE
+from attntrace.model.errors import BadInput
 from attntrace.model.trace import Operand
 
 
@@ -182,6 +183,7 @@ def work_estimate(p: Problem, dims: list[dict]) -> tuple[int, int]:
     named = p.mode == "symbolic" and not p.full_expansion
     stats = {k: _entry_stats(op, named) for k, op in p.shared.items()}
     total, top_bits = 0, 0.0
+    z_out, spread = 0, False  # a head's Z entry (predicted terms); whether a softmax spreads exponentials
     for ops, dm in zip(p.heads, dims):
         st = dict(stats)
         st.update({k: _entry_stats(op, named) for k, op in ops.items()})
@@ -228,6 +230,8 @@ def work_estimate(p: Problem, dims: list[dict]) -> tuple[int, int]:
         if "V" in st or "X" in p.shared:
             zs = 2 * m if named else m * (a + v[0])
             total += n * dv * zs
+            z_out = max(z_out, zs)
+            spread = spread or (m > 1 and not _zero_scores(p, ops))
             total += _online_work(p, named, n, m, dv, s[0], v[0])
             top_bits = max(top_bits, v[2] + s[2] + m)
         if p.extra.get("backward") is not None:
@@ -241,7 +245,62 @@ def work_estimate(p: Problem, dims: list[dict]) -> tuple[int, int]:
         width = sum(dm["dv"] for dm in dims)
         total += n0 * dims[0]["out"] * width * (2 if named else wo[0] * (m + 1))
         top_bits += wo[2] + math.log2(width + 1)
+        z_out = width * (z_out + wo[0])
+    if p.mode == "exact" and p.extra.get("block") and spread:
+        total += block_work(p, dims[0]["n"], z_out)
     return int(total), int(top_bits / math.log2(10)) + 1 if p.mode == "exact" else 0
+
+
+def _zero_scores(p: Problem, ops: dict) -> bool:
+    """Whether a head's scores are exactly 0 (W_Q, W_K, Q or K all zero): its softmax is uniform,
+    rational weights with no exponential for the block's steps to carry."""
+    for key in ("W_Q", "W_K", "Q", "K"):
+        op = ops.get(key) or p.shared.get(key)
+        if op is not None and op.value is not None and all(e == 0 for e in op.value):
+            return True
+    return False
+
+
+def block_work(p: Problem, n: int, z_attn: int) -> int:
+    """Exact mode, the Transformer block after a softmax that is not uniform: every step nests
+    its input's exponentials again (a norm's entry holds its row's d entries under a square
+    root, a product d_in of them), so the entries grow by a factor at each step. Each block
+    kind predicts its entries' operations (`Kind.exact_size`) from those of what it reads; the
+    work is entries x operations / BLOCK_OPS_PER_UNIT. Measured on this machine (2 x 2 blocks of -3/2..3/2): Z's
+    entries have 2 to 4 times the cost model's terms, and the predictions come within a factor
+    2 of SymPy's count_ops. A step whose entries are predicted beyond BLOCK_OPS_MARGIN x `EXACT_OPS` is
+    refused here, before any work, instead of inside the trace after seconds (llama-block-tiny:
+    5 s); nearer the bound the trace's own check decides (and an input error, a constant row
+    with eps = 0, is still reported as such)."""
+    from attntrace.kinds.block import block_pipelines
+    from attntrace.kinds.exactsize import EXACT_OPS
+
+    _, post = block_pipelines(p)
+    d = p.shared["X"].shape[1]
+    x = _entry_stats(p.shared["X"], False)[0]
+    pre_norm = p.extra["block"] != "post_ln"  # V is read from the first norm's output: twice Z's operations
+    sizes = {"X": x, "O": z_attn * (4 if pre_norm else 2)}
+    work = 0
+    for kind in post:
+        if not kind.enabled(p):
+            continue
+        size = kind.exact_size(p, sizes)
+        if size is None:
+            break
+        if size > BLOCK_OPS_MARGIN * EXACT_OPS:
+            raise BadInput(f"step {kind.id}: exact entries would grow to about {size:,} operations (more than {EXACT_OPS}), "
+                           f"{_seconds(work + n * d * size // BLOCK_OPS_PER_UNIT)} or more: after a softmax, exact entries grow at every step of "
+                           "the block; use mode numeric or symbolic")
+        sizes[kind.writes] = size
+        work += n * d * size // BLOCK_OPS_PER_UNIT
+    return work
+
+
+#: Exact mode, the block: predicted operations of its entries per unit of work (a pre-LN 2 x 2
+#: block predicting 10,600 operations in all traced and rendered in 0.9 s, a unit 0.2-0.5 ms).
+BLOCK_OPS_PER_UNIT = 4
+#: The predictions come within a factor 2 of count_ops: refused up front only beyond 3 x EXACT_OPS.
+BLOCK_OPS_MARGIN = 3
 
 
 #: Exact mode: predicted nodes of the backward pass's entries per unit of work. SymPy builds the

@@ -263,7 +263,7 @@ def test_exact_size_bound_is_one_line():
     spec = _rng_spec("post_ln", "gelu", n=2, d=2, d_ff=2, seed=1, gains=False)
     spec = {k: (np.round(v * 2) / 2 if isinstance(v, np.ndarray) else v) for k, v in spec.items()}
     spec["ffn"] = {k: (np.round(v * 2) / 2 if isinstance(v, np.ndarray) else v) for k, v in spec["ffn"].items()}
-    with pytest.raises(BadInput, match=r"^step \w+: exact entry .* use mode numeric or symbolic$"):
+    with pytest.raises(BadInput, match=r"^step \w+: exact entr(y|ies) .* use mode numeric or symbolic$"):
         attntrace.run(spec, mode="exact")
 
 
@@ -450,3 +450,16 @@ def test_encoder_example_equals_torch_encoder_layer():
         want = layer(tt(x + ob.sinusoidal(n, d))[None])[0].numpy()
     t = attntrace.run("encoder-block-post-ln")
     np.testing.assert_allclose(t.step("norm2").value, want, rtol=0, atol=TOL)
+
+
+@pytest.mark.parametrize("name", ["encoder-block-post-ln", "llama-block-tiny", "gemma2-block-tiny"])
+def test_a_large_exact_block_is_refused_up_front_with_its_estimate(name):
+    """The block kinds are in the exact cost model (Kind.exact_size, budget.block_work): these
+    blocks, whose entries nest a softmax's exponentials at every step, are refused by the
+    budget check, before any step is computed, in one line that names the step and the estimate."""
+    from attntrace.budget import check_budget
+    from attntrace.tracer import load_problem
+
+    with pytest.raises(BadInput, match=r"^step \w+: exact entries would grow to about [\d,]+ operations .* an estimated .* use mode numeric or symbolic$") as info:
+        check_budget(load_problem(f"examples/{name}.toml", mode="exact"))
+    assert "\n" not in str(info.value)

@@ -240,6 +240,13 @@ class Kind:
         rendering included). dims: the head's n, m, d, dk, dv; named: symbolic names."""
         return 0
 
+    def exact_size(self, problem, sizes: dict) -> int | None:
+        """Exact mode, a Transformer block kind: the predicted operations (SymPy's count_ops) of
+        an entry of its step, from `sizes` (role -> predicted operations of the entries the
+        earlier steps wrote; `attntrace.budget.block_work` walks the block). None: no prediction
+        (the walk stops and the size bound inside the trace, kinds.exactsize, still applies)."""
+        return None
+
     def message_params(self, step) -> dict[str, Any]:
         """Numbers the sentences of this kind's mistakes quote (as `d.<name>`), from its step."""
         return {}

@@ -31,6 +31,9 @@ class Residual(Kind):
     def json_details(self, details):
         return {"block": details["block"]} if details.get("block") else {}
 
+    def exact_size(self, problem, sizes):
+        return sizes[self.reads[0]] + sizes[self.reads[1]]
+
     def compute(self, ctx, head, state):
         a, b = state[self.reads[0]], state[self.reads[1]]
         if a.shape != b.shape:
