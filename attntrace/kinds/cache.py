@@ -40,6 +40,7 @@ class CacheAppend(Kind):
     starts = ("X", "QKV")
     symbol = None  # keeps the stacked entries: the past ones and the new token's own names
     view, prose = "cache", "cache"
+    view_module = "cacheview"
 
     def __init__(self, which: str):
         self.which = which

@@ -61,7 +61,9 @@ class QKNorm(Kind):
     pipeline = "head"
     starts = ("X", "QKV")
     view, prose = "norm", "qk_norm"
+    view_module = "blockview"
     elementwise = "hadamard"  # the gain multiplies each row
+    explained_by_prose = True
     symbols = ((sym("nu", "i"), "mean_square", "rows"), (sym("varepsilon"), "norm_eps", "scalar"))
 
     def __init__(self, which: str):

@@ -292,10 +292,10 @@ def mark_repeats(view: dict[str, Any]) -> None:
             vm["main"] = vm["main_short"]  # the up projection after the gate: N^f's product with its factors was shown
         elif left is not None:
             lefts_seen.add(left)
-        # Q, K, V share one explanation, as do the two norms, the two sandwich norms, Q_norm and K_norm, and the
-        # two residuals; other kinds that share a prose module (the backward steps, the online softmax) differ by kind
+        # kinds that share a prose module share one explanation when they say so (Kind.explained_by_prose: Q, K
+        # and V, the two norms); others (the backward steps, the online softmax) differ by kind or by view
         kind = KINDS.get(vm["kind"])
-        if vm["prose"] in ("projection", "norm", "qk_norm", "residual", "rope", "sandwich"):
+        if kind is not None and kind.explained_by_prose:
             key = vm["prose"]
         elif kind is not None and kind.explained_by_view:  # kinds of one prose that say the same per view
             key = f'{vm["prose"]}/{vm.get("view")}'
