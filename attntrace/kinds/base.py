@@ -24,7 +24,7 @@ from attntrace.model.formula import Expr, Node, node
 @dataclass(frozen=True)
 class Symbol:
     """One row of a trace's notation table: a symbol (LaTeX and plain), the key of its meaning
-    (words in templates/prose/{lang}/notation.j2), its shape (rows, cols) or a word key
+    (words: the `words` macro of its prose module, else templates/prose/{lang}/notation.j2), its shape (rows, cols) or a word key
     ("scalar", ...), and its entries' name when it is a matrix (q_{ij} of Q)."""
 
     tex: str

@@ -7,7 +7,8 @@ collects them in trace order, once per symbol, and records a *clash* when one le
 meanings: m for a slope and for a row maximum, say. Letters are compared without their index
 decorations (m_i, m^{(j)} and m are one letter; W_Q and W_K are two, and so are Z^{(i)} and Z), entry names too (q_{ij}
 is q). tests/test_notation.py asserts that no example has a clash. The table is data: the
-meanings are keys, their words live in templates/prose/{en,zh}/notation.j2.
+meanings are keys; their words live in the `words` macro of the prose module of the kind that
+makes them, else in templates/prose/{en,zh}/notation.j2.
 """
 
 from __future__ import annotations
