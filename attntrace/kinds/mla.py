@@ -34,6 +34,7 @@ import re
 
 import numpy as np
 
+from attntrace.inputs.mlaspec import MLA_OPERANDS as OPERANDS  # noqa: F401 - its matrices' names (attntrace.kinds.notation)
 from attntrace.kinds.base import Flow, Kind, Mistake
 from attntrace.model.formula import Add, Frac, Func, Hcat, Neg, Num, Paren, Parts, Power, Sqrt, Stack, Sym, Word, sym
 from attntrace.kinds.exactsize import check_exact_size

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from attntrace.inputs.moespec import MOE_OPERANDS as OPERANDS  # noqa: F401 - its matrices' names (attntrace.kinds.notation)
 from attntrace.kinds.base import Kind, Mistake
 from attntrace.model.formula import Cases, Frac, Func, Hcat, Neg, Op, Paren, Parts, Power, Sum, Word, node, sym
 
