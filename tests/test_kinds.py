@@ -65,15 +65,15 @@ def test_a_pipeline_kind_runs_in_every_mode_and_renders():
 
 @pytest.mark.parametrize("kind", list(KINDS.values()), ids=list(KINDS))
 def test_kind_view_exists(kind: Kind):
-    """A kind's view is a StepView build_* method or a registered view whose module views.MODULES names."""
+    """A kind's view is a StepView build_* method or a registered view whose module a kind names (Kind.view_module)."""
     from attntrace.rendering import views
     from attntrace.rendering.stepview import VIEWS, StepView
 
     if hasattr(StepView, f"build_{kind.view}"):
         return
-    assert kind.view in views.MODULES, f"{kind.id}: view {kind.view!r} is in no module of views.MODULES"
+    assert kind.view in views.modules(), f"{kind.id}: view {kind.view!r} has no view_module on any kind"
     views.load(kind.view)
-    assert kind.view in VIEWS, f"{kind.id}: loading {views.MODULES[kind.view]} did not register view {kind.view!r}"
+    assert kind.view in VIEWS, f"{kind.id}: loading {views.modules()[kind.view]} did not register view {kind.view!r}"
 
 
 def test_a_classic_report_imports_no_view_of_newer_kinds():

@@ -41,6 +41,7 @@ class Biased(Kind):
     starts = ("X", "QKV", "scores")
     letter, entry = sym("T", accent="hat"), sym("t", accent="hat")
     view, prose = "alibi", "alibi"
+    view_module = "alibiview"
     #: the bias +m (i - j) instead of -m (i - j): keys further back scored higher
     mistakes = (Mistake("alibi_slope_sign"),)
     meaning = "biased"

@@ -50,6 +50,7 @@ class Grad(Kind):
     """The gradient of one matrix; `writes` its own id into the state it runs in."""
 
     view, prose = "grad", "backward"
+    view_module = "gradview"
     starts = ("X", "QKV", "scores", "weights", "Z")
     backward = True
     #: the forward matrix this is the gradient of
@@ -284,6 +285,8 @@ class SoftmaxGrad(Grad):
 
 class ScaledGrad(SoftmaxGrad):
     """dscaled: the gradient of the scaled (and masked) scores, through the softmax."""
+
+    elementwise = "hadamard"  # P o (dP - D): the row means broadcast
 
     mistakes = (Mistake("softmax_backward_no_rowsum", also=("dscores",), when=lambda steps: any(s.details.get("rule") == "softmax" for s in steps)),)
 

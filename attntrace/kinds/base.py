@@ -24,7 +24,7 @@ from attntrace.model.formula import Expr, Node, node
 @dataclass(frozen=True)
 class Symbol:
     """One row of a trace's notation table: a symbol (LaTeX and plain), the key of its meaning
-    (words in templates/prose/{lang}/notation.j2), its shape (rows, cols) or a word key
+    (words: the `words` macro of its prose module, else templates/prose/{lang}/notation.j2), its shape (rows, cols) or a word key
     ("scalar", ...), and its entries' name when it is a matrix (q_{ij} of Q)."""
 
     tex: str
@@ -162,6 +162,10 @@ class Kind:
     symbol: ClassVar[str | None] = None
     #: How reports lay the step out (a StepView builder): product, scaled, masked, softmax, concat.
     view: ClassVar[str] = "product"
+    #: The module in attntrace.rendering that registers `view` when it is not a StepView builder
+    #: (blockview, ropeview, ...): imported the first time a report shows the view. A kind that
+    #: reuses another kind's view may leave it out; kinds that give one must agree.
+    view_module: ClassVar[str | None] = None
     #: The prose templates that explain it: templates/prose/{lang}/{prose}.j2.
     prose: ClassVar[str] = ""
     #: Checker mistake codes that change this step (implemented in attntrace.grading; the
@@ -173,6 +177,9 @@ class Kind:
     #: Kinds of one prose module with this set share one explanation per view (the latents'
     #: products, norms and rotations of multi-head latent attention): a later one refers back.
     explained_by_view: ClassVar[bool] = False
+    #: Kinds of one prose module with this set share one explanation (Q, K and V; the two norms;
+    #: Q_norm and K_norm; the two residuals): a later one refers back to the first.
+    explained_by_prose: ClassVar[bool] = False
     #: Its values may be infinite on purpose (masked scores are -inf): no overflow check.
     infinite_ok: ClassVar[bool] = False
     #: The key of what its matrix means in the notation table (default: its id); two kinds that

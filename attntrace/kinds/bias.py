@@ -23,6 +23,7 @@ class ScoreBias(Kind):
     starts = ("X", "QKV", "scores")
     letter, entry = sym("T", accent="hat"), sym("t", accent="hat")
     view, prose = "bias", "bias"
+    view_module = "alibiview"
     meaning = "biased"
     symbols = ((sym("B"), "score_bias", "step"),)
 

@@ -27,6 +27,9 @@ from attntrace.kinds.projection import kv_head
 from attntrace.model.errors import BadInput
 from attntrace.model.formula import Stack, Word, sym
 
+#: The past keys and values a spec gives (notation: name -> symbol, base name of the entries).
+OPERANDS = {"K_past": (sym("K", Word("past")), "k^{p}"), "V_past": (sym("V", Word("past")), "v^{p}")}
+
 
 def has_cache(problem) -> bool:
     return any("K_past" in ops or "V_past" in ops for ops in problem.heads)
@@ -40,6 +43,7 @@ class CacheAppend(Kind):
     starts = ("X", "QKV")
     symbol = None  # keeps the stacked entries: the past ones and the new token's own names
     view, prose = "cache", "cache"
+    view_module = "cacheview"
 
     def __init__(self, which: str):
         self.which = which

@@ -77,6 +77,8 @@ class Activation(Kind):
     reads, writes = ("H",), "G"
     letter, entry, symbol = sym("H", accent="tilde"), sym("h", accent="tilde"), "\\tilde{h}"
     view, prose = "activation", "ffn"
+    view_module = "blockview"
+    elementwise = "hadamard"
     mistakes = (Mistake("gelu_relu_confused", when=lambda steps: any(s.details.get("activation") in _CONFUSED for s in steps)),)
 
     def exact_size(self, problem, sizes):

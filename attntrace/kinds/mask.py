@@ -57,6 +57,7 @@ class Masked(Kind):
     starts = ("X", "QKV", "scores")
     letter, entry = sym("T", accent="tilde"), sym("t", accent="tilde")
     view, prose = "masks", "masked"
+    view_module = "maskview"
     symbols = ((sym("M"), "mask", "step"),)
     mistakes = (Mistake("mask_ignored"), Mistake("mask_wrong_triangle", when=_other_triangle),
                 Mistake("mask_not_infinite", read_off=_finite_masked, explains=True),

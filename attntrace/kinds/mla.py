@@ -34,6 +34,7 @@ import re
 
 import numpy as np
 
+from attntrace.inputs.mlaspec import MLA_OPERANDS as OPERANDS  # noqa: F401 - its matrices' names (attntrace.kinds.notation)
 from attntrace.kinds.base import Flow, Kind, Mistake
 from attntrace.model.formula import Add, Frac, Func, Hcat, Neg, Num, Paren, Parts, Power, Sqrt, Stack, Sym, Word, sym
 from attntrace.kinds.exactsize import check_exact_size
@@ -142,6 +143,7 @@ class MlaNorm(MlaKind):
     """Ĉ = RMSNorm(C): DeepSeek-V2/V3 normalise the compressed query and latent (q_a_layernorm, kv_a_layernorm)."""
 
     view = "norm"
+    view_module = "blockview"
     elementwise = "hadamard"
     per_head = False
     layer = True
@@ -185,6 +187,7 @@ class MlaRope(MlaKind):
     """K̃^R = RoPE(K^R) once for all heads; Q̃^R(i) = RoPE(Q^R(i)) per head: only the decoupled parts turn."""
 
     view = "rotation"
+    view_module = "ropeview"
 
     def __init__(self, id, reads, writes, letter, entry, layer):
         self.id, self.reads, self.writes, self.layer = id, (reads,), writes, layer
@@ -246,6 +249,7 @@ class MlaCache(MlaKind):
     """C^KV_cache = [C^KV_past; Ĉ^KV], K^R_cache = [K^R_past; K̃^R]: the latent cache, d_c + d_rope numbers a token."""
 
     view = "cache"
+    view_module = "cacheview"
     per_head = False
     layer = True
     symbol = None  # keeps the past entries' and the new rows' own names
@@ -286,6 +290,7 @@ class MlaConcat(MlaKind):
     """Q^(i) = [Q^C(i)  Q̃^R(i)], K^(i) = [K^C(i)  K̃^R]: a head's query and key, d_nope + d_rope wide."""
 
     view = "stack"
+    view_module = "mlaview"
     #: RoPE on the content parts too: Q = [RoPE(Q^C)  Q̃^R], K = [RoPE(K^C)  K̃^R] (only told
     #: apart when d_nope is even, so that the content part has pairs to turn)
     mistakes = (Mistake("mla_rope_on_compressed", also=("K_mla",), when=lambda steps: all(s.details["parts"][0] % 2 == 0 for s in steps)),)
@@ -352,6 +357,7 @@ class MlaAbsorbed(MlaKind):
     """S^A(i) = S^C(i) + S^R(i): the scores without K, and how far they are from S = Q K^T."""
 
     view = "absorbed"
+    view_module = "mlaview"
     elementwise = "add"
     reads, writes = ("scores_C", "scores_R"), "scores_absorbed"
     letter, entry, symbol = sym("S", sup="A"), sym("s", sup="A"), "s^{A}"

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from attntrace.inputs.moespec import MOE_OPERANDS as OPERANDS  # noqa: F401 - its matrices' names (attntrace.kinds.notation)
 from attntrace.kinds.base import Kind, Mistake
 from attntrace.model.formula import Cases, Frac, Func, Hcat, Neg, Op, Paren, Parts, Power, Sum, Word, node, sym
 
@@ -98,6 +99,7 @@ class RouterScores(MoeKind):
     reads, writes = ("router_L",), "router_S"
     letter, entry, symbol = sym("S", sup="r"), sym("s", sup="r"), "s^{r}"
     view = "elementwise"
+    view_module = "elementview"
 
     def enabled(self, problem) -> bool:
         return super().enabled(problem) and _moe(problem)["router"] == "sigmoid"
@@ -163,6 +165,7 @@ class RouterGates(MoeKind):
     reads, writes = ("router_L",), "router_G"
     letter, entry, symbol = sym("G"), sym("g", sup="r"), "g^{r}"  # g alone is a gradient's entry
     view = "routing"
+    view_module = "moeview"
     #: the chosen weights not divided by their sum: Mixtral's softmax over all E experts kept at
     #: the top k, DeepSeek-V3's sigmoid scores as they are (times the scaling)
     mistakes = (Mistake("moe_weights_not_renormalised",
@@ -300,6 +303,7 @@ class Experts(MoeKind):
     reads, writes = ("ffn_in",), "moe_Y"
     letter, entry, symbol = sym("Y"), sym("y"), "y"
     view = "experts"
+    view_module = "moeview"
     #: gpt-oss's clamps left out: the gate not limited above, the up projection not clipped
     mistakes = (Mistake("moe_clamp_ignored", when=lambda steps: any(s.details.get("clamped") for s in steps)),)
 
@@ -391,6 +395,7 @@ class SharedExpert(MoeKind):
     reads, writes = ("ffn_in",), "moe_Ys"
     letter, entry, symbol = sym("Y", sup="s"), sym("y", sup="s"), "y^{s}"
     view = "experts"
+    view_module = "moeview"
 
     def enabled(self, problem) -> bool:
         return super().enabled(problem) and _moe(problem)["shared"]
@@ -420,6 +425,7 @@ class MoeOut(MoeKind):
     reads, writes = ("router_G", "moe_Y"), "F"
     letter, entry, symbol = sym("F"), sym("f"), "f"
     view = "moe_sum"
+    view_module = "moeview"
 
     def compute(self, ctx, head, state):
         g, y = state["router_G"], state["moe_Y"]

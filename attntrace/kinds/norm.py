@@ -26,6 +26,9 @@ from attntrace.model.formula import Func, Num, Paren, Parts, Power, Sqrt, Sym, s
 class Norm(Kind):
     per_head = False
     view, prose = "norm", "norm"
+    view_module = "blockview"
+    elementwise = "hadamard"  # the gain multiplies each row
+    explained_by_prose = True
     mistakes = (Mistake("norm_unbiased_variance", also=("norm2",), when=lambda steps: any(s.details.get("norm") == "layer" for s in steps)),
                 Mistake("norm_wrong_axis", also=("norm2",)))
 

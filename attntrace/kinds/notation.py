@@ -2,12 +2,14 @@
 
 Each kind declares the symbols it introduces (`Kind.notation`: its matrix with its entries,
 and `Kind.symbols` such as the row maximum m or the ALiBi slope lambda); the operands a trace
-starts from are named here (`OPERAND_SYMBOL`, the one table the reports use too). `notation_of`
+starts from are named here and by the kind modules that bring them (a module's `OPERANDS`),
+collected in `OPERAND_SYMBOL`, the one table the reports use too. `notation_of`
 collects them in trace order, once per symbol, and records a *clash* when one letter gets two
 meanings: m for a slope and for a row maximum, say. Letters are compared without their index
 decorations (m_i, m^{(j)} and m are one letter; W_Q and W_K are two, and so are Z^{(i)} and Z), entry names too (q_{ij}
 is q). tests/test_notation.py asserts that no example has a clash. The table is data: the
-meanings are keys, their words live in templates/prose/{en,zh}/notation.j2.
+meanings are keys; their words live in the `words` macro of the prose module of the kind that
+makes them, else in templates/prose/{en,zh}/notation.j2.
 """
 
 from __future__ import annotations
@@ -16,10 +18,9 @@ import re
 from dataclasses import dataclass
 
 from attntrace.inputs.blockspec import BLOCK_OPERANDS
-from attntrace.inputs.mlaspec import MLA_OPERANDS
-from attntrace.inputs.moespec import MOE_OPERANDS
 from attntrace.kinds import kind_of
 from attntrace.kinds.base import Symbol
+from attntrace.kinds.registry import MODULES
 from attntrace.model.formula import Word, node, sym
 
 #: operand name -> its entries' base name in symbolic mode; its symbol in formulas (the reports use these)
@@ -28,19 +29,14 @@ OPERAND_BASE = {"X": "x", "X_kv": "y", "W_Q": "w^{Q}", "W_K": "w^{K}", "W_V": "w
 #: The symbol of each given matrix in formulas (an operand named like a step stands in for it).
 OPERAND_SYMBOL = {"X": sym("X"), "X_kv": sym("X", Word("kv", roman=True)), "scores": sym("S"), "weights": sym("A"), "Z": sym("Z"),
                   **{m: sym(m) for m in "QKV"}, **{f"{w}_{m}": sym(w, m) for w in "Wb" for m in "QKVO"}}
-#: The KV cache's past keys and values (attntrace.kinds.cache).
-OPERAND_SYMBOL.update({"K_past": sym("K", Word("past")), "V_past": sym("V", Word("past"))})
-OPERAND_BASE.update({"K_past": "k^{p}", "V_past": "v^{p}"})
-#: the QK-norm gains (attntrace.kinds.qknorm): gamma as every gain, q and k as the heads' rows they scale
-OPERAND_SYMBOL.update({"g_q": sym("gamma", sup="q"), "g_k": sym("gamma", sup="k")})
-OPERAND_BASE.update({"g_q": "\\gamma^{q}", "g_k": "\\gamma^{k}"})
 # the Transformer block's matrices (attntrace.inputs.blockspec): P, gamma_1, W_1, W_gate, ...
 OPERAND_SYMBOL.update({k: v[0] for k, v in BLOCK_OPERANDS.items()})
 OPERAND_BASE.update({k: v[1] for k, v in BLOCK_OPERANDS.items()})
-# multi-head latent attention's and a mixture of experts' matrices (inputs/mlaspec.py, inputs/moespec.py)
-for _table in (MLA_OPERANDS, MOE_OPERANDS):
-    OPERAND_SYMBOL.update({k: v[0] for k, v in _table.items()})
-    OPERAND_BASE.update({k: v[1] for k, v in _table.items()})
+# the operands kinds bring (the cache's past keys, QK-norm's gains, latent attention's and the experts' matrices):
+# each kind module's OPERANDS, name -> (symbol in formulas, base name of its entries)
+for _module in MODULES:
+    for _name, (_symbol, _base) in getattr(_module, "OPERANDS", {}).items():
+        OPERAND_SYMBOL[_name], OPERAND_BASE[_name] = _symbol, _base
 #: operands that stand in for a step (a trace that starts mid-way) mean what the step means
 _STEP_OPERANDS = {"Q": "Q", "K": "K", "V": "V", "scores": "scores", "weights": "weights", "Z": "Z", "P": "pos_enc"}
 

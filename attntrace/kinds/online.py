@@ -43,12 +43,14 @@ class OnlineStep(Kind):
     never run by the pipeline itself."""
 
     view, prose = "online", "online"
+    view_module = "onlineview"
     starts = ("X", "QKV", "scores")
     infinite_ok = True  # a row that has seen only masked keys has m = -inf
 
-    def __init__(self, id: str, letter: Sym):
+    def __init__(self, id: str, letter: Sym, elementwise: str | None = None):
         self.id = self.writes = id
         self.letter = self.entry = letter
+        self.elementwise = elementwise
 
     def enabled(self, problem) -> bool:
         return False
@@ -68,10 +70,10 @@ class OnlineStep(Kind):
 
 
 ONLINE_MAX = OnlineStep("online_max", sym("m"))
-ONLINE_EXP = OnlineStep("online_exp", sym("P", accent="tilde"))
+ONLINE_EXP = OnlineStep("online_exp", sym("P", accent="tilde"), elementwise="sub")  # T - m: the row maximum broadcast
 ONLINE_SUM = OnlineStep("online_sum", sym("ell"))
 ONLINE_OUT = OnlineStep("online_out", sym("O", accent="tilde"))
-LSE = OnlineStep("lse", sym("L"))
+LSE = OnlineStep("lse", sym("L"), elementwise="add")  # m + log l
 # the checker's mistakes (their sentences: the macros of that name in templates/prose/*/online.j2)
 ONLINE_OUT.mistakes = (Mistake("online_no_rescale", when=lambda steps: any(s.details.get("block", 1) > 1 for s in steps)),)
 LSE.mistakes = (Mistake("lse_without_max"),)
@@ -166,6 +168,7 @@ class OnlineWeightedSum(WeightedSum):
         return super().carry(iv, step, args, mistake)
 
     view, prose = "online_z", "online"
+    view_module = "onlineview"
     pipeline, after = "head", ("weights",)
 
     def compute(self, ctx, head, state):

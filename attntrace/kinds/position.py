@@ -20,6 +20,7 @@ class PosEnc(Kind):
     reads, writes = ("X",), "P"
     letter, entry, symbol = "P", "p", None  # constants: symbolic mode keeps sin(...) and cos(...)
     view, prose = "posenc", "position"
+    view_module = "blockview"
     mistakes = (Mistake("posenc_sin_cos_swapped"),)
 
     def carry(self, iv, step, args, mistake):
@@ -62,6 +63,8 @@ class Embed(Kind):
     reads, writes = ("X", "P"), "X"
     letter, entry, symbol = "E", "e", "e"
     view, prose = "sum", "position"
+    view_module = "blockview"
+    elementwise = "add"  # X + P
     mistakes = (Mistake("posenc_not_added"),)
 
     def carry(self, iv, step, args, mistake):

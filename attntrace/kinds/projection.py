@@ -83,6 +83,7 @@ class Projection(Kind):
     pipeline = "head"
     view = "product"
     prose = "projection"
+    explained_by_prose = True
     starts = ("X",)
     full_width_answer = True
 

@@ -26,6 +26,9 @@ from attntrace.kinds.projection import kv_head
 from attntrace.model.errors import BadInput
 from attntrace.model.formula import Func, Parts, Sqrt, sym
 
+#: The gains (notation): gamma as every gain, q and k as the heads' rows they scale.
+OPERANDS = {"g_q": (sym("gamma", sup="q"), "\\gamma^{q}"), "g_k": (sym("gamma", sup="k"), "\\gamma^{k}")}
+
 GAINS = {"Q": "g_q", "K": "g_k"}
 
 
@@ -61,7 +64,9 @@ class QKNorm(Kind):
     pipeline = "head"
     starts = ("X", "QKV")
     view, prose = "norm", "qk_norm"
+    view_module = "blockview"
     elementwise = "hadamard"  # the gain multiplies each row
+    explained_by_prose = True
     symbols = ((sym("nu", "i"), "mean_square", "rows"), (sym("varepsilon"), "norm_eps", "scalar"))
 
     def __init__(self, which: str):

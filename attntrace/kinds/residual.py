@@ -13,6 +13,9 @@ from attntrace.model.formula import Sym
 class Residual(Kind):
     per_head = False
     view, prose = "sum", "residual"
+    view_module = "blockview"
+    elementwise = "add"
+    explained_by_prose = True
     mistakes = (Mistake("forgot_residual", also=("residual2",)),)
 
     def carry(self, iv, step, args, mistake):

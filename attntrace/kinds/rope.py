@@ -55,6 +55,8 @@ def rope_positions(problem, which: str, rows: int) -> tuple[int, ...]:
 class Rope(Kind):
     pipeline = "head"
     view, prose = "rotation", "rope"
+    view_module = "ropeview"
+    explained_by_prose = True
     starts = ("X", "QKV")
     mistakes = (Mistake("rope_wrong_layout", also=("K_rope",)),
                 Mistake("rope_positions_from_1", also=("K_rope",), when=lambda steps: any(list(s.details["positions"])[:1] == [0] for s in steps)))

@@ -52,6 +52,7 @@ class Sink(Kind):
     letter, entry, symbol = sym("T", accent="check"), sym("t", accent="check"), None  # symbolic: keeps the t~ names and s
     symbols = ((sym("s"), "sink_logit", "scalar"),)
     view, prose = "sink", "sink"
+    view_module = "sinkview"
     infinite_ok = True  # the masked scores it carries are -inf
     mistakes = (Mistake("sink_ignored", also=("weights",)),)
 

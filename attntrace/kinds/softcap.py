@@ -47,6 +47,7 @@ class SoftCap(Kind):
     starts = ("X", "QKV", "scores")
     letter, entry, symbol = sym("T", accent="bar"), sym("t", accent="bar"), "\\bar{t}"
     view, prose = "elementwise", "softcap"
+    view_module = "elementview"
     symbols = ((sym("c"), "softcap_cap", "scalar"),)
     mistakes = (Mistake("softcap_not_divided", when=lambda steps: any(float(s.details["cap"]) != 1 for s in steps)),)
 

@@ -24,7 +24,7 @@ from attntrace.rendering import views
 from attntrace.rendering.viewparts import inputs_not_kept, Ref, block, entry_columns, pack, resolve, rows_to_expand, shape_dims, step_ref, vector_entry
 
 
-#: Views laid out by modules of their own (`views.MODULES`): view name -> function(step_view, vm)
+#: Views laid out by modules of their own (`views.modules()`): view name -> function(step_view, vm)
 #: that fills vm like the build_* methods below. Register with `register_view`.
 VIEWS: dict[str, Callable[["StepView", dict], None]] = {}
 

@@ -8,6 +8,8 @@ template never sees raw user text.
 
 from __future__ import annotations
 
+import functools
+
 from typing import Any
 
 from attntrace.rendering.layout import fit_chain
@@ -188,22 +190,38 @@ def notation_rows(trace) -> list[dict[str, str]]:
     JSON keeps a row for each)."""
     rows: list[dict[str, str]] = []
     gradients = None
+    prose = _meaning_prose()
     for sym in notation_of(trace).rows:
         tex, plain = sym.tex, sym.plain
         if sym.entry and _initial(sym.entry) != _initial(sym.tex):
             tex, plain = f"{tex},\\ {sym.entry}", f"{plain}, {sym.plain_entry}"
         if sym.meaning in KINDS and getattr(kind_of(sym.meaning), "backward", False):
             if gradients is None:
-                gradients = {"tex": f"{tex}, \\ldots", "plain": f"{plain}, ...", "meaning": "gradient", "sized": False,
+                gradients = {"tex": f"{tex}, \\ldots", "plain": f"{plain}, ...", "meaning": "gradient", "prose": None, "sized": False,
                              "shape": "as_matrix", "plain_shape": "as_matrix"}
                 rows.append(gradients)
             continue
         shape = sym.shape
         sized = isinstance(shape, tuple)
-        rows.append({"tex": tex, "plain": plain, "meaning": sym.meaning, "sized": sized,
+        rows.append({"tex": tex, "plain": plain, "meaning": sym.meaning, "prose": prose.get(sym.meaning), "sized": sized,
                      "shape": f"{shape[0]}{{\\times}}{shape[1]}" if sized else (shape or ""),
                      "plain_shape": f"{shape[0]} x {shape[1]}" if sized else (shape or "")})
     return rows
+
+
+@functools.cache
+def _meaning_prose() -> dict[str, str]:
+    """Meaning key -> the prose module of the kind that makes it (its matrix, or a symbol of its
+    formula), where the notation table looks for the key's words (macro `words`) before the
+    table of shared words in templates/prose/{lang}/notation.j2. The first kind to declare a
+    key keeps it."""
+    found: dict[str, str] = {}
+    for kind in KINDS.values():
+        if kind.prose:
+            found.setdefault(kind.meaning or kind.id, kind.prose)
+            for _, key, _ in kind.symbols:
+                found.setdefault(key, kind.prose)
+    return found
 
 
 def _initial(tex: str) -> str:
@@ -292,10 +310,10 @@ def mark_repeats(view: dict[str, Any]) -> None:
             vm["main"] = vm["main_short"]  # the up projection after the gate: N^f's product with its factors was shown
         elif left is not None:
             lefts_seen.add(left)
-        # Q, K, V share one explanation, as do the two norms, the two sandwich norms, Q_norm and K_norm, and the
-        # two residuals; other kinds that share a prose module (the backward steps, the online softmax) differ by kind
+        # kinds that share a prose module share one explanation when they say so (Kind.explained_by_prose: Q, K
+        # and V, the two norms); others (the backward steps, the online softmax) differ by kind or by view
         kind = KINDS.get(vm["kind"])
-        if vm["prose"] in ("projection", "norm", "qk_norm", "residual", "rope", "sandwich"):
+        if kind is not None and kind.explained_by_prose:
             key = vm["prose"]
         elif kind is not None and kind.explained_by_view:  # kinds of one prose that say the same per view
             key = f'{vm["prose"]}/{vm.get("view")}'

@@ -162,15 +162,9 @@ def rows_to_expand(option, n: int, default: int) -> list[int]:
     return list(range(min(n, default)))
 
 
-#: Shape lines of registered views (`views.MODULES`) whose inputs do not tell their shapes (a transposed factor, blocks of
+#: Shape lines of registered views (`views.modules()`) whose inputs do not tell their shapes (a transposed factor, blocks of
 #: a matrix): view name -> function(step, out) giving the line, or None for the usual one.
 SHAPE_LINES: dict = {}
-
-
-#: Steps whose two inputs meet entry by entry (a row or a column broadcast where the shapes
-#: differ): how, in their shape line, (4 x 6) + (4 x 6) -> (4 x 6).
-ELEMENTWISE = {"embed": "add", "residual1": "add", "residual2": "add", "lse": "add", "ffn_act": "hadamard", "dscaled": "hadamard",
-               "norm1": "hadamard", "norm2": "hadamard", "online_exp": "sub"}
 
 
 def shape_of(shape) -> Node:
@@ -204,7 +198,7 @@ def shape_dims(trace, step, out, short: bool = False) -> str:
     shapes = [r.shape for r in ins]
     if step.id == "scores" or step.details.get("transposed"):  # A B^T
         shapes[1] = shapes[1][::-1]
-    op = ELEMENTWISE.get(step.id) or kind_of(step.id).elementwise
+    op = kind_of(step.id).elementwise  # two inputs that meet entry by entry: (4 x 6) + (4 x 6) -> (4 x 6)
     if op is not None and len(shapes) == 2:  # an addition or an entrywise product, not a matrix product
         a, b = shape_of(shapes[0]), shape_of(shapes[1])
         return out.math(to(a + b if op == "add" else a - b if op == "sub" else Op(op, a, b), made))
