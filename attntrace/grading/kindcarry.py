@@ -43,6 +43,14 @@ class Toolkit:
         return intervals.matmul(a, b)
 
     @staticmethod
+    def sum_same_shape(a: Box, b: Box) -> Box:
+        """a + b entry by entry (a residual, E = X + P), Impossible when the shapes differ (no
+        broadcasting: a student's row of the wrong width is not a bias)."""
+        if a.shape != b.shape:
+            raise Impossible()
+        return intervals.add(a, b)
+
+    @staticmethod
     def monotone(x: Box, f) -> Box:
         """f over each entry's interval, f increasing (tanh, exp, a positive scale): [f(lo), f(hi)],
         widened by a few ulps for float rounding."""

@@ -281,8 +281,21 @@ class _Out:
         self.precision = precision
         self.max_size = max_size
         self.limit = limit  # the width a display line may take, in em (plain: characters / 2)
+        self._printer = None
+        self._printed: dict = {}  # SymPy expression -> its printed text (see printed)
 
     # -- entries -------------------------------------------------------------
+    def printed(self, e: Any) -> str:
+        """A SymPy entry through this output's SymPy printer (`printer_classes()[plain]`), once:
+        a matrix is laid out at a few column counts before one fits (`widest`), and an entry
+        recurs in later steps (SymPy's == tells 1 from 1.0, so equal keys print alike)."""
+        out = self._printed.get(e)
+        if out is None:
+            if self._printer is None:
+                self._printer = printer_classes()[int(self.plain)]({"precision": self.precision})
+            out = self._printed[e] = self._printer.doprint(e)
+        return out
+
     def entry(self, value: Any, i: int, j: int) -> str:
         """One entry of a numeric or SymPy matrix."""
         if isinstance(value, np.ndarray):
@@ -525,24 +538,11 @@ class TexOut(_Out):
 
     plain = False
 
-    def __init__(self, precision: int = 4, max_size: int = 8, limit: float = 34.0):
-        super().__init__(precision, max_size, limit)
-        self._printer = None
-        self._printed: dict = {}  # SymPy expression -> its printed text (see expr)
-
     def num(self, x: float) -> str:
         return tex_number(x, self.precision)
 
     def expr(self, e: Any) -> str:
-        # a matrix is laid out at a few column counts before one fits (`widest`), and an entry
-        # recurs in later steps: each distinct entry goes through SymPy's printer once
-        # (SymPy's == tells 1 from 1.0, so equal keys print alike)
-        out = self._printed.get(e)
-        if out is None:
-            if self._printer is None:
-                self._printer = printer_classes()[0]({"precision": self.precision})
-            out = self._printed[e] = self._printer.doprint(e)
-        return out
+        return self.printed(e)
 
     def paren(self, s: str) -> str:
         return f"\\left({s}\\right)"
@@ -659,23 +659,13 @@ class PlainOut(_Out):
 
     plain = True
 
-    def __init__(self, precision: int = 4, max_size: int = 8, limit: float = 34.0):
-        super().__init__(precision, max_size, limit)
-        self._printer = None
-        self._printed: dict = {}  # SymPy expression -> its printed text (see expr)
-
     def num(self, x: float) -> str:
         return plain_number(x, self.precision)
 
     def expr(self, e: Any) -> str:
         if _is_infinite(e):
             return "-inf" if e < 0 else "inf"
-        out = self._printed.get(e)
-        if out is None:
-            if self._printer is None:
-                self._printer = printer_classes()[1]({"precision": self.precision})
-            out = self._printed[e] = self._printer.doprint(e)
-        return out
+        return self.printed(e)
 
     def paren(self, s: str) -> str:
         return f"({s})"
