@@ -129,9 +129,10 @@ def _float64_rotary(rot, dim: int, base: float):
 
 
 def tiny_deepseek(seed=0, *, hidden=8, heads=2, q_lora=6, kv_lora=4, nope=2, rope_dim=2, v=3, interleave=True,
-                  float64_internals=True, moe_layers=0, layers=1):
+                  float64_internals=True, moe_layers=0, layers=1, rope_parameters=None, max_positions=64):
     """A tiny random DeepseekV3Model in float64 (SDPA attention: HF's eager path takes its softmax in float32). With float64_internals its
-    RMSNorms and rotary angles (float32 in HF) run in float64."""
+    RMSNorms and rotary angles (float32 in HF) run in float64. rope_parameters (e.g. YaRN's) replace the default
+    rotary; their angles then come from HF's own init function, run in float64."""
     import torch
     from transformers import DeepseekV3Config, DeepseekV3Model
 
@@ -141,7 +142,8 @@ def tiny_deepseek(seed=0, *, hidden=8, heads=2, q_lora=6, kv_lora=4, nope=2, rop
                            q_lora_rank=q_lora, kv_lora_rank=kv_lora, qk_nope_head_dim=nope, qk_rope_head_dim=rope_dim,
                            v_head_dim=v, rope_interleave=interleave, first_k_dense_replace=layers - moe_layers,
                            n_routed_experts=4, num_experts_per_tok=2, n_group=2, topk_group=1, n_shared_experts=1,
-                           routed_scaling_factor=2.5, max_position_embeddings=64, attn_implementation="sdpa")
+                           routed_scaling_factor=2.5, max_position_embeddings=max_positions, attn_implementation="sdpa",
+                           **({"rope_parameters": rope_parameters} if rope_parameters else {}))
     model = DeepseekV3Model(cfg).double().eval()
     with torch.no_grad():
         for m in model.modules():
@@ -154,7 +156,11 @@ def tiny_deepseek(seed=0, *, hidden=8, heads=2, q_lora=6, kv_lora=4, nope=2, rop
             if type(m).__name__ == "DeepseekV3TopkRouter" or hasattr(m, "e_score_correction_bias"):
                 if hasattr(m, "e_score_correction_bias"):
                     m.e_score_correction_bias.normal_(0.0, 0.1)
-    if float64_internals:
+    if float64_internals and rope_parameters:
+        from oracles_families import float64_rotary
+
+        float64_rotary(model)
+    elif float64_internals:
         _float64_rotary(model.rotary_emb, rope_dim, cfg.rope_parameters["rope_theta"])
     return model
 

@@ -20,8 +20,11 @@ def swiglu(x, e):
     return (silu(x @ e["W_gate"]) * (x @ e["W_up"])) @ e["W_down"]
 
 
-def mixtral(x, w_router, experts, top_k=2):
-    logits = x @ w_router
+def mixtral(x, w_router, experts, top_k=2, b_router=None, expert=swiglu):
+    """Mixtral's MoE MLP (NumPy): logits x W_r (+ b_r), the top-k per token, softmax over the chosen
+    logits, and the gate-weighted sum of the chosen experts' outputs `expert(rows, e)`. Returns the
+    output and each token's chosen experts, sorted."""
+    logits = x @ w_router + (0.0 if b_router is None else b_router)
     out = np.zeros((x.shape[0], experts[0]["W_down"].shape[1]))
     chosen = []
     for i in range(x.shape[0]):
@@ -30,7 +33,7 @@ def mixtral(x, w_router, experts, top_k=2):
         g /= g.sum()
         chosen.append(sorted(top.tolist()))
         for gi, e in zip(g, top):
-            out[i] += gi * swiglu(x[i:i + 1], experts[e])[0]
+            out[i] += gi * expert(x[i:i + 1], experts[e])[0]
     return out, chosen
 
 

@@ -160,30 +160,9 @@ def test_hf_deepseek_dense_layer_through_from_hf_layer():
 # -- DeepSeek-V3's YaRN: the rotated parts' frequencies and factor, and the softmax scale's mscale^2 -------
 def _yarn_deepseek(mscale, mscale_all_dim, float64_internals=True, seed=0):
     """A tiny DeepseekV3Model whose rope_parameters are YaRN (factor 40 over 4 original positions)."""
-    import torch
-    from transformers import DeepseekV3Config, DeepseekV3Model
-
-    import oracles_families as fam
-
-    torch.manual_seed(seed)
-    cfg = DeepseekV3Config(vocab_size=32, hidden_size=8, intermediate_size=12, moe_intermediate_size=4, num_hidden_layers=1,
-                           num_attention_heads=2, num_key_value_heads=2, q_lora_rank=6, kv_lora_rank=4, qk_nope_head_dim=2,
-                           qk_rope_head_dim=4, v_head_dim=3, first_k_dense_replace=1, max_position_embeddings=256,
-                           attn_implementation="sdpa",
-                           rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0, "original_max_position_embeddings": 4,
-                                            "beta_fast": 32.0, "beta_slow": 1.0, "mscale": mscale, "mscale_all_dim": mscale_all_dim})
-    model = DeepseekV3Model(cfg).double().eval()
-    with torch.no_grad():
-        for m in model.modules():
-            if isinstance(m, torch.nn.Linear):
-                m.weight.normal_(0.0, 0.5)
-            if type(m).__name__ == "DeepseekV3RMSNorm":
-                m.weight.normal_(1.0, 0.3)
-                if float64_internals:
-                    m.forward = om._float64_rms(m)
-    if float64_internals:
-        fam.float64_rotary(model)  # HF's own yarn init function, run in float64
-    return model
+    yarn = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0, "original_max_position_embeddings": 4,
+            "beta_fast": 32.0, "beta_slow": 1.0, "mscale": mscale, "mscale_all_dim": mscale_all_dim}
+    return om.tiny_deepseek(seed, rope_dim=4, float64_internals=float64_internals, rope_parameters=yarn, max_positions=256)
 
 
 @pytest.mark.parametrize("mscale, mscale_all_dim", [(1.0, 1.0), (1.0, 0.5), (0.707, 0.707)])

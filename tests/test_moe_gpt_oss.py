@@ -23,6 +23,8 @@ import attntrace
 from attntrace.model.errors import BadInput
 from mathcheck import markdown_math_spans, require_modules
 
+import oracles_moe as om
+
 EXACT, STATED = 1e-10, 1e-5
 
 
@@ -35,18 +37,10 @@ def card_expert(x, e, alpha, limit):
 
 
 def card_moe(x, w_router, b_router, experts, top_k, alpha, limit):
-    """The MoE MLP: logits x W_r + b_r, the top-k per token, softmax over them, weighted experts."""
-    logits = x @ w_router + b_router
-    out = np.zeros((x.shape[0], experts[0]["W_down"].shape[1]))
-    chosen = []
-    for i in range(x.shape[0]):
-        top = np.argsort(-logits[i], kind="stable")[:top_k]
-        g = np.exp(logits[i, top] - logits[i, top].max())
-        g /= g.sum()
-        chosen.append(sorted(top.tolist()))
-        for gi, e in zip(g, top):
-            out[i] += gi * card_expert(x[i:i + 1], experts[e], alpha, limit)[0]
-    return out, chosen
+    """The MoE MLP as the card writes it: Mixtral's routing (softmax over the top-k logits, router
+    bias included) over the card's clamped experts."""
+    return om.mixtral(x, w_router, experts, top_k, b_router=b_router,
+                      expert=lambda rows, e: card_expert(rows, e, alpha, limit))
 
 
 def _model(layer, exact, limit=7.0):
