@@ -272,7 +272,7 @@ def block_work(p: Problem, n: int, z_attn: int) -> int:
     refused here, before any work, instead of inside the trace after seconds (llama-block-tiny:
     5 s); nearer the bound the trace's own check decides (and an input error, a constant row
     with eps = 0, is still reported as such)."""
-    from attntrace.kinds.block import block_pipelines
+    from attntrace.kinds.registry import block_pipelines
     from attntrace.kinds.exactsize import EXACT_OPS
 
     _, post = block_pipelines(p)

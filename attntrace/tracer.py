@@ -15,7 +15,7 @@ from __future__ import annotations
 from attntrace.budget import check_budget
 from attntrace.inputs.spec import Problem, load_spec
 from attntrace.kinds import BACKWARD_PIPELINE, COMBINE_PIPELINE, HEAD_PIPELINE, SPEC_OPTIONS
-from attntrace.kinds.block import block_pipelines
+from attntrace.kinds.registry import block_pipelines
 from attntrace.kinds.context import Context
 from attntrace.kinds.projection import kv_groups
 from attntrace.kinds.mask import mask_setting

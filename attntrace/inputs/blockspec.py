@@ -10,7 +10,8 @@
     norm3 = {gain = [...], eps = 1e-6, gain_offset = 1}  # sandwich: the norm of attention's output,
     norm4 = {gain = [...], eps = 1e-6, gain_offset = 1}  #   and of the FFN's, before each residual
                                                 # gain_offset = 1 (RMSNorm tables): Gemma's 1 + gain
-    moe = {router = ..., W_router = ..., experts = [...], ...}  # llama: a mixture of experts instead (inputs/moespec.py)
+                                                # a kind's option may take ffn's place (SpecOption.instead_of:
+                                                #   a mixture of experts, attntrace.inputs.moespec)
     block_part = "self_attention"               # only the first sublayer: attention, residual1, norm1
                                                 # (no norm2, no ffn; e.g. a TransformerDecoderLayer's self-attention)
 
@@ -25,12 +26,12 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
-from attntrace.inputs.moespec import check_route, moe_options
 from attntrace.inputs.numbers import real_number
+from attntrace.inputs.options import OptionReader, SpecOption
 from attntrace.model.errors import BadInput
 from attntrace.model.formula import Word, sym
 
-BLOCK_KEYS = {"block", "block_part", "position", "P", "norm1", "norm2", "norm3", "norm4", "ffn", "moe"}
+BLOCK_KEYS = {"block", "block_part", "position", "P", "norm1", "norm2", "norm3", "norm4", "ffn"}
 ARRANGEMENTS = ("post_ln", "pre_ln", "llama", "sandwich")
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh")
 #: a gated FFN's activation key -> its extra["activation"]: SwiGLU (Shazeer 2020), GeGLU with tanh GELU (Gemma)
@@ -64,8 +65,15 @@ def _eps(value: Any, key: str) -> float:
     return float(real_number(value, f"{key}.eps", "a number in [0, 1)", low_closed=True, high=1, text=False))
 
 
-def block_options(data: Mapping[str, Any], mode: str, operand: Callable) -> tuple[dict, dict]:
-    """(operands, extra) of the block keys in `data`; `operand(raw, name, mode, head, symbol)` makes one."""
+def _instead_of_ffn(options: tuple[SpecOption, ...]) -> tuple[SpecOption, ...]:
+    """The kinds' options that take the place of the feed-forward network (a mixture of experts)."""
+    return tuple(o for o in options if o.instead_of == "ffn")
+
+
+def block_options(data: Mapping[str, Any], mode: str, operand: Callable, options: tuple[SpecOption, ...] = ()) -> tuple[dict, dict]:
+    """(operands, extra) of the block keys in `data`; `operand(raw, name, mode, head, symbol)` makes one;
+    `options`: the kinds' spec options, of which those `instead_of` a block key are read here."""
+    replacing = _instead_of_ffn(options)
     ops: dict = {}
     extra: dict = {}
     position = data.get("position")
@@ -83,7 +91,7 @@ def block_options(data: Mapping[str, Any], mode: str, operand: Callable) -> tupl
         ops["P"] = operand(data["P"], "P", mode, None, "p")
     block = data.get("block")
     if block is None:
-        for key in ("norm1", "norm2", "norm3", "norm4", "ffn", "moe", "block_part"):
+        for key in ("norm1", "norm2", "norm3", "norm4", "ffn") + tuple(o.key for o in replacing) + ("block_part",):
             if key in data:
                 raise BadInput(f"{key} belongs to a Transformer block: give block = \"post_ln\", \"pre_ln\", \"llama\" or \"sandwich\" as well")
         return ops, extra
@@ -129,13 +137,16 @@ def block_options(data: Mapping[str, Any], mode: str, operand: Callable) -> tupl
             if key in table:
                 ops[name] = operand(_vector(table[key]), name, mode, None, BLOCK_OPERANDS[name][1])
     if part:
-        if "moe" in data:
-            raise BadInput("block_part = \"self_attention\" stops after attention's residual and norm1: drop moe")
+        for option in replacing:
+            if option.key in data:
+                raise BadInput(f"block_part = \"self_attention\" stops after attention's residual and norm1: drop {option.key}")
         return ops, extra
-    if "moe" in data:  # a mixture of experts in place of the feed-forward network (attntrace.inputs.moespec)
-        moe_ops, extra["moe"] = moe_options(data, mode, operand)
-        ops.update(moe_ops)
-        return ops, extra
+    for option in replacing:  # e.g. a mixture of experts in place of the feed-forward network
+        if option.key in data:
+            reader = OptionReader(mode, data, 1, operand=operand)
+            extra[option.key] = option.parse(data[option.key], reader)
+            ops.update(reader.shared)
+            return ops, extra
     ffn = data.get("ffn")
     if not isinstance(ffn, Mapping):
         raise BadInput("a block needs its feed-forward network: ffn = {W_1 = ..., W_2 = ...}" if not llama
@@ -173,14 +184,17 @@ def check_ffn_shapes(problem, d_model: int) -> None:
         raise BadInput(f"ffn weights do not chain for d_model = {d_model}: {shown}; need (d_model, d_ff) then (d_ff, d_model)")
 
 
-def check_block(problem) -> None:
-    """Shapes that must agree before anything is computed (one line each)."""
+def check_block(problem, options: tuple[SpecOption, ...] = ()) -> None:
+    """Shapes that must agree before anything is computed (one line each); `options`: the kinds'
+    spec options, whose checks run here for those given in place of the feed-forward network."""
     if problem.extra.get("block") is None:
         return
     d_model = problem.shared["X"].shape[1]
-    if "moe" in problem.extra:
-        check_route(problem)
-    elif problem.extra.get("block_part") is None:
+    replacing = [o for o in _instead_of_ffn(options) if o.key in problem.extra]
+    for option in replacing:
+        if option.check is not None:
+            option.check(problem)
+    if not replacing and problem.extra.get("block_part") is None:
         check_ffn_shapes(problem, d_model)
     for name in ("gamma_1", "beta_1", "gamma_2", "beta_2", "gamma_3", "gamma_4", "b_1", "b_2"):
         op = problem.shared.get(name)

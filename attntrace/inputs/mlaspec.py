@@ -28,6 +28,7 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping
 
 from attntrace.inputs.numbers import real_number
+from attntrace.inputs.options import OptionReader, split_columns
 from attntrace.model.errors import BadInput
 from attntrace.model.formula import Word, sym
 
@@ -64,9 +65,10 @@ def _norm_table(table: Any, key: str, operand: Callable, mode: str, name: str, w
     return ops, eps
 
 
-def mla_options(data: Mapping[str, Any], mode: str, operand: Callable, split: Callable, h: int) -> tuple[dict, tuple, dict]:
-    """(shared operands, per-head operand tables, extra) of the spec's `mla` table."""
-    table = data["mla"]
+def parse_mla(table: Any, reader: OptionReader) -> dict[str, Any]:
+    """The spec's `mla` table -> Problem.extra["mla"]; its shared matrices become operands of the
+    trace and the column blocks of W^UQ, W^QR, W^UK, W^UV each head's (`SpecOption.start`)."""
+    data, mode, operand, h = reader.data, reader.mode, reader.operand, reader.num_heads
     if not isinstance(table, Mapping):
         raise BadInput("mla must be a table {W_DKV = ..., W_UK = ..., W_UV = ..., W_KR = ..., W_UQ = ..., W_QR = ...}")
     bad = sorted(set(table) - _KEYS)
@@ -120,9 +122,11 @@ def mla_options(data: Mapping[str, Any], mode: str, operand: Callable, split: Ca
         ops, eps = _norm_table(table.get(key, {}), key, operand, mode, name, width)
         shared.update(ops)
         extra[f"{key}_eps"] = eps
-    blocks = {k: split(full[k], h, mode) if h > 1 else [full[k]] for k in _PER_HEAD}
-    heads = tuple({k: blocks[k][i] for k in _PER_HEAD} for i in range(h))
-    return shared, heads, extra
+    blocks = {k: split_columns(full[k], h, mode) if h > 1 else [full[k]] for k in _PER_HEAD}
+    for op in shared.values():
+        reader.share(op)
+    reader.make_heads(tuple({k: blocks[k][i] for k in _PER_HEAD} for i in range(h)))
+    return extra
 
 
 def check_mla_rope(problem) -> None:

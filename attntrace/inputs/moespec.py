@@ -30,6 +30,7 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping
 
 from attntrace.inputs.numbers import real_number, whole_number
+from attntrace.inputs.options import OptionReader
 from attntrace.model.errors import BadInput
 from attntrace.model.formula import Word, sym
 
@@ -74,9 +75,17 @@ def _expert(table: Any, what: str, prefix: str, index, mode: str, operand: Calla
     return out
 
 
-def moe_options(data: Mapping[str, Any], mode: str, operand: Callable) -> tuple[dict, dict]:
+def parse_moe(table: Any, reader: OptionReader) -> dict[str, Any]:
+    """The spec's `moe` table -> Problem.extra["moe"]; its matrices become operands of the trace
+    (keyed uniquely: expert e's E_gate@e). Read with the block's keys, in place of `ffn`."""
+    ops, extra = _moe_options(table, reader.data, reader.mode, reader.operand)
+    for key, op in ops.items():
+        reader.share(op, key)
+    return extra
+
+
+def _moe_options(table: Any, data: Mapping[str, Any], mode: str, operand: Callable) -> tuple[dict, dict]:
     """(operands keyed uniquely, extra) of the spec's `moe` table."""
-    table = data["moe"]
     if not isinstance(table, Mapping):
         raise BadInput("moe must be a table {router = ..., W_router = ..., top_k = ..., experts = [...]}")
     bad = sorted(set(table) - _KEYS)

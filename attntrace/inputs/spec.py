@@ -25,9 +25,8 @@ from attntrace.inputs.safetext import clean_text
 from attntrace.inputs.matrices import to_matrix
 from attntrace.inputs.numbers import shown, whole_number
 from attntrace.inputs.blockspec import BLOCK_KEYS, block_options, check_block
-from attntrace.inputs.mlaspec import check_mla_rope, mla_options
 from attntrace.inputs.positional import positive_number
-from attntrace.inputs.options import OptionReader, SpecOption
+from attntrace.inputs.options import OptionReader, SpecOption, split_columns
 from attntrace.inputs.stepoptions import MASK_NAMES, parse_attn_bias, parse_mask_options
 from attntrace.model.trace import MODES, Operand
 
@@ -43,7 +42,7 @@ SHARED_KEYS = {"X": "x", "X_kv": "y", "W_O": "w^{O}", "b_O": "b^{O}"}
 #: Keys of the spec itself; a step kind's own keys (online, backward, ...) are
 #: the `SpecOption`s it declares, which `load_spec` receives (`attntrace.kinds.registry.SPEC_OPTIONS`).
 OPTION_KEYS = {"title", "description", "title_zh", "description_zh", "mode", "scale", "d_k", "mask", "num_heads", "heads", "Z", "expand", "tokens", "kv_tokens",
-               "num_kv_heads", "window", "key_padding", "attn_bias", "mla"}
+               "num_kv_heads", "window", "key_padding", "attn_bias"}
 ALLOWED_KEYS = set(HEAD_KEYS) | set(SHARED_KEYS) | OPTION_KEYS | BLOCK_KEYS
 #: Keys that `num_heads` splits into column blocks, one per head.
 SPLITTABLE = ("W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "Q", "K", "V", "K_past", "V_past")
@@ -243,20 +242,6 @@ def _operand(raw: Any, key: str, mode: str, head: int | None, default: str, *, c
     return Operand(name=key, head=head, value=value, shape=shape, symbol=symbol)
 
 
-def _split(op: Operand, h: int, mode: str) -> list[Operand]:
-    rows, cols = op.shape
-    if cols % h:
-        raise BadInput(f"num_heads = {h} does not divide the width of {op.name} {op.shape}")
-    w = cols // h
-    parts = []
-    for i in range(h):
-        block = None if op.value is None else op.value[:, i * w:(i + 1) * w]
-        if block is not None and mode == "numeric":
-            block.setflags(write=False)
-        parts.append(Operand(op.name, i + 1, block, (rows, w), op.symbol))
-    return parts
-
-
 def load_spec(spec: Any, *, mode: str | None = None, options: tuple[SpecOption, ...] = (), copy: bool = True, **overrides: Any) -> Problem:
     """Validate a spec (path, dict) with optional overrides (mode, scale, mask, title, ...).
 
@@ -283,7 +268,7 @@ def load_spec(spec: Any, *, mode: str | None = None, options: tuple[SpecOption, 
     operand = partial(_operand, copy=copy)
 
     shared = {k: operand(data[k], k, mode, None, d) for k, d in SHARED_KEYS.items() if k in data}
-    block_ops, block_extra = block_options(data, mode, operand)  # position encodings, the Transformer block
+    block_ops, block_extra = block_options(data, mode, operand, options)  # position encodings, the Transformer block
     shared.update(block_ops)
     top = {k: data[k] for k in HEAD_KEYS if k in data}
     heads_raw = data.get("heads")
@@ -292,12 +277,14 @@ def load_spec(spec: Any, *, mode: str | None = None, options: tuple[SpecOption, 
         num_heads = _positive_int(num_heads, "num_heads")
     num_kv_heads = _kv_heads(data, num_heads)
     full_width: Mapping[str, Operand] = {}
-    mla_extra: dict[str, Any] = {}
+    started: dict[str, Any] = {}  # an option that makes the heads' operands itself (SpecOption.start)
+    starter = next((o for o in options if o.start is not None and o.key in data), None)
 
-    if "mla" in data:  # multi-head latent attention: its own projections make Q, K, V (attntrace.inputs.mlaspec)
-        mla_shared, heads, mla_extra = mla_options(data, mode, operand, _split, num_heads or 1)
-        shared.update(mla_shared)
-        start = "X"
+    if starter is not None:
+        reader = OptionReader(mode, data, num_heads or 1, operand=operand)
+        started[starter.key] = starter.parse(data[starter.key], reader)
+        shared.update(reader.shared)
+        heads, start = reader.heads, starter.start
     elif "Z" in data:
         if heads_raw or top or "X" in data:
             raise BadInput("Z (head outputs) starts a trace at the concatenation; give it without X, Q/K/V, scores, weights or heads")
@@ -343,7 +330,7 @@ def load_spec(spec: Any, *, mode: str | None = None, options: tuple[SpecOption, 
                 per_head = [dict() for _ in range(num_heads)]
                 group = num_heads // num_kv_heads  # query heads per key/value head (repeat_interleave order)
                 for k, op in single.items():
-                    blocks = _split(op, num_kv_heads if k in KV_KEYS else num_heads, mode)
+                    blocks = split_columns(op, num_kv_heads if k in KV_KEYS else num_heads, mode)
                     for i in range(num_heads):
                         per_head[i][k] = blocks[i // group] if k in KV_KEYS else blocks[i]
                 heads = tuple(per_head)
@@ -366,7 +353,7 @@ def load_spec(spec: Any, *, mode: str | None = None, options: tuple[SpecOption, 
     if attn_bias and start not in ("X", "QKV", "scores"):
         raise BadInput("attn_bias is added to the scores: give X, Q/K/V or scores, not a later step")
     reader = OptionReader(mode, data, len(heads))
-    declared = {o.key: value for o in options if data.get(o.key) is not None
+    declared = {o.key: value for o in options if data.get(o.key) is not None and o.start is None and o.instead_of is None
                 for value in [o.parse(data[o.key], reader)] if value is not None}
     shared.update(reader.shared)  # matrices an option gives (a norm's gains): operands of the trace
     expand = data.get("expand", "named")
@@ -388,14 +375,14 @@ def load_spec(spec: Any, *, mode: str | None = None, options: tuple[SpecOption, 
         kv_tokens=kv_tokens,
         source=source,
         extra={**mask_opts, **attn_bias, "full_width": full_width, **({"num_kv_heads": num_kv_heads} if num_kv_heads != (num_heads or 1) else {}),
-               **block_extra, **declared, **({"mla": mla_extra} if mla_extra else {})},
+               **block_extra, **declared, **started},
     )
     for option in options:  # what each kind's setting needs from the rest of the spec
         if option.check is not None and option.key in declared:
             option.check(problem)
-    check_block(problem)
-    if mla_extra:
-        check_mla_rope(problem)
+    check_block(problem, options)
+    if starter is not None and starter.check is not None:
+        starter.check(problem)
     return problem
 
 

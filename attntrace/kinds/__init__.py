@@ -11,9 +11,9 @@ kind" in docs/DESIGN.md.
 from __future__ import annotations
 
 from attntrace.kinds.base import Flow, Kind, Mistake
-from attntrace.kinds.block import BLOCK_KINDS, BLOCK_PIPELINES, block_pipelines  # noqa: F401 - PRE/POST of the block
 from attntrace.kinds.backward import BACKWARD_COMBINE, BACKWARD_HEAD, BACKWARD_INPUTS
 from attntrace.kinds.online import ONLINE_KINDS
+from attntrace.kinds.registry import BLOCK_KINDS, BLOCK_PIPELINES, block_pipelines  # noqa: F401 - PRE/POST of the block
 from attntrace.kinds.registry import COMBINE_PIPELINE, HEAD_PIPELINE, MISTAKES, SPEC_OPTIONS, all_kinds
 
 #: The backward pass (spec key `backward`, `run --backward`), after the forward steps: the kinds

@@ -138,12 +138,20 @@ class Kind:
     """One step kind. Subclasses set the class attributes and implement `compute`."""
 
     #: Which pipeline runs it: "head" (per head, `HEAD_PIPELINE`), "combine" (after the heads),
-    #: or None (a pipeline of its own module: the block's, the backward pass's).
+    #: "block_pre" / "block_post" (the Transformer block's kinds before attention / after the
+    #: output projection, `registry.block_pipelines`), or None (a pipeline of its own module:
+    #: the backward pass's, the online softmax's).
     pipeline: ClassVar[str | None] = None
     #: Where it runs in its pipeline: after these step ids and before those (ids of kinds that
     #: may be absent from a trace are fine: a kind is placed, then runs only when `enabled`).
     after: ClassVar[tuple[str, ...]] = ()
     before: ClassVar[tuple[str, ...]] = ()
+    #: A block kind: the arrangements (the spec's `block`) whose pipeline holds it; None: every
+    #: one, and a trace without a block as well (the position encodings).
+    blocks: ClassVar[tuple[str, ...] | None] = None
+    #: A block kind after attention that belongs to attention's sublayer (it still runs with
+    #: block_part = "self_attention"): the first residual and what normalises around it.
+    attention_sublayer: ClassVar[bool] = False
 
     #: The step id in traces, JSON and answer files (stable contract).
     id: ClassVar[str]
@@ -284,6 +292,15 @@ class Kind:
         """The step's block, first found wins: the kind's own template, its view's, the default
         body (a kind with no special layout needs no template file)."""
         return (f"steps/{self.id}.j2", f"steps/view/{self.view}.j2", "steps/default.j2")
+
+
+def place(kind: Kind, pipeline: str, blocks: tuple[str, ...] | None = None, *, after: tuple[str, ...] = (),
+          before: tuple[str, ...] = (), attention_sublayer: bool = False) -> Kind:
+    """`kind` with its place declared (`pipeline`, `blocks`, `after`, `before`,
+    `attention_sublayer`): for kinds made by calling a class, several per class (the block's norms)."""
+    kind.pipeline, kind.blocks, kind.after, kind.before = pipeline, blocks, tuple(after), tuple(before)
+    kind.attention_sublayer = attention_sublayer
+    return kind
 
 
 def label(name: str, head: int | None) -> str:

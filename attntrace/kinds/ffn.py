@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from attntrace.kinds.base import Kind, Mistake
+from attntrace.kinds.base import Kind, Mistake, place
 from attntrace.model.formula import Frac, Func, Num, Op, Paren, Parts, Power, Sqrt, Space, node, sym
-from attntrace.inputs.blockspec import BLOCK_OPERANDS
+from attntrace.inputs.blockspec import ARRANGEMENTS, BLOCK_OPERANDS
 from attntrace.kinds.exactsize import check_exact_size
 from attntrace.model.errors import BadInput
 
@@ -149,4 +149,9 @@ def _gelu_tanh(hij):
     return Frac(Num(1), Num(2), small=True) * hij * Paren(1 + Func("tanh", (inner,), sized=True), sized=True)
 
 
-FFN_ACT = Activation()
+# the network of every arrangement, after the norm (or residual) that feeds it, which places itself before ffn_hidden
+FFN_HIDDEN = place(Linear("ffn_hidden", "ffn_in", "H", "H", "h", ("W_1", "W_gate"), "b_1"), "block_post", ARRANGEMENTS)
+FFN_UP = place(Linear("ffn_up", "ffn_in", "U", "U", "u", ("W_up", "W_up"), None, swiglu_only=True), "block_post", ARRANGEMENTS,
+               after=("ffn_hidden",))
+FFN_ACT = place(Activation(), "block_post", ARRANGEMENTS, after=("ffn_up",))
+FFN_OUT = place(Linear("ffn_out", "G", "F", "F", "f", ("W_2", "W_down"), "b_2"), "block_post", ARRANGEMENTS, after=("ffn_act",))

@@ -35,11 +35,17 @@ import re
 import numpy as np
 
 from attntrace.inputs.mlaspec import MLA_OPERANDS as OPERANDS  # noqa: F401 - its matrices' names (attntrace.kinds.notation)
+from attntrace.inputs.mlaspec import check_mla_rope, parse_mla
+from attntrace.inputs.options import SpecOption
 from attntrace.kinds.base import Flow, Kind, Mistake
 from attntrace.model.formula import Add, Frac, Func, Hcat, Neg, Num, Paren, Parts, Power, Sqrt, Stack, Sym, Word, sym
 from attntrace.kinds.exactsize import check_exact_size
 from attntrace.kinds.rope import rope_pairs, rope_positions
 from attntrace.model.trace import Operand
+
+
+#: `mla = {...}` (attntrace.inputs.mlaspec): its projections make each head's Q, K and V from X.
+SPEC_OPTIONS = (SpecOption("mla", parse_mla, "a table {W_DKV, W_UK, W_UV, W_KR, W_UQ, W_QR}", check=check_mla_rope, start="X"),)
 
 
 def _on(problem) -> bool:

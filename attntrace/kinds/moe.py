@@ -30,6 +30,8 @@ from __future__ import annotations
 import numpy as np
 
 from attntrace.inputs.moespec import MOE_OPERANDS as OPERANDS  # noqa: F401 - its matrices' names (attntrace.kinds.notation)
+from attntrace.inputs.moespec import check_route, parse_moe
+from attntrace.inputs.options import SpecOption
 from attntrace.kinds.base import Kind, Mistake
 from attntrace.model.formula import Cases, Frac, Func, Hcat, Neg, Op, Paren, Parts, Power, Sum, Word, node, sym
 
@@ -40,6 +42,9 @@ from attntrace.model.errors import BadInput
 
 _FFN = ("ffn_hidden", "ffn_up", "ffn_act", "ffn_out")
 
+#: `moe = {...}` (attntrace.inputs.moespec), read with the block's keys in place of `ffn`.
+SPEC_OPTIONS = (SpecOption("moe", parse_moe, "a table {router, W_router, top_k, experts}", check=check_route, instead_of="ffn"),)
+
 
 def _moe(problem):
     return problem.extra.get("moe")
@@ -49,6 +54,9 @@ class MoeKind(Kind):
     per_head = False
     prose = "moe"
     replaces = _FFN
+    #: in the llama block after norm2, in the feed-forward network's place (after its kinds,
+    #: which do not run: `replaces`), before residual2; each kind after the one before it
+    pipeline, blocks = "block_post", ("llama",)
 
     def enabled(self, problem) -> bool:
         return _moe(problem) is not None and super().enabled(problem)
@@ -474,5 +482,7 @@ def details_of(step):
 
 ROUTER_LOGITS, ROUTER_SCORES, ROUTER_GATES = RouterLogits(), RouterScores(), RouterGates()
 EXPERTS, SHARED_EXPERT, MOE_OUT = Experts(), SharedExpert(), MoeOut()
-#: In the llama block after norm2, in place of the feed-forward network (they replace its kinds).
-MOE_KINDS: tuple[Kind, ...] = (ROUTER_LOGITS, ROUTER_SCORES, ROUTER_GATES, EXPERTS, SHARED_EXPERT, MOE_OUT)
+_chain = ("ffn_out",)
+for _k in (ROUTER_LOGITS, ROUTER_SCORES, ROUTER_GATES, EXPERTS, SHARED_EXPERT, MOE_OUT):
+    _k.after, _chain = _chain, (_k.id,)
+MOE_OUT.before = ("residual2",)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attntrace.kinds.base import Kind, Mistake
+from attntrace.kinds.base import Kind, Mistake, place
 from attntrace.model.errors import BadInput
 from attntrace.model.formula import Add, Frac, Func, Neg, Num, Paren, Parts, Power, sym
 
@@ -86,4 +86,6 @@ class Embed(Kind):
         return ctx.emit(self, None, [x.ref, p.ref], sym("E").eq(sym("X") + sym("P")), result, x.shape)
 
 
-POS_ENC, EMBED = PosEnc(), Embed()
+# before attention in every arrangement, and in a trace without a block
+POS_ENC = place(PosEnc(), "block_pre")
+EMBED = place(Embed(), "block_pre", after=("pos_enc",))

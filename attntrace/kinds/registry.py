@@ -5,6 +5,8 @@ Each module of `attntrace.kinds` is imported once, in name order, and read:
 - its `Kind` instances: `pipeline` ("head", "combine") with `after` / `before` say where a
   kind runs; `HEAD_PIPELINE` and `COMBINE_PIPELINE` are those constraints sorted (ties keep
   the order the kinds were found in), and a kind that names an unknown id is refused here;
+  the Transformer block's kinds ("block_pre", "block_post") also say in which arrangements
+  they run (`blocks`): `BLOCK_PIPELINES` holds each arrangement's (PRE, POST), sorted alike;
 - its `SPEC_OPTIONS` (`attntrace.inputs.options.SpecOption`): the spec keys it reads, which
   the tracer passes to `inputs.spec.load_spec`;
 - its kinds' `mistakes` that are `Mistake` declarations: `MISTAKES`, code -> (kind, mistake),
@@ -19,6 +21,7 @@ import importlib
 import pkgutil
 from types import ModuleType
 
+from attntrace.inputs.blockspec import ARRANGEMENTS
 from attntrace.inputs.options import SpecOption
 from attntrace.kinds.base import Kind, Mistake
 
@@ -77,6 +80,33 @@ _KNOWN = {k.id for k in _ALL}
 
 HEAD_PIPELINE: tuple[Kind, ...] = resolve_order([k for k in _ALL if k.pipeline == "head"], _KNOWN)
 COMBINE_PIPELINE: tuple[Kind, ...] = resolve_order([k for k in _ALL if k.pipeline == "combine"], _KNOWN)
+
+
+
+def _block_pipeline(pipeline: str, arrangement: str | None) -> tuple[Kind, ...]:
+    """The block kinds of one pipeline ("block_pre", "block_post") in one arrangement (None: no
+    block, where only the kinds of every arrangement, the position encodings, run)."""
+    return resolve_order([k for k in _ALL if k.pipeline == pipeline and (k.blocks is None or arrangement in k.blocks)], _KNOWN)
+
+
+#: arrangement -> (PRE, POST): the kinds before attention and after the output projection.
+BLOCK_PIPELINES: dict[str | None, tuple[tuple[Kind, ...], tuple[Kind, ...]]] = {
+    a: (_block_pipeline("block_pre", a), _block_pipeline("block_post", a)) for a in (None,) + ARRANGEMENTS}
+#: arrangement -> POST with block_part = "self_attention": the first sublayer's kinds only.
+SELF_ATTENTION_POST: dict[str, tuple[Kind, ...]] = {
+    a: tuple(k for k in BLOCK_PIPELINES[a][1] if k.attention_sublayer) for a in ARRANGEMENTS}
+#: Every block kind (for KINDS; kinds of one id share their names, view and prose).
+BLOCK_KINDS: tuple[Kind, ...] = tuple(dict.fromkeys(k for pre, post in BLOCK_PIPELINES.values() for k in pre + post))
+
+
+def block_pipelines(problem) -> tuple[tuple[Kind, ...], tuple[Kind, ...]]:
+    """(PRE, POST) for the problem's arrangement (no block: only position encodings, if any)."""
+    block = problem.extra.get("block")
+    pre, post = BLOCK_PIPELINES[block]
+    if problem.extra.get("block_part") == "self_attention":
+        post = SELF_ATTENTION_POST[block]
+    return pre, post
+
 
 #: Every spec key a kind declares, in module order.
 SPEC_OPTIONS: tuple[SpecOption, ...] = tuple(o for m in MODULES for o in getattr(m, "SPEC_OPTIONS", ()))

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attntrace.kinds.base import Mistake
+from attntrace.kinds.base import Mistake, place
 from attntrace.kinds.norm import Norm
 from attntrace.model.formula import sym
 
@@ -47,5 +47,7 @@ class OutputNorm(Norm):
         return iv.norm(args[0], gain, None, float(d["eps"]), True)
 
 
-POST_ATTN_NORM = OutputNorm("post_attn_norm", "O", "O", sym("O", accent="hat"), sym("o", accent="hat"), "\\hat{o}", 3)
-POST_FFN_NORM = OutputNorm("post_ffn_norm", "F", "F", sym("F", accent="hat"), sym("f", accent="hat"), "\\hat{f}", 4)
+POST_ATTN_NORM = place(OutputNorm("post_attn_norm", "O", "O", sym("O", accent="hat"), sym("o", accent="hat"), "\\hat{o}", 3),
+                       "block_post", ("sandwich",), before=("residual1",), attention_sublayer=True)
+POST_FFN_NORM = place(OutputNorm("post_ffn_norm", "F", "F", sym("F", accent="hat"), sym("f", accent="hat"), "\\hat{f}", 4),
+                      "block_post", ("sandwich",), after=("ffn_out",), before=("residual2",))

@@ -347,7 +347,7 @@ def build_posenc(sv, vm) -> None:
 
 # -- the report: block sections and the data flow ----------------------------------------------
 def _block_ids() -> frozenset:
-    from attntrace.kinds.block import BLOCK_KINDS
+    from attntrace.kinds.registry import BLOCK_KINDS
 
     return frozenset(k.id for k in BLOCK_KINDS)
 

@@ -21,7 +21,7 @@ from attntrace.kinds.notation import notation_of
 from attntrace.model import formula as F
 from attntrace.rendering.printing import PlainOut, TexOut
 from attntrace.rendering.stepview import StepView
-from attntrace.kinds.block import BLOCK_KINDS
+from attntrace.kinds.registry import BLOCK_KINDS
 from attntrace.rendering.viewparts import block, operand_ref, pack, resolve, shape_dims
 
 #: Step ids of the Transformer block's kinds (their own report sections).
