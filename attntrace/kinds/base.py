@@ -196,6 +196,9 @@ class Kind:
     #: The other symbols its formula introduces, (symbol tree, meaning key, shape): shape is
     #: "scalar", "rows" (one per row of the step: n x 1), "step" (the step's shape), "pairs" (1 x half its columns) or a word key of the notation templates.
     symbols: ClassVar[tuple[tuple[Node, str, str], ...]] = ()
+    #: The meaning keys its `notation` override adds beyond `letter` and `symbols` (RoPE
+    #: scaling's factors and YaRN's mu), whose words its prose's `words` macro gives.
+    added_meanings: ClassVar[tuple[str, ...]] = ()
     #: How its two inputs meet in the shape line when they meet entry by entry (a broadcast, not
     #: a product): "add" for a sum, "hadamard" for a product; None: the usual line.
     elementwise: ClassVar[str | None] = None

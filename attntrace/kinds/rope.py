@@ -61,6 +61,7 @@ class Rope(Kind):
     mistakes = (Mistake("rope_wrong_layout", also=("K_rope",)),
                 Mistake("rope_positions_from_1", also=("K_rope",), when=lambda steps: any(list(s.details["positions"])[:1] == [0] for s in steps)))
     symbols = ((sym("theta", "i"), "rope_frequency", "pairs"), (sym("p"), "position", "scalar"))
+    added_meanings = ("rope_factor", "yarn_mu")  # with RoPE scaling (`notation`)
 
     def __init__(self, which: str):
         self.which = which

@@ -212,14 +212,15 @@ def notation_rows(trace) -> list[dict[str, str]]:
 @functools.cache
 def _meaning_prose() -> dict[str, str]:
     """Meaning key -> the prose module of the kind that makes it (its matrix, or a symbol of its
-    formula), where the notation table looks for the key's words (macro `words`) before the
+    formula, or a key its `notation` adds: `added_meanings`), where the notation table looks for
+    the key's words (macro `words`) before the
     table of shared words in templates/prose/{lang}/notation.j2. The first kind to declare a
     key keeps it."""
     found: dict[str, str] = {}
     for kind in KINDS.values():
         if kind.prose:
             found.setdefault(kind.meaning or kind.id, kind.prose)
-            for _, key, _ in kind.symbols:
+            for key in [key for _, key, _ in kind.symbols] + list(kind.added_meanings):
                 found.setdefault(key, kind.prose)
     return found
 
