@@ -13,9 +13,8 @@ from __future__ import annotations
 
 
 from attntrace.budget import check_budget
-from attntrace.inputs.spec import Problem, load_spec
-from attntrace.kinds import BACKWARD_PIPELINE, COMBINE_PIPELINE, HEAD_PIPELINE, SPEC_OPTIONS
-from attntrace.kinds.registry import block_pipelines
+from attntrace.inputs.spec import KV_KEYS, Problem, load_spec
+from attntrace.kinds import BACKWARD_PIPELINE, COMBINE_PIPELINE, HEAD_PIPELINE, SPEC_OPTIONS, block_pipelines
 from attntrace.kinds.context import Context
 from attntrace.kinds.projection import kv_groups
 from attntrace.kinds.mask import mask_setting
@@ -31,7 +30,7 @@ def _head_state(ctx: Context, ops: dict[str, Operand]) -> dict:
     for name, role in _OPERAND_ROLES.items():
         if name in ops:
             state[role] = ctx.operand(ops[name])
-            if name in ("K", "V") and "num_kv_heads" in ctx.p.extra:  # shared by a group of query heads
+            if name in KV_KEYS and "num_kv_heads" in ctx.p.extra:  # K, V: shared by a group of query heads
                 state[role].ref = f"{name}@{ops[name].head}"
     state["d_k"] = ctx.p.d_k
     return state

@@ -199,6 +199,9 @@ class Kind:
     #: The meaning keys its `notation` override adds beyond `letter` and `symbols` (RoPE
     #: scaling's factors and YaRN's mu), whose words its prose's `words` macro gives.
     added_meanings: ClassVar[tuple[str, ...]] = ()
+    #: The name an exercise asks the student for, where the report's `letter` is also another
+    #: matrix's (the concatenation's Z, which a worksheet calls Z_concat); None: `letter`.
+    answer_letter: ClassVar[Expr | None] = None
     #: How its two inputs meet in the shape line when they meet entry by entry (a broadcast, not
     #: a product): "add" for a sum, "hadamard" for a product; None: the usual line.
     elementwise: ClassVar[str | None] = None

@@ -7,7 +7,7 @@ import itertools
 from attntrace.kinds.base import Kind, Mistake, Planting
 from attntrace.kinds.projection import project
 from attntrace.model.errors import BadInput
-from attntrace.model.formula import Dots, Func, Seq, sym
+from attntrace.model.formula import Dots, Func, Seq, Word, sym
 
 
 def _head_orders(kind, trace) -> list[Planting]:
@@ -26,6 +26,7 @@ class Concat(Kind):
     reads, writes = ("Z",), "Z"
     starts = ("X", "QKV", "scores", "weights", "Z")
     letter, entry = "Z", "z"
+    answer_letter = sym("Z", Word("concat"))
     view, prose = "concat", "heads"
     mistakes = (Mistake("concat_rows"), Mistake("head_order", plant=_head_orders))
 

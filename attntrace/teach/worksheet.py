@@ -14,7 +14,7 @@ import numpy as np
 
 from attntrace.kinds import kind_of
 from attntrace.model.errors import BadInput
-from attntrace.model.formula import Word, node, sym
+from attntrace.model.formula import node
 from attntrace.model.trace import Trace
 from attntrace.rendering.jinja_env import user_template_errors
 from attntrace.rendering.printing import TexOut
@@ -72,7 +72,8 @@ def _seed_of(spec: dict) -> int | None:
 
 def step_name(step_id: str, head) -> str:
     """The step's matrix name as in the reports (S, A^{(2)}, ...); the concatenation is Z_concat."""
-    letter = sym("Z", Word("concat")) if step_id == "concat" else node(kind_of(step_id).letter)
+    kind = kind_of(step_id)
+    letter = node(kind.answer_letter or kind.letter)
     return tex(letter.head(head))
 
 
