@@ -36,8 +36,9 @@ def check_budget(p: Problem, keep=None) -> None:
         kept = lambda *names: ids is None or not ids.isdisjoint(names)  # noqa: E731
         for h, dm in enumerate(dims, start=1):
             n, m, dk, dv = dm["n"], dm["m"], dm["dk"], dm["dv"]
-            sizes = {"Q": n * dk, "K": m * dk, "V": m * dv, "scores": 6 * n * m, "Z": n * dv}
-            total += sum(v for k, v in sizes.items() if kept(k, *(("scaled", "masked", "weights") if k == "scores" else ()))) * backward
+            # the step ids each size counts: the scores stand for the four n x m matrices after them too
+            sizes = {("Q",): n * dk, ("K",): m * dk, ("V",): m * dv, ("scores", "scaled", "masked", "weights"): 6 * n * m, ("Z",): n * dv}
+            total += sum(v for covered, v in sizes.items() if kept(*covered)) * backward
             total += _online_entries(p, n, m, dv)
             biggest = max(biggest, (n * m, f"scores ({n}x{m})"), (n * dk, f"Q ({n}x{dk})"))
         n0 = dims[0]["n"]
