@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from attntrace.inputs.blockspec import BLOCK_OPERANDS
 from attntrace.kinds import kind_of
-from attntrace.kinds.base import Symbol
+from attntrace.kinds.base import Kind, Symbol
 from attntrace.kinds.registry import MODULES
 from attntrace.model.formula import Word, node, sym
 
@@ -34,9 +34,16 @@ OPERAND_SYMBOL.update({k: v[0] for k, v in BLOCK_OPERANDS.items()})
 OPERAND_BASE.update({k: v[1] for k, v in BLOCK_OPERANDS.items()})
 # the operands kinds bring (the cache's past keys, QK-norm's gains, latent attention's and the experts' matrices):
 # each kind module's OPERANDS, name -> (symbol in formulas, base name of its entries)
+#: operand name -> the prose module whose `words` macro says what it means: that of the kinds of the
+#: module that brings it (QK-norm's gains in qk_norm.j2); the others' words are in notation.j2
+OPERAND_PROSE: dict[str, str] = {}
 for _module in MODULES:
+    _prose = next((v.prose for v in vars(_module).values()
+                   if isinstance(v, Kind) and type(v).__module__ == _module.__name__ and v.prose), None)
     for _name, (_symbol, _base) in getattr(_module, "OPERANDS", {}).items():
         OPERAND_SYMBOL[_name], OPERAND_BASE[_name] = _symbol, _base
+        if _prose:
+            OPERAND_PROSE.setdefault(_name, _prose)
 #: operands that stand in for a step (a trace that starts mid-way) mean what the step means
 _STEP_OPERANDS = {"Q": "Q", "K": "K", "V": "V", "scores": "scores", "weights": "weights", "Z": "Z", "P": "pos_enc"}
 

@@ -23,9 +23,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from attntrace.inputs.blockspec import BLOCK_OPERANDS
 from attntrace.kinds.base import Mistake, place
 from attntrace.kinds.norm import Norm
 from attntrace.model.formula import sym
+
+#: its norms' gains (norm3, norm4 of the block's spec, read with the other norms): their words are in its prose
+OPERANDS = {k: BLOCK_OPERANDS[k] for k in ("gamma_3", "gamma_4")}
 
 
 class OutputNorm(Norm):

@@ -17,7 +17,7 @@ from attntrace.inputs.textescape import escape_md, escape_tex, escape_text
 from attntrace.inputs.usertext import format_user_text, inline_math_for
 from attntrace.inputs.spec import KV_KEYS
 from attntrace.kinds import HEAD_PIPELINE, KINDS, kind_of
-from attntrace.kinds.notation import notation_of
+from attntrace.kinds.notation import OPERAND_PROSE, notation_of
 from attntrace.model import formula as F
 from attntrace.rendering.printing import PlainOut, TexOut
 from attntrace.rendering.stepview import StepView
@@ -222,6 +222,8 @@ def _meaning_prose() -> dict[str, str]:
             found.setdefault(kind.meaning or kind.id, kind.prose)
             for key in [key for _, key, _ in kind.symbols] + list(kind.added_meanings):
                 found.setdefault(key, kind.prose)
+    for name, prose in OPERAND_PROSE.items():  # the matrices a kind's module brings (its OPERANDS)
+        found.setdefault(name, prose)
     return found
 
 
