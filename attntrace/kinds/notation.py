@@ -35,7 +35,7 @@ OPERAND_BASE.update({k: v[1] for k, v in BLOCK_OPERANDS.items()})
 # the operands kinds bring (the cache's past keys, QK-norm's gains, latent attention's and the experts' matrices):
 # each kind module's OPERANDS, name -> (symbol in formulas, base name of its entries)
 #: operand name -> the prose module whose `words` macro says what it means: that of the kinds of the
-#: module that brings it (QK-norm's gains in qk_norm.j2); the others' words are in notation.j2
+#: module that brings it (QK-norm's gains: its prose's words); the others' words are in notation.j2
 OPERAND_PROSE: dict[str, str] = {}
 for _module in MODULES:
     _prose = next((v.prose for v in vars(_module).values()
