@@ -143,10 +143,12 @@ class Transpose(Node):
 
 @dataclass(frozen=True)
 class Index(Node):
-    """An entry index or a block number: a_{ij}, m_{2}."""
+    """An entry index or a block number: a_{ij}, m_{2}; `comma` separates the index by commas
+    even when every part is one character (x_{r,i} beside x_{r,i+2})."""
 
     of: Node
     index: tuple[Node, ...]
+    comma: bool = False
 
 
 @dataclass(frozen=True)
@@ -175,10 +177,12 @@ class Neg(Node):
 @dataclass(frozen=True)
 class Juxt(Node):
     """A product written side by side (matrix products, coefficients): Q K^T, 2 O; `thin`
-    sets the factors a thin space apart instead ((4 x 3)(3 x 2), shapes of a product)."""
+    sets the factors a thin space apart instead ((4 x 3)(3 x 2), shapes of a product); `tight`
+    writes them together (2i in an index: p_{r,2i})."""
 
     factors: tuple[Node, ...]
     thin: bool = False
+    tight: bool = False
 
 
 @dataclass(frozen=True)
@@ -328,7 +332,7 @@ class Cases(Node):
 
 @dataclass(frozen=True)
 class Rel(Node):
-    """A chain of sides: a = b = c; `ops` names each relation ("eq", "approx", "to", "le"),
+    """A chain of sides: a = b = c; `ops` names each relation ("eq", "approx", "to", "le", "lt", "gt"),
     all "eq" when not given."""
 
     sides: tuple[Node, ...]

@@ -32,12 +32,12 @@ GREEK.update({name: (f"\\{name}", name, char) for name, char in (
     ("lambda", "λ"), ("eta", "η"), ("zeta", "ζ"), ("iota", "ι"), ("kappa", "κ"), ("xi", "ξ"), ("rho", "ρ"), ("tau", "τ"),
     ("phi", "φ"), ("chi", "χ"), ("psi", "ψ"), ("omega", "ω"), ("epsilon", "ϵ"), ("upsilon", "υ"))})
 #: Functions LaTeX knows by name (\max, \log); the others are \operatorname{...}.
-TEX_FUNCTIONS = {"max", "min", "exp", "log", "sin", "cos", "tanh"}
+TEX_FUNCTIONS = {"max", "min", "exp", "log", "ln", "sin", "cos", "tanh"}
 #: Binary operators of `Op`: LaTeX, plain, MathML.
 OPERATORS = {"mul": (" \\cdot ", " * ", "⋅"), "hadamard": (" \\odot ", " * ", "⊙"), "circ": (" \\circ ", " o ", "∘"), "in": (" \\in ", " in ", "∈"),
              "times": (" \\times ", " x ", "×"), "cdot": (" \\cdot ", "*", "⋅")}
 #: Relations of `Rel`: LaTeX, plain, MathML.
-RELATIONS = {"eq": (" = ", " = ", "="), "lt": (" < ", " < ", "<"), "approx": (" \\approx ", " ~ ", "≈"), "to": (" \\to ", " -> ", "→"),
+RELATIONS = {"eq": (" = ", " = ", "="), "lt": (" < ", " < ", "<"), "gt": (" > ", " > ", ">"), "approx": (" \\approx ", " ~ ", "≈"), "to": (" \\to ", " -> ", "→"),
              "le": (" \\le ", " <= ", "≤")}
 ACCENTS = {"tilde": ("\\tilde", "~", "~"), "hat": ("\\hat", "'", "^"), "bar": ("\\bar", "bar", "¯"), "check": ("\\check", "check", "ˇ")}
 
@@ -145,7 +145,7 @@ class TexPrinter(Printer):
 
     def _print_Index(self, x: F.Index) -> str:
         parts = [self.p(i) for i in x.index]
-        sep = "," if any(len(p) > 1 for p in parts) else ""
+        sep = "," if x.comma or any(len(p) > 1 for p in parts) else ""
         return f"{self.p(x.of)}_{{{sep.join(parts)}}}"
 
     def _range(self, r) -> str:
@@ -171,8 +171,8 @@ class TexPrinter(Printer):
         return f"-({inner})" if isinstance(n.of, F.Add) else f"-{inner}"
 
     def _print_Juxt(self, j: F.Juxt) -> str:
-        if j.thin:
-            return "\\,".join(self.p(f) for f in j.factors)
+        if j.thin or j.tight:
+            return ("" if j.tight else "\\,").join(self.p(f) for f in j.factors)
         out = ""
         for k, f in enumerate(j.factors):
             out += ("" if k == 0 or isinstance(f, F.Space) or _coefficient(j.factors[k - 1], f) else " ") + self.p(f)
@@ -288,7 +288,7 @@ class PlainPrinter(Printer):
         parts = [self.p(i) for i in x.index]
         # an entry's head is a superscript, as SymPy's entry names print (t^(2)_11); a matrix's is not (T(2))
         of = f"{self.p(x.of.of)}^({self.p(x.of.head)})" if isinstance(x.of, F.Head) else self.p(x.of)
-        return f"{of}_" + (f"({','.join(parts)})" if any(len(p) > 1 for p in parts) else "".join(parts))
+        return f"{of}_" + (f"({','.join(parts)})" if x.comma or any(len(p) > 1 for p in parts) else "".join(parts))
 
     def _range(self, r) -> str:
         return ":" if r is None else (f"{r[0]}" if r[0] == r[1] else f"{r[0]}..{r[1]}")
@@ -304,6 +304,8 @@ class PlainPrinter(Printer):
 
     def _print_Juxt(self, j: F.Juxt) -> str:
         factors = [f for f in j.factors if not isinstance(f, F.Space)]
+        if j.tight:
+            return "".join(self.p(f) for f in factors)
         return "".join(("" if k == 0 or _coefficient(factors[k - 1], f) else " ") + self.p(f) for k, f in enumerate(factors))
 
     def _print_Op(self, o: F.Op) -> str:
@@ -447,7 +449,7 @@ class MathMLPrinter(Printer):
         return f"<msup>{self.p(t.of)}{self.mo('⊤')}</msup>"
 
     def _print_Index(self, x: F.Index) -> str:
-        sep = self.mo(",") if any(len(TexPrinter().p(i)) > 1 for i in x.index) else ""
+        sep = self.mo(",") if x.comma or any(len(TexPrinter().p(i)) > 1 for i in x.index) else ""
         return f"<msub>{self.p(x.of)}{self.row(sep.join(self.p(i) for i in x.index))}</msub>"
 
     def _range(self, r) -> str:

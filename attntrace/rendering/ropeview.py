@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from attntrace.inputs.expr import accented_with_head
 from attntrace.kinds.rope import base_text
 from attntrace.model import formula as F
 
@@ -68,7 +67,6 @@ class _Rotation:
     # -- the rule -------------------------------------------------------------------------
     def rule(self) -> list[dict]:
         sv, o, s = self.sv, self.o, self.s
-        head = s.head
         base = F.Num(base_text(s.details["base"]))
         half = self.d // 2
         theta_i, i = F.sym("theta", "i"), F.sym("i")
@@ -77,24 +75,25 @@ class _Rotation:
                          i.eq(F.Seq(tuple(F.node(x) for x in ids))))) if half > 1
                 else F.sym("theta", "1").eq(F.Power(base, F.Num(0)), 1))  # one pair: no formula over i
         theta = o.math(rule)
-        ang = ("p_r c_i theta_i", "p_r c_i\\theta_i") if self.factors is not None else ("p_r theta_i", "p_r\\theta_i")
-        if o.plain:
-            a, b = self.index_tex()
-            ph = "" if head is None else f"({head})"
-            e, x = f"{s.id[0].lower()}~{ph}", f"{o.math(self.src.matrix).lower()}{ph}"
-            mu = "mu " if self.scaled else ""
-            rot = (f"{e}_r,{a} = {mu}({x}_r,{a} cos({ang[0]}) - {x}_r,{b} sin({ang[0]})),  "
-                   f"{e}_r,{b} = {mu}({x}_r,{a} sin({ang[0]}) + {x}_r,{b} cos({ang[0]}))") if self.scaled else \
-                  (f"{e}_r,{a} = {x}_r,{a} cos({ang[0]}) - {x}_r,{b} sin({ang[0]}),  "
-                   f"{e}_r,{b} = {x}_r,{a} sin({ang[0]}) + {x}_r,{b} cos({ang[0]})")
-            return [block([theta]), *self.scaling_rule(), block([rot])]
-        a, b = self.index_tex()
-        out_e, in_e = self.sv.ref.base, self.src.base
-        vec = lambda e: o.layout([[f"{accented_with_head(e, head)}_{{r,{a}}}"], [f"{accented_with_head(e, head)}_{{r,{b}}}"]])  # noqa: E731
-        t = ang[1]
-        rot = o.layout([[f"\\cos {t}", f"-\\sin {t}"], [f"\\sin {t}", f"\\cos {t}"]])
-        mu = "\\mu " if self.scaled else ""
-        lines = sv.fit(vec(out_e), [f"{mu}{rot} {vec(in_e)}"])
+        c_i = (F.sym("c", "i"),) if self.factors is not None else ()
+        angle = F.Juxt((F.sym("p", "r"), *c_i, theta_i))
+        cos, sin = (F.Func(fn, (angle,), bare=True) for fn in ("cos", "sin"))
+        a, b = self.index()
+        out_e, in_e = sv.ref.symbol, self.src.symbol
+        mu = F.sym("mu")
+        at = lambda e, i: F.Index(e, (F.sym("r"), i), comma=True)  # noqa: E731  (p_{r,i} beside p_{r,i+2}: both with a comma)
+        if o.plain:  # each rotated entry as a line: y_a = x_a cos - x_b sin, y_b = x_a sin + x_b cos
+            x_a, x_b = (at(in_e, i) for i in (a, b))
+            turned = (x_a * cos - x_b * sin, x_a * sin + x_b * cos)
+            if self.scaled:
+                turned = tuple(mu * F.Paren(t) for t in turned)
+            rot = F.Parts(tuple(at(out_e, i).eq(t) for i, t in zip((a, b), turned)))
+            return [block([theta]), *self.scaling_rule(), block([o.math(rot)])]
+        vec = lambda e: o.layout([[o.math(at(e, a))], [o.math(at(e, b))]])  # noqa: E731
+        rot = o.layout([[o.math(cos), o.math(-sin)], [o.math(sin), o.math(cos)]])
+        if self.scaled:
+            rot = f"{o.math(mu)} {rot}"
+        lines = sv.fit(vec(out_e), [f"{rot} {vec(in_e)}"])
         scaling = self.scaling_rule()
         if scaling:
             return [block([theta]), *scaling, block(lines)]
@@ -108,44 +107,45 @@ class _Rotation:
         sc = self.s.details["scaling"]
         L, s_ = sc["original_max_position_embeddings"], sc["factor"]
         num = lambda v: o.num(float(v)) if self.numeric else o.expr(v)  # noqa: E731
+        c_i, s_f, i = F.sym("c", "i"), F.Num(s_), F.sym("i")
+        slash = lambda a, b: F.Frac(F.node(a), F.node(b), small=True, inline=True)  # noqa: E731  (L/4, 1/s: a slash)
         if sc["type"] == "llama3":
-            lo, hi = sc["low_freq_factor"], sc["high_freq_factor"]
-            if o.plain:
-                rule = [f"lambda_i = 2 pi / theta_i,  c_i = 1 if lambda_i < {L}/{hi};  c_i = 1/{s_} if lambda_i > {L}/{lo};",
-                        f"otherwise c_i = (1 - k_i)/{s_} + k_i,  k_i = ({L}/lambda_i - {lo})/({hi} - {lo})"]
-            else:
-                rule = [f"c_i = \\begin{{cases}} 1 & \\lambda_i < {L}/{hi} \\\\ 1/{s_} & \\lambda_i > {L}/{lo} \\\\ "
-                        f"(1 - \\kappa_i)/{s_} + \\kappa_i & \\text{{otherwise}} \\end{{cases}}",
-                        f"\\lambda_i = \\frac{{2\\pi}}{{\\theta_i}}, \\quad \\kappa_i = \\frac{{{L}/\\lambda_i - {lo}}}{{{hi} - {lo}}}"]
+            lo, hi = F.Num(sc["low_freq_factor"]), F.Num(sc["high_freq_factor"])
+            lam, kappa, theta = F.sym("lambda", "i"), F.sym("kappa", "i"), F.sym("theta", "i")
+            rule = [c_i.eq(F.Cases(((F.Num(1), F.Rel((lam, slash(L, hi)), ("lt",))),
+                                    (slash(1, s_f), F.Rel((lam, slash(L, lo)), ("gt",))),
+                                    (slash(F.Paren(1 - kappa), s_f) + kappa, F.Word("otherwise"))))),
+                    F.Parts((lam.eq(F.Frac(F.Juxt((F.Num(2), F.sym("pi"))), theta)),
+                             kappa.eq(F.Frac(slash(L, lam) - lo, hi - lo))))]
         else:
             from attntrace.kinds.ropescaling import yarn_range
 
             lo, hi = yarn_range(sc, self.s.details["base"], self.d, not self.numeric)
-            if o.plain:
-                rule = [f"c_i = g_i/{s_} + (1 - g_i),  g_i = clamp((i - 1 - {num(lo)})/({num(hi)} - {num(lo)}), 0, 1)"]
-            else:
-                rule = [f"c_i = \\frac{{\\gamma_i}}{{{s_}}} + (1 - \\gamma_i), \\quad "
-                        f"\\gamma_i = \\min\\left(1, \\max\\left(0, \\frac{{i - 1 - {num(lo)}}}{{{num(hi)} - {num(lo)}}}\\right)\\right)"]
+            gamma, lo, hi = F.sym("gamma", "i"), F.Num(num(lo)), F.Num(num(hi))  # the ramp's ends, printed for this output
+            clamp = F.Func("min", (F.Num(1), F.Func("max", (F.Num(0), F.Frac(i - 1 - lo, hi - lo)), sized=True)), sized=True)
+            rule = [F.Parts((c_i.eq(F.Frac(gamma, s_f) + F.Paren(1 - gamma)), gamma.eq(clamp)))]
         half = self.d // 2
         shown = pick(half, o.max_size)
-        dots = "..." if o.plain else "\\ldots"
-        names = ([f"c_{i}" for i in (1, half)] if o.plain else [f"c_{{{i}}}" for i in (1, half)]) if half > 3 else \
-            [f"c_{i + 1}" if o.plain else f"c_{{{i + 1}}}" for i in range(half)]
+        dots = o.math(F.Dots())
+        names = [o.math(F.sym("c").at(i)) for i in ((1, half) if half > 3 else range(1, half + 1))]
         if half > 3:
             names = [names[0], dots, names[1]]
         vals = [dots if i is None else num(self.factors[i]) for i in shown]
-        blocks = [block([r]) for r in rule] + [block(sv.fit(o.row(names), [sv.vector_tex(vals)]))]
+        blocks = [block([o.math(r)]) for r in rule] + [block(sv.fit(o.row(names), [sv.vector_tex(vals)]))]
         if self.scaled:
-            mu = f"mu = 0.1 ln {s_} + 1" if o.plain else f"\\mu = 0.1 \\ln {s_} + 1"
-            if sc.get("attention_factor") is not None or (sc.get("mscale") and sc.get("mscale_all_dim")):
-                mu = "mu" if o.plain else "\\mu"
-            blocks.append(block(sv.fit(mu, [num(self.mu)])))
+            mu = F.sym("mu")
+            given = sc.get("attention_factor") is not None or (sc.get("mscale") and sc.get("mscale_all_dim"))
+            rule = mu if given else mu.eq(F.Juxt((F.Num(0.1), F.Func("ln", (s_f,), bare=True))) + 1)
+            blocks.append(block(sv.fit(o.math(rule), [num(self.mu)])))
         return blocks
 
-    def index_tex(self) -> tuple[str, str]:
+    def index(self) -> tuple[F.Node, F.Node]:
+        """The columns of pair i: 2i-1 and 2i (interleaved), or i and i + d/2 (halves)."""
+        i = F.sym("i")
         if self.s.details["layout"] == "interleaved":
-            return "2i-1", "2i"
-        return "i", f"i+{self.d // 2}"
+            two_i = F.Juxt((F.Num(2), i), tight=True)
+            return F.Add((two_i, F.Neg(F.Num(1))), tight=True), two_i
+        return i, F.Add((i, F.Num(self.d // 2)), tight=True)
 
     # -- the values: theta_i, positions, angles ------------------------------------------
     def values(self) -> list[dict]:
@@ -202,7 +202,7 @@ class _Rotation:
         lhs = col(sv.entry_label(r, j), sv.entry_label(r, k))
         rot = o.layout([[self.trig("cos", r, p), self.trig("sin", r, p, "-")], [self.trig("sin", r, p), self.trig("cos", r, p)]])
         if self.scaled:  # YaRN: mu times the rotation
-            rot = f"{self.mu_text()}\\, {rot}"
+            rot = o.math(F.Juxt((self.mu_text(), F.Space(), rot)))
         sides: list = [f"{rot} {col(sv.ename(self.src, r, j), sv.ename(self.src, r, k))}"]
         if sv.mode == "symbolic":
             e = sv.expressions()
@@ -220,7 +220,7 @@ class _Rotation:
             g = lambda v: o.fixed(v, p, pad=False)  # noqa: E731
             nums = o.layout_numeric([[g(c), g(-sn)], [g(sn), g(c)]], p)
             if self.scaled:
-                nums = f"{self.mu_text()}\\, {nums}"
+                nums = o.math(F.Juxt((self.mu_text(), F.Space(), nums)))
             sides.append(f"{nums} {o.layout_numeric([[g(x)], [g(y)]], p)}")
             sides.append(o.layout_numeric([[f(res[0])], [f(res[1])]], dec))
             return sv.fit(lhs, sides, align=True)
@@ -229,7 +229,7 @@ class _Rotation:
         sides.append(exact)
         a1, a2 = o.approx_entry(s.value, r, j), o.approx_entry(s.value, r, k)
         if a1 is not None and a2 is not None and (a1, a2) != (o.entry(s.value, r, j), o.entry(s.value, r, k)):
-            sides.append(("\\approx", col(a1, a2)))
+            sides.append((o.rel("approx"), col(a1, a2)))
         if o.measure(exact) > o.limit - o.measure(lhs) - 3.0:
             sides.remove(exact)
         return sv.fit(lhs, sides, align=True)
