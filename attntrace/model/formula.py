@@ -318,9 +318,11 @@ class Stack(Node):
 
 @dataclass(frozen=True)
 class Hcat(Node):
-    """Matrices side by side: [A, B]."""
+    """Matrices side by side: [A, B]; `inline` on one line with a wide gap instead of commas
+    (shapes of the blocks: [(3 x 2)  (3 x 1)])."""
 
     items: tuple[Node, ...]
+    inline: bool = False
 
 
 @dataclass(frozen=True)

@@ -237,6 +237,8 @@ class TexPrinter(Printer):
         return "\\begin{bmatrix} " + " \\\\ ".join(self.p(r) for r in s.rows) + " \\end{bmatrix}"
 
     def _print_Hcat(self, h: F.Hcat) -> str:
+        if h.inline:
+            return "\\bigl[" + "\\ \\ ".join(self.p(x) for x in h.items) + "\\bigr]"
         return f"\\left[{self.args(h.items)}\\right]"
 
     def _print_Cases(self, c: F.Cases) -> str:
@@ -371,7 +373,7 @@ class PlainPrinter(Printer):
         return "[" + "; ".join(self.p(r) for r in s.rows) + "]"
 
     def _print_Hcat(self, h: F.Hcat) -> str:
-        return f"[{self.args(h.items)}]"
+        return f"[{('  ' if h.inline else ', ').join(self.p(x) for x in h.items)}]"
 
     def _print_Cases(self, c: F.Cases) -> str:
         return ", ".join(f"{self.p(v)} ({self.p(w)})" for v, w in c.cases)
@@ -534,7 +536,8 @@ class MathMLPrinter(Printer):
         return self.row(self.mo("["), f"<mtable>{rows}</mtable>", self.mo("]"))
 
     def _print_Hcat(self, h: F.Hcat) -> str:
-        return self.row(self.mo("["), *[self.p(x) if k == 0 else self.mo(",") + self.p(x) for k, x in enumerate(h.items)], self.mo("]"))
+        gap = '<mspace width="0.5em"></mspace>' if h.inline else self.mo(",")
+        return self.row(self.mo("["), *[self.p(x) if k == 0 else gap + self.p(x) for k, x in enumerate(h.items)], self.mo("]"))
 
     def _print_Cases(self, c: F.Cases) -> str:
         rows = "".join(f"<mtr><mtd>{self.p(v)}</mtd><mtd>{self.p(w)}</mtd></mtr>" for v, w in c.cases)

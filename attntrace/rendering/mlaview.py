@@ -8,31 +8,15 @@ prose reports (0 in exact mode: the identity; float rounding in numeric mode).
 
 from __future__ import annotations
 
-import re
-
+from attntrace.model import formula as F
 from attntrace.rendering.stepview import register_view
 from attntrace.rendering.viewparts import SHAPE_LINES, block, resolve
-
-
-def _rule_after(matrix: str, col: int) -> str:
-    """The matrix's TeX with a vertical rule after column `col` (when no column is elided)."""
-    m = re.match(r"^\\left\[\\begin\{array\}\{r+\}(.*)\\end\{array\}\\right\]$", matrix, re.S)
-    if m is None or "dots" in matrix:
-        return matrix
-    body = m.group(1)
-    cols = body.split(" \\\\")[0].count("&") + 1
-    if not 0 < col < cols:
-        return matrix
-    spec = "r" * col + "|" + "r" * (cols - col)
-    return f"\\left[\\begin{{array}}{{{spec}}}{body}\\end{{array}}\\right]"
 
 
 def _stack_shapes(step, out) -> str:
     """[(n x a)  (n x b)] -> (n x (a + b)): two blocks side by side."""
     (n, c), (a, b) = step.shape, step.details["parts"]
-    if out.plain:
-        return f"[({n} x {a})  ({n} x {b})] -> ({n} x {c})"
-    return f"\\bigl[({n} \\times {a})\\ \\ ({n} \\times {b})\\bigr] \\to ({n} \\times {c})"
+    return out.math(F.to(F.Hcat((F.Shape(n, a), F.Shape(n, b)), inline=True), F.Shape(n, c)))
 
 
 SHAPE_LINES["stack"] = _stack_shapes
@@ -46,10 +30,8 @@ def build_stack(sv, vm) -> None:
     vm["extra"].update(first=sv.mname(a), second=sv.mname(b), first_cols=first, second_cols=second, width=first + second,
                        scale_given=any(t.id == "scaled" and t.details.get("by_sqrt_dk") is False for t in sv.t.steps))
     lhs = sv.named(sv.ref)
-    matrix = o.matrix(s.value, s.shape, sv.budget(lhs))
-    if not o.plain:
-        matrix = _rule_after(matrix, first)
-    vm["main"] = [block(sv.fit(lhs, [vm["formula"].partition(" = ")[2], matrix]))]
+    matrix = o.rule_after(o.matrix(s.value, s.shape, sv.budget(lhs)), first)
+    vm["main"] = [block(sv.fit(lhs, [o.math(F.after_lhs(s.expr)), matrix]))]
 
 
 @register_view("absorbed")
@@ -60,6 +42,6 @@ def build_absorbed(sv, vm) -> None:
     vm["extra"].update(scores=sv.mname(scores), gap=None if gap is None else ("0" if gap == 0 else f"{gap:.1e}"),
                        exact=sv.mode == "exact")
     lhs = sv.named(sv.ref)
-    sides = [vm["formula"].partition(" = ")[2]]
+    sides = [o.math(F.after_lhs(s.expr))]
     sides += sv.result_side(s.value, sv.budget(lhs)) if sv.mode != "symbolic" else [o.matrix(sv.expressions(), s.shape, sv.budget(lhs))]
     vm["main"] = [block(sv.fit(lhs, sides))]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+from attntrace.model import formula as F
 from attntrace.rendering.layout import Seq
 from attntrace.rendering.printing import reproducing_digits
 from attntrace.rendering.stepview import register_view
@@ -20,10 +21,9 @@ from attntrace.rendering.viewparts import SHAPE_LINES, block, pack, resolve
 TOKENS_SHOWN = 2
 
 
-def _chosen_text(chosen, plain: bool) -> list[str]:
-    if plain:
-        return [f"T_{i + 1} = {{{', '.join(str(e + 1) for e in sorted(es))}}}" for i, es in enumerate(chosen)]
-    return [f"T_{{{i + 1}}} = \\{{{', '.join(str(e + 1) for e in sorted(es))}\\}}" for i, es in enumerate(chosen)]
+def _chosen(chosen) -> list[F.Node]:
+    """T_i = {experts token i chose}, 1-based."""
+    return [F.sym("T").at(i + 1).eq(F.Seq(tuple(F.Num(e + 1) for e in sorted(es)), braces=True)) for i, es in enumerate(chosen)]
 
 
 def _tokens(sv, n: int) -> list[int]:
@@ -44,7 +44,7 @@ def build_routing(sv, vm) -> None:
         return
     vm["main"] = [block(sv.fit(lhs, sv.result_side(s.value, sv.budget(lhs)) if sv.mode != "symbolic" else [o.matrix(s.value, s.shape, sv.budget(lhs))]))]
     chosen = d["chosen"]
-    vm["extra"]["chosen_blocks"] = [block(c) for c in pack([[t] for t in _chosen_text(chosen, o.plain)], o)]
+    vm["extra"]["chosen_blocks"] = [block(c) for c in pack([[o.math(t)] for t in _chosen(chosen)], o)]
     src = resolve(sv.t, s.inputs[0], None)  # L (softmax) or S^r (sigmoid)
     chains = []
     for i in _tokens(sv, s.shape[0]):
@@ -57,7 +57,7 @@ def build_routing(sv, vm) -> None:
 
 def _routing_shapes(step, out) -> str:
     n, e = step.shape
-    return f"({n} x {e}) -> ({n} x {e})" if out.plain else f"({n} \\times {e}) \\to ({n} \\times {e})"
+    return out.math(F.to(F.Shape(n, e), F.Shape(n, e)))
 
 
 SHAPE_LINES["routing"] = _routing_shapes
@@ -67,7 +67,7 @@ def _gate_chain(sv, o, src, d, i, j, es) -> list[str]:
     label = sv.entry_label(i, j)
     soft = d["router"] == "softmax"
     names_n = [sv.ename(src, i, k) for k in es]
-    scale = "" if soft or str(d.get("scaling", 1)) in ("1", "1.0") else f"{d['scaling']} "
+    scale = None if soft or str(d.get("scaling", 1)) in ("1", "1.0") else F.Num(str(d["scaling"]))
     norm = soft or d.get("normalize", True)
     digits = o.precision
     if sv.mode == "numeric":  # the scores at the decimals that give the printed gate
@@ -80,15 +80,12 @@ def _gate_chain(sv, o, src, d, i, j, es) -> list[str]:
     with o.digits(digits):
         nums_n = [o.entry(src.value, i, k) for k in es] if sv.mode != "symbolic" else None
 
-    def frac(top, parts):
-        if o.plain:
-            body = top if not norm else f"{top} / ({' + '.join(parts)})"
-            return f"{scale}{body}"
-        body = top if not norm else f"\\frac{{{top}}}{{{' + '.join(parts)}}}"
-        lead = scale.strip() + " \\cdot " if scale else ""
-        return lead + body
+    def frac(top, parts) -> str:
+        """The gate: top / (sum of parts) when normalised, times the scaling factor."""
+        body = F.Frac(top, F.Add(tuple(parts))) if norm else top
+        return o.math(F.Op("mul", scale, body) if scale is not None else body)
 
-    e = (lambda t: f"e^({t})") if o.plain else (lambda t: f"e^{{{t}}}")  # noqa: E731
+    e = lambda t: F.Power(F.sym("e"), t)  # noqa: E731  (t: an entry's name or number, printed for this output)
     k = es.index(j)
     if soft:
         names = frac(e(names_n[k]), [e(t) for t in names_n])
@@ -130,11 +127,9 @@ def build_experts(sv, vm) -> None:
 def _experts_shapes(step, out) -> str:
     n, width = step.shape
     if step.id == "shared_expert":
-        return f"({n} x {width}) -> ({n} x {width})" if out.plain else f"({n} \\times {width}) \\to ({n} \\times {width})"
+        return out.math(F.to(F.Shape(n, width), F.Shape(n, width)))
     e, d = step.details["experts"], step.details["width"]
-    if out.plain:
-        return f"{e} x ({n} x {d}) -> ({n} x {e}*{d}) = ({n} x {width})"
-    return f"{e} \\times ({n} \\times {d}) \\to ({n} \\times {e} \\cdot {d}) = ({n} \\times {width})"
+    return out.math(F.Rel((F.Op("times", F.Num(e), F.Shape(n, d)), F.Shape(n, F.Op("cdot", F.Num(e), F.Num(d))), F.Shape(n, width)), ("to", "eq")))
 
 
 SHAPE_LINES["experts"] = _experts_shapes
@@ -145,9 +140,7 @@ def _sum_shapes(step, out) -> str:
     n, d = step.shape
     e = step.details["experts"]
     shapes = [(n, e), (n, e * d)] + ([(n, d)] if step.details["shared"] else [])
-    if out.plain:
-        return "; ".join(f"({a} x {b})" for a, b in shapes) + f" -> ({n} x {d})"
-    return ",\\ ".join(f"({a} \\times {b})" for a, b in shapes) + f" \\to ({n} \\times {d})"
+    return out.math(F.to(F.Seq(tuple(F.Shape(a, b) for a, b in shapes), sep="semi"), F.Shape(n, d)))
 
 
 SHAPE_LINES["moe_sum"] = _sum_shapes
@@ -170,11 +163,8 @@ def build_moe_sum(sv, vm) -> None:
     for i in _tokens(sv, s.shape[0]):
         es = sorted(s.details["chosen"][i])
         row = lambda v, e: o.matrix(v[i:i + 1, e * d:(e + 1) * d], (1, d))  # noqa: E731
-        if o.plain:
-            names = " + ".join(f"g^r_{i + 1}{e + 1} y({e + 1})_{i + 1}" for e in es) + (f" + y^s_{i + 1}" if ys else "")
-        else:
-            names = " + ".join(f"g^{{r}}_{{{i + 1}{e + 1}}}\\, y^{{({e + 1})}}_{{{i + 1}}}" for e in es) + (f" + y^{{s}}_{{{i + 1}}}" if ys else "")
-        sides = [names]
+        terms = tuple(F.Juxt((F.sym("g", sup="r").at(i + 1, e + 1), F.Space(), F.sym("y").head(e + 1).at(i + 1))) for e in es)
+        sides = [o.math(F.Add(terms + ((F.sym("y", sup="s").at(i + 1),) if ys else ())))]
         if sv.mode != "symbolic":
             terms = [f"{o.entry(g.value, i, e)} {row(y.value, e)}" for e in es] + ([row(ys.value, 0)] if ys else [])
             # a Seq: the layout breaks the weighted rows after a + when they do not fit the line
@@ -182,7 +172,6 @@ def build_moe_sum(sv, vm) -> None:
             if o.plain:
                 sides[-1] = " + ".join(terms)
             sides.append(o.matrix(s.value[i:i + 1, :], (1, d)))
-        label = f"f_{i + 1}" if o.plain else f"f_{{{i + 1}}}"
-        chains.append(sv.fit(label, sides, align=True))
+        chains.append(sv.fit(o.math(F.sym("f").at(i + 1)), sides, align=True))
     vm["entry_rows"] = _tokens(sv, s.shape[0])
     vm["entries"] = sv.blocks_of(chains)

@@ -639,6 +639,19 @@ class TexOut(_Out):
         """A formula tree (`attntrace.model.formula`) in this output's notation."""
         return tex(tree)
 
+    def rule_after(self, matrix: str, col: int) -> str:
+        """A printed matrix with a vertical rule after column `col` (when no column is elided):
+        the parts of a block matrix [A | B]."""
+        m = re.match(r"^\\left\[\\begin\{array\}\{r+\}(.*)\\end\{array\}\\right\]$", matrix, re.S)
+        if m is None or "dots" in matrix:
+            return matrix
+        body = m.group(1)
+        cols = body.split(" \\\\")[0].count("&") + 1
+        if not 0 < col < cols:
+            return matrix
+        spec = "r" * col + "|" + "r" * (cols - col)
+        return f"\\left[\\begin{{array}}{{{spec}}}{body}\\end{{array}}\\right]"
+
     def rel(self, name: str) -> str:
         """A relation sign for a side of a laid-out chain: \\approx, \\to, ..."""
         return RELATIONS[name][0].strip()
@@ -752,6 +765,9 @@ class PlainOut(_Out):
 
     def math(self, tree: Node) -> str:
         return plain(tree)
+
+    def rule_after(self, matrix: str, col: int) -> str:
+        return matrix  # text columns have no rules
 
     def rel(self, name: str) -> str:
         return RELATIONS[name][1].strip()
