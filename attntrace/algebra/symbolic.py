@@ -8,7 +8,7 @@ from __future__ import annotations
 from attntrace.inputs.expr import accented_with_head, entry_name
 
 
-def _entry_symbol(base: str, i: int, j: int, head, wide: bool) -> str:
+def entry_symbol(base: str, i: int, j: int, head, wide: bool) -> str:
     """An entry's name; an accented base (\\tilde{q}, the rotated queries) is no parser name,
     so it is written out here, as the reports write it (attntrace.rendering.viewparts.Ref)."""
     if not base.startswith("\\"):
@@ -352,5 +352,5 @@ class SympyAlgebra:
             return result, None
         rows, cols = shape
         wide = max(rows, cols) >= 10
-        names = sp.ImmutableMatrix(rows, cols, lambda i, j: sp.Integer(0) if result[i, j] == 0 else sp.Symbol(_entry_symbol(symbol, int(i) + 1, int(j) + 1, head, wide)))
+        names = sp.ImmutableMatrix(rows, cols, lambda i, j: sp.Integer(0) if result[i, j] == 0 else sp.Symbol(entry_symbol(symbol, int(i) + 1, int(j) + 1, head, wide)))
         return names, result

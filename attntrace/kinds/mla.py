@@ -64,7 +64,7 @@ _NAME = re.compile(r"^(?:\\(hat|tilde)\{(\w)\}|(\w))(?:\^\{(\w+)\})?(?:_\{\\text
 
 
 def tex_sym(tex: str) -> Sym:
-    """The formula symbol of a name written as TeX here: C^{KV}, \\hat{C}^{Q}, \\tilde{K}^{R}, K^{R}_{\\text{cache}}."""
+    """The formula symbol of an entry's SymPy base name: c^{KV}, \\hat{c}^{Q}, \\tilde{k}^{R}."""
     m = _NAME.match(tex)
     if m is None:
         raise ValueError(tex)
@@ -124,7 +124,7 @@ class MlaProduct(MlaKind):
 
     def __init__(self, id, reads, weight, writes, letter, entry, layer=False, enabled=None):
         self.id, self.reads, self.writes, self.weight = id, (reads,), writes, weight
-        self.letter, self.entry, self.symbol, self.layer = tex_sym(letter), tex_sym(entry), entry, layer
+        self.letter, self.entry, self.symbol, self.layer = letter, tex_sym(entry), entry, layer
         self.per_head = not layer
         self._enabled = enabled
 
@@ -156,7 +156,7 @@ class MlaNorm(MlaKind):
 
     def __init__(self, id, reads, writes, letter, entry, which, enabled=None):
         self.id, self.reads, self.writes, self.which = id, (reads,), writes, which
-        self.letter, self.entry, self.symbol = tex_sym(letter), tex_sym(entry), entry
+        self.letter, self.entry, self.symbol = letter, tex_sym(entry), entry
         self._enabled = enabled
 
     def compute(self, ctx, head, state):
@@ -197,7 +197,7 @@ class MlaRope(MlaKind):
 
     def __init__(self, id, reads, writes, letter, entry, layer):
         self.id, self.reads, self.writes, self.layer = id, (reads,), writes, layer
-        self.letter, self.entry, self.symbol = tex_sym(letter), tex_sym(entry), entry
+        self.letter, self.entry, self.symbol = letter, tex_sym(entry), entry
         self.per_head = not layer
 
     def compute(self, ctx, head, state):
@@ -262,7 +262,7 @@ class MlaCache(MlaKind):
 
     def __init__(self, id, reads, past, writes, letter, entry):
         self.id, self.reads, self.past, self.writes = id, (reads,), past, writes
-        self.letter, self.entry = tex_sym(letter), tex_sym(entry)
+        self.letter, self.entry = letter, tex_sym(entry)
 
     def enabled(self, problem) -> bool:
         return super().enabled(problem) and problem.extra["mla"]["past"] > 0
@@ -304,7 +304,7 @@ class MlaConcat(MlaKind):
 
     def __init__(self, id, parts, writes, letter, entry):
         self.id, self.reads, self.writes = id, parts, writes
-        self.letter, self.entry = tex_sym(letter), tex_sym(entry)
+        self.letter, self.entry = letter, tex_sym(entry)
 
     def compute(self, ctx, head, state):
         a, b = (self.flow_in(ctx, state, r) for r in self.reads)
@@ -341,7 +341,7 @@ class MlaAbsorbProduct(MlaKind):
 
     def __init__(self, id, a, b, transposed, letter, entry, rhs):
         self.id, self.reads, self.writes, self.transposed = id, (a, b), id, transposed
-        self.letter, self.entry, self.symbol = tex_sym(letter), tex_sym(entry), entry
+        self.letter, self.entry, self.symbol = letter, tex_sym(entry), entry
         self.rhs = rhs  # head -> the right side, a formula
 
     def enabled(self, problem) -> bool:
@@ -440,33 +440,33 @@ def _past(problem) -> bool:
 
 
 # -- the layer: the query LoRA, the latent, the shared RoPE key --------------------------------------
-C_Q = MlaProduct("C_Q", "input", "W_DQ", "cq_raw", "C^{Q}", "c^{Q}", layer=True, enabled=_q_lora)
-C_Q_NORM = MlaNorm("C_Q_norm", "cq_raw", "cq", "\\hat{C}^{Q}", "\\hat{c}^{Q}", "Q", enabled=_q_lora)
-C_KV = MlaProduct("C_KV", "input", "W_DKV", "ckv_raw", "C^{KV}", "c^{KV}", layer=True)
-C_KV_NORM = MlaNorm("C_KV_norm", "ckv_raw", "ckv", "\\hat{C}^{KV}", "\\hat{c}^{KV}", "KV")
-K_R = MlaProduct("K_R", "input", "W_KR", "kr_raw", "K^{R}", "k^{R}", layer=True)
-K_R_ROPE = MlaRope("K_R_rope", "kr_raw", "kr", "\\tilde{K}^{R}", "\\tilde{k}^{R}", layer=True)
-C_KV_CACHE = MlaCache("C_KV_cache", "ckv", "c_KV_past", "ckv", "C^{KV}_{\\text{cache}}", "c^{KV}")
-K_R_CACHE = MlaCache("K_R_cache", "kr", "k_R_past", "kr", "K^{R}_{\\text{cache}}", "k^{R}")
+C_Q = MlaProduct("C_Q", "input", "W_DQ", "cq_raw", sym("C", sup="Q"), "c^{Q}", layer=True, enabled=_q_lora)
+C_Q_NORM = MlaNorm("C_Q_norm", "cq_raw", "cq", sym("C", sup="Q", accent="hat"), "\\hat{c}^{Q}", "Q", enabled=_q_lora)
+C_KV = MlaProduct("C_KV", "input", "W_DKV", "ckv_raw", sym("C", sup="KV"), "c^{KV}", layer=True)
+C_KV_NORM = MlaNorm("C_KV_norm", "ckv_raw", "ckv", sym("C", sup="KV", accent="hat"), "\\hat{c}^{KV}", "KV")
+K_R = MlaProduct("K_R", "input", "W_KR", "kr_raw", sym("K", sup="R"), "k^{R}", layer=True)
+K_R_ROPE = MlaRope("K_R_rope", "kr_raw", "kr", sym("K", sup="R", accent="tilde"), "\\tilde{k}^{R}", layer=True)
+C_KV_CACHE = MlaCache("C_KV_cache", "ckv", "c_KV_past", "ckv", sym("C", Word("cache"), sup="KV"), "c^{KV}")
+K_R_CACHE = MlaCache("K_R_cache", "kr", "k_R_past", "kr", sym("K", Word("cache"), sup="R"), "k^{R}")
 # -- per head: the up-projections, the head's RoPE query, the stacked query and key --------------------
-Q_C = MlaProduct("Q_C", "cq", "W_UQ", "QC", "Q^{C}", "q^{C}")
-Q_R = MlaProduct("Q_R", "cq", "W_QR", "QR_raw", "Q^{R}", "q^{R}")
-Q_R_ROPE = MlaRope("Q_R_rope", "QR_raw", "QR", "\\tilde{Q}^{R}", "\\tilde{q}^{R}", layer=False)
-K_C = MlaProduct("K_C", "ckv", "W_UK", "KC", "K^{C}", "k^{C}")
-V_C = MlaProduct("V_C", "ckv", "W_UV", "V", "V", "v")
-Q_MLA = MlaConcat("Q_mla", ("QC", "QR"), "Q", "Q", "q")
-K_MLA = MlaConcat("K_mla", ("KC", "kr"), "K", "K", "k")
+Q_C = MlaProduct("Q_C", "cq", "W_UQ", "QC", sym("Q", sup="C"), "q^{C}")
+Q_R = MlaProduct("Q_R", "cq", "W_QR", "QR_raw", sym("Q", sup="R"), "q^{R}")
+Q_R_ROPE = MlaRope("Q_R_rope", "QR_raw", "QR", sym("Q", sup="R", accent="tilde"), "\\tilde{q}^{R}", layer=False)
+K_C = MlaProduct("K_C", "ckv", "W_UK", "KC", sym("K", sup="C"), "k^{C}")
+V_C = MlaProduct("V_C", "ckv", "W_UV", "V", sym("V"), "v")
+Q_MLA = MlaConcat("Q_mla", ("QC", "QR"), "Q", sym("Q"), "q")
+K_MLA = MlaConcat("K_mla", ("KC", "kr"), "K", sym("K"), "k")
 # they make the head's Q, K, V: the projections and the RoPE of Q and K do not run
 Q_MLA.replaces, K_MLA.replaces, V_C.replaces = ("Q", "Q_rope"), ("K", "K_rope"), ("V",)
 
 # -- absorption, after the scores: the same scores from the latents, K never built ---------------
 _UQ, _UK, _QK = sym("W", sup="UQ"), sym("W", sup="UK"), sym("W", sup="QK")
-W_ABSORBED = MlaAbsorbProduct("W_absorbed", "W_UQ", "W_UK", True, "W^{QK}", "w^{QK}", lambda h: _UQ.head(h) * _UK.head(h).T())
-Q_ABSORBED = MlaAbsorbProduct("Q_absorbed", "cq", "W_absorbed", False, "Q^{L}", "q^{L}",
+W_ABSORBED = MlaAbsorbProduct("W_absorbed", "W_UQ", "W_UK", True, sym("W", sup="QK"), "w^{QK}", lambda h: _UQ.head(h) * _UK.head(h).T())
+Q_ABSORBED = MlaAbsorbProduct("Q_absorbed", "cq", "W_absorbed", False, sym("Q", sup="L"), "q^{L}",
                               lambda h: sym("C", sup="Q", accent="hat") * _QK.head(h))
-SCORES_C = MlaAbsorbProduct("scores_C", "Q_absorbed", "ckv", True, "S^{C}", "s^{C}",
+SCORES_C = MlaAbsorbProduct("scores_C", "Q_absorbed", "ckv", True, sym("S", sup="C"), "s^{C}",
                             lambda h: sym("Q", sup="L").head(h) * sym("C", sup="KV", accent="hat").T())
-SCORES_R = MlaAbsorbProduct("scores_R", "QR", "kr", True, "S^{R}", "s^{R}",
+SCORES_R = MlaAbsorbProduct("scores_R", "QR", "kr", True, sym("S", sup="R"), "s^{R}",
                             lambda h: sym("Q", sup="R", accent="tilde").head(h) * sym("K", sup="R", accent="tilde").T())
 SCORES_ABSORBED = MlaAbsorbed()
 #: After the scores (they read S to compare).

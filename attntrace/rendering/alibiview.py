@@ -35,7 +35,7 @@ def _slope_chain(sv) -> list[str]:
         line = o.eq(lhs, *sides) if sides else lhs
         return [o.eq(line, value) if exact else o.approx(line, value)]
     if not sides or sides[-1] != value:
-        sides.append(value if exact else ("\\approx", value))
+        sides.append(value if exact else (o.rel("approx"), value))
     return sv.fit(lhs, sides)
 
 

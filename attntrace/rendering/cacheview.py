@@ -8,16 +8,9 @@ which rows are new, the total) is counted here, not in the templates.
 
 from __future__ import annotations
 
+from attntrace.model.formula import after_lhs
 from attntrace.rendering.stepview import register_view
 from attntrace.rendering.viewparts import block, resolve
-
-
-def _rule_before(matrix: str, row: int) -> str:
-    """The matrix's TeX with \\hline before row `row` (0-based): the new token's rows."""
-    parts = matrix.split(" \\\\ ")
-    if not 0 < row < len(parts):
-        return matrix
-    return " \\\\ ".join(parts[:row]) + " \\\\ \\hline " + " \\\\ ".join(parts[row:])
 
 
 @register_view("cache")
@@ -29,9 +22,9 @@ def build_cache(sv, vm) -> None:
     x.update(which=s.id[0], past_rows=past, new_rows=new, total=past + new, first_new=past + 1, last_new=past + new,
              new_name=sv.mname(new_ref), past_name=sv.mname(resolve(sv.t, s.inputs[0], s.head)))
     lhs = sv.named(sv.ref)
-    stacked = vm["formula"].partition(" = ")[2]  # [K_past; K]: the formula's right side, then the values
+    stacked = o.math(after_lhs(s.expr))  # [K_past; K]: the formula's right side, then the values
     matrix = o.matrix(s.value, s.shape, sv.budget(lhs))
     if not o.plain and s.shape[0] <= o.max_size:  # no rows elided: the rule falls between past and new
-        matrix = _rule_before(matrix, past)
+        matrix = o.rule_before(matrix, past)
         x["ruled"] = past > 0
     vm["main"] = [block(sv.fit(lhs, [stacked, matrix]))]

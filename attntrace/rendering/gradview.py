@@ -240,7 +240,7 @@ def _matrix(sv, value, shape, budget) -> list:
     if sv.mode != "exact" or o.plain or o.measure(exact) <= budget:
         return [exact]
     approx = o.approx_matrix(value, shape, budget)
-    return [("\\approx", approx)] if approx else [exact]
+    return [(o.rel("approx"), approx)] if approx else [exact]
 
 
 def _value(sv, x) -> str:

@@ -144,6 +144,19 @@ class Seq:
         return o + self.joiner.join(self.items) + c
 
 
+#: The gap between two equations set side by side on one line.
+SIDE_BY_SIDE = " \\qquad "
+
+
+def row_seq(items: list[str], factor: tuple[str, str] = ("", "")) -> Seq:
+    """A row vector (a, b, c) that breaks after its commas; `factor` (on one line, broken) is a
+    coefficient before it: \\frac{1}{\\sqrt{6}} grown parentheses on one line, a \\tfrac and
+    fixed ones across lines."""
+    one, broken = factor
+    return Seq(tuple(items), joiner=",\\ ", tail=",", open=broken + ("\\,(" if broken else "("), close=")",
+               open_one=one + "\\left(", close_one="\\right)")
+
+
 def join_sum(terms: list[str]) -> Seq:
     """A sum whose terms keep their own signs: 'a', '-b' -> a - b; it breaks after a + or -."""
     items = [terms[0]] + [("- " + t[1:] if t.startswith("-") and not t.startswith("-\\infty") else "+ " + t) for t in terms[1:]]

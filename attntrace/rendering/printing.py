@@ -652,6 +652,13 @@ class TexOut(_Out):
         spec = "r" * col + "|" + "r" * (cols - col)
         return f"\\left[\\begin{{array}}{{{spec}}}{body}\\end{{array}}\\right]"
 
+    def rule_before(self, matrix: str, row: int) -> str:
+        """A printed matrix with \\hline before row `row` (0-based): a cache's new rows under its past ones."""
+        parts = matrix.split(" \\\\ ")
+        if not 0 < row < len(parts):
+            return matrix
+        return " \\\\ ".join(parts[:row]) + " \\\\ \\hline " + " \\\\ ".join(parts[row:])
+
     def rel(self, name: str) -> str:
         """A relation sign for a side of a laid-out chain: \\approx, \\to, ..."""
         return RELATIONS[name][0].strip()
@@ -768,6 +775,9 @@ class PlainOut(_Out):
 
     def rule_after(self, matrix: str, col: int) -> str:
         return matrix  # text columns have no rules
+
+    def rule_before(self, matrix: str, row: int) -> str:
+        return matrix
 
     def rel(self, name: str) -> str:
         return RELATIONS[name][1].strip()

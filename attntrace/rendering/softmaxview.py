@@ -16,7 +16,7 @@ import math
 import numpy as np
 
 from attntrace.model import formula as F
-from attntrace.rendering.layout import Seq, join_sum
+from attntrace.rendering.layout import Seq, join_sum, row_seq
 from attntrace.rendering.printing import decimals_needed, pick
 from attntrace.rendering.viewparts import in_block, SATURATED, Ref, block, entry_base, resolve, rows_to_expand
 
@@ -139,10 +139,10 @@ class SoftmaxView:
             approx_of = lambda mat: self.vector_tex([o.dots(0, None) if j is None else (o.approx_entry(mat, i, j) or o.entry(mat, i, j))  # noqa: E731
                                                      for j in ecols])
             if shifted_v is not None and any(o.measure(x) > room for x in shifted_v.items):
-                shifted_v = ("\\approx", approx_of(shifted))
+                shifted_v = (o.rel("approx"), approx_of(shifted))
             if any(o.measure(x) > room for x in exp_v.items):
-                exp_v = ("\\approx", approx_of(d["exp"]))
-                total = ("\\approx", o.num(float(rs.evalf(17))))
+                exp_v = (o.rel("approx"), approx_of(d["exp"]))
+                total = (o.rel("approx"), o.num(float(rs.evalf(17))))
         e = F.sym("e")
         shift = t_ij - m if m_val is not None else t_ij
         expo = F.Power(e, shift)
@@ -181,9 +181,7 @@ class SoftmaxView:
 
     def vector_tex(self, items: list[str]):
         o = self.out
-        if o.plain:
-            return o.row(items)
-        return Seq(tuple(items), joiner=",\\ ", tail=",", open="(", close=")", open_one="\\left(", close_one="\\right)")
+        return o.row(items) if o.plain else row_seq(items)
 
     def saturation(self, rows: list[int], tokens) -> list[dict]:
         s = self.s

@@ -15,8 +15,8 @@ from typing import Any, Callable
 import numpy as np
 
 from attntrace.model.errors import BadInput
-from attntrace.model.formula import Dots, after_lhs, sym
-from attntrace.rendering.layout import Seq, fit_chain, join_sum
+from attntrace.model.formula import Dots, Frac, Num, after_lhs, sym
+from attntrace.rendering.layout import Seq, fit_chain, join_sum, row_seq
 from attntrace.rendering.printing import STATS, decimals_needed, pick, plain_name, reproducing_digits, reproducing_precision
 from attntrace.rendering.softmaxview import SoftmaxView
 from attntrace.kinds import kind_of
@@ -160,7 +160,7 @@ class StepView(SoftmaxView):
         if isinstance(vm["formula_block"], list):
             vm["formula_block"] = block(vm["formula_block"]) if vm["formula_block"] else None
         vm["entry_rows"] = [i + 1 for i in vm["entry_rows"]]
-        before, arrow, after = vm["shape_line"].partition(" -> " if o.plain else " \\to ")
+        before, arrow, after = vm["shape_line"].partition(f" {o.rel('to')} ")
         vm["shape_same"] = bool(arrow) and before == after  # (3 x 2) -> (3 x 2): the step keeps its input's shape
         return vm
 
@@ -281,7 +281,7 @@ class StepView(SoftmaxView):
         if self.mode == "exact" and not o.plain and any(o.measure(t) > o.limit - self.lw - 4.0 for t in nums.items):
             # a factor wider than the page (RoPE's exact weights): the products of its values instead
             ap = lambda v, r, c: (lambda x: o.paren(x) if x.startswith("-") else x)(o.approx_entry(v, r, c) or o.entry(v, r, c))  # noqa: E731
-            nums = ("\\approx", self.sum_seq(inner, lambda k: o.mul(ap(a.value, i, k), ap(b.value, *bij(k)))))
+            nums = (o.rel("approx"), self.sum_seq(inner, lambda k: o.mul(ap(a.value, i, k), ap(b.value, *bij(k)))))
         sides = [names, nums] if named or o.plain else [nums]
         return self.fit(lhs, sides + (result or self.entry_result(s.value, i, j)), align=True, lhs_width=self.lw)
 
@@ -339,7 +339,7 @@ class StepView(SoftmaxView):
         src = resolve(self.t, s.inputs[0], s.head)
         factor = vm["extra"]["factor_tex"]
         lhs = self.named(self.ref)
-        rhs = vm["formula"].partition(" = ")[2]
+        rhs = o.math(after_lhs(s.expr))
         sides: list = [rhs, o.frac(self.mname(src), factor)]
         if self.mode == "symbolic":
             vm["main"] = [block(self.fit(lhs, sides + [o.matrix(s.value, s.shape, self.budget(lhs))]))]
@@ -373,16 +373,16 @@ class StepView(SoftmaxView):
         """t_{ij} = s_{ij} / sqrt(d_k) for row i at once: (3, 6, 4, 5) / sqrt(6) = (1.2247, ...)."""
         o, s = self.out, self.s
         cols = pick(s.shape[1], o.max_size)
-        base = lambda ref: self.ename(ref, i, 0).rsplit("_", 1)[0]  # noqa: E731  (t^{(2)} of t^{(2)}_{11})
-        lhs = f"{base(self.ref)}_{{{i + 1}j}}"
+        row = lambda ref: o.math(ref.symbol.at(i + 1, "j"))  # noqa: E731  (t^{(2)}_{1j})
+        lhs = row(self.ref)
         dots = o.dots(0, None)
         shown = [j for j in cols if j is not None]
         with o.digits(self.divided_digits(src, [(i, j) for j in shown], [self.entry_result(s.value, i, j)[0] for j in shown])):
-            nums = self.vector_tex([dots if j is None else o.entry(src.value, i, j) for j in cols])
-        nums.open_one = f"\\frac{{1}}{{{factor}}}\\left("  # one line: 1/sqrt(6) (3, 6, 4, 5)
-        nums.open = f"\\tfrac{{1}}{{{factor}}}\\,("  # broken across lines: plain parentheses
+            values = [dots if j is None else o.entry(src.value, i, j) for j in cols]
+        one_over = tuple(o.math(Frac(Num(1), factor, small=small)) for small in (False, True))
+        nums = row_seq(values, one_over)  # 1/sqrt(6) (3, 6, 4, 5)
         results = self.vector_tex([dots if j is None else self.entry_result(s.value, i, j)[0] for j in cols])
-        return self.fit(lhs, [o.frac(f"{base(src)}_{{{i + 1}j}}", factor), nums, results], align=True, lhs_width=o.measure(lhs))
+        return self.fit(lhs, [o.frac(row(src), factor), nums, results], align=True, lhs_width=o.measure(lhs))
 
     def divided_digits(self, src: Ref, cells: list[tuple[int, int]], results: list[str]) -> int:
         """The decimals at which the printed scores over the printed factor give the printed
@@ -419,7 +419,7 @@ class StepView(SoftmaxView):
         blocks = s.details.get("blocks", ())
         vm["extra"]["blocks"] = [{"head": h, "first": f, "last": l} for h, f, l in blocks]
         lhs = self.named(self.ref)
-        rhs = vm["formula"].partition(" = ")[2]
+        rhs = o.math(after_lhs(s.expr))
         if o.plain:
             vm["main"] = [block([o.eq(lhs, rhs, o.matrix(s.value, s.shape)) if s.value is not None else vm["formula"]])]
             return
@@ -457,7 +457,7 @@ class StepView(SoftmaxView):
                 parts = []
                 for h in heads:
                     if h is None:
-                        parts.append("\\cdots")
+                        parts.append(o.ellipsis_term())
                         continue
                     r = refs[h]
                     cols = pick(r.shape[1], per)

@@ -14,9 +14,10 @@ from attntrace.kinds import kind_of
 from attntrace.rendering import views
 from attntrace.kinds.notation import OPERAND_BASE, OPERAND_SYMBOL  # noqa: F401 - the reports' names of operands
 from attntrace.model.formula import Juxt, Node, Num, Op, Rel, Seq, Shape, Stack, Word, node, sym, to
-from attntrace.rendering.formulatext import ACCENTS, tex
+from attntrace.rendering.formulatext import ACCENTS, RELATIONS, tex
+from attntrace.rendering.layout import SIDE_BY_SIDE
 from attntrace.rendering.printing import entry_name, pick
-from attntrace.inputs.expr import accented_with_head
+from attntrace.algebra.symbolic import entry_symbol
 
 #: A softmax row whose largest weight is at least this is called saturated in the report.
 SATURATED = 0.999
@@ -48,10 +49,14 @@ def entry_columns(sv, cols: int) -> list[int | None]:
 BLOCK_LINES = 8
 
 
+#: An alignment mark before a line's relation (=, or the approximation sign of the relations' table).
+_ALIGNED = (" &= ", f" &{RELATIONS['approx'][0].strip()} ", "} &= ")
+
+
 def block(lines: list[str]) -> dict[str, Any]:
     """A display: its lines, and whether they form an aligned block (several lines, or one
     line with an alignment mark before its relation)."""
-    aligned = len(lines) > 1 or any(m in lines[0] for m in (" &= ", " &\\approx ", "} &= "))
+    aligned = len(lines) > 1 or any(m in lines[0] for m in _ALIGNED)
     return {"lines": list(lines), "aligned": aligned}
 
 
@@ -68,9 +73,8 @@ class Ref:
 
     def name(self, i: int, j: int) -> str:
         wide = max(self.shape) >= 10
-        if self.base.startswith("\\"):  # \tilde{t}: not a parser name, written out here
-            sub = f"{i + 1},{j + 1}" if wide else f"{i + 1}{j + 1}"
-            return f"{accented_with_head(self.base, self.head)}_{{{sub}}}"
+        if self.base.startswith("\\"):  # \tilde{t}: not a parser name; the name SymPy's entries have
+            return entry_symbol(self.base, i + 1, j + 1, self.head, wide)
         return entry_name(self.base, i + 1, j + 1, self.head, wide=wide)
 
 
@@ -215,7 +219,7 @@ def pack(chains: list[list[str]], out) -> list[list[str]]:
     for lines in chains:
         if (not out.plain and blocks and not block(blocks[-1])["aligned"] and not block(lines)["aligned"]
                 and out.measure(blocks[-1][0]) + 2.0 + out.measure(lines[0]) <= out.limit):
-            blocks[-1] = [blocks[-1][0] + " \\qquad " + lines[0]]
+            blocks[-1] = [blocks[-1][0] + SIDE_BY_SIDE + lines[0]]
         else:
             blocks.append(list(lines))
     return blocks
