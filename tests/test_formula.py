@@ -103,3 +103,28 @@ def test_printer_settings_are_validated():
 def test_a_printer_refuses_what_it_cannot_print():
     with pytest.raises(TypeError, match="cannot print"):
         tex(F.Rel((F.sym("x"), object())))  # type: ignore[arg-type]
+
+
+def test_the_views_options_print_as_their_hand_written_strings_did(katex):
+    """The nodes' options that replaced hand-written (TeX, plain) pairs in the views: each TeX print
+    is the string main's view wrote (KaTeX parses it), the MathML is Core, the plain has no LaTeX."""
+    r, i = F.sym("r"), F.sym("i")
+    two_i = F.Juxt((F.Num(2), i), tight=True)
+    pair = F.Index(F.sym("q", accent="tilde"), (r, i), comma=True)
+    blocks = F.to(F.Hcat((F.Shape(3, 2), F.Shape(3, 1)), inline=True), F.Shape(3, 3))
+    cases = F.sym("c", "i").eq(F.Cases(((F.Num(1), F.Rel((F.sym("lambda", "i"), F.Num(4)), ("lt",))),
+                                        (F.Num(0), F.Rel((F.sym("lambda", "i"), F.Num(16)), ("gt",))))))
+    mu = F.sym("mu").eq(F.Juxt((F.Num(0.1), F.Func("ln", (F.Num(32),), bare=True))) + 1)
+    expected = [
+        (F.Add((two_i, F.Neg(F.Num(1))), tight=True), "2i-1", "2i-1"),
+        (pair, "\\tilde{q}_{r,i}", "q~_(r,i)"),
+        (blocks, "\\bigl[(3 \\times 2)\\ \\ (3 \\times 1)\\bigr] \\to (3 \\times 3)", "[(3 x 2)  (3 x 1)] -> (3 x 3)"),
+        (cases, "c_i = \\begin{cases} 1 & \\lambda_i < 4 \\\\ 0 & \\lambda_i > 16 \\end{cases}",
+         "c_i = 1 (lambda_i < 4), 0 (lambda_i > 16)"),
+        (mu, "\\mu = 0.1 \\ln 32 + 1", "mu = 0.1 ln(32) + 1"),
+    ]
+    for tree, want_tex, want_plain in expected:
+        assert (tex(tree), plain(tree)) == (want_tex, want_plain)
+        root = ET.fromstring(mathml(tree, display=True))
+        assert {e.tag for e in root.iter()} <= MATHML_CORE
+    assert katex([(t, True) for _, t, _ in expected]) == []
