@@ -14,7 +14,9 @@ measurement rather than from reading CSS:
   the report, math by nbconvert's MathJax 2.7 (npm `mathjax@2`, given with --mathjax2);
 - MkDocs Material with pymdownx.arithmatex and MathJax 3 (npm `mathjax@3`, --mathjax3), as its
   documentation configures it. The same build counts raw `\\(` in the navigation, the table of
-  contents and <title> (issue 22 item 9b) and checks that every Markdown table is a table (9a).
+  contents and <title> (issue 22 item 9b), next to a control page whose headings hold math.
+
+Each site also gets a shape-mode report, whose table rows must all come out as <tr> (item 9a).
 
 Every page starts with a probe display `\\hspace{10em}`: its typeset width / 10 is the px per
 TeX em there. The column is the width a display equation may take (its container's box). Each
@@ -40,6 +42,7 @@ the others fall back to the machine's sans-serif (the summary names the font in 
 from __future__ import annotations
 
 import argparse
+import html
 import json
 import re
 import shutil
@@ -135,8 +138,6 @@ def chromium(html_file: Path, viewport: int) -> dict:
     m = re.search(r'<pre id="measure">(.*?)</pre>', proc.stdout, re.S)
     if not m:
         raise RuntimeError(f"no measurement from {html_file} (is MathJax reachable?): {proc.stderr[-500:]}")
-    import html
-
     data = json.loads(html.unescape(m.group(1)))
     if "error" in data:
         raise RuntimeError(f"measuring {html_file} failed: {data['error']}")
@@ -178,26 +179,26 @@ def build_sphinx(tools: Path, out: Path, theme: str, pages: dict[str, str]) -> P
     (src / "index.md").write_text(f"# Widths\n\n```{{toctree}}\n{toc}\n```\n", encoding="utf-8")
     for name, md in pages.items():
         (src / f"{name}.md").write_text(md, encoding="utf-8")
-    html = out / f"sphinx-{theme}"
-    subprocess.run([str(tools / "sphinx-build"), "-q", "-b", "html", str(src), str(html)], check=True)
-    return html
+    built = out / f"sphinx-{theme}"
+    subprocess.run([str(tools / "sphinx-build"), "-q", "-b", "html", str(src), str(built)], check=True)
+    return built
 
 
 # ----------------------------------------------------------------------------- Jupyter
 
 def build_jupyter(tools: Path, out: Path, mathjax2: Path, pages: dict[str, str]) -> Path:
-    html = out / "jupyter"
-    shutil.rmtree(html, ignore_errors=True)
-    html.mkdir(parents=True)
+    built = out / "jupyter"
+    shutil.rmtree(built, ignore_errors=True)
+    built.mkdir(parents=True)
     for name, md in pages.items():
         nb = {"cells": [{"id": "report", "cell_type": "markdown", "metadata": {}, "source": md}],
               "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
               "nbformat": 4, "nbformat_minor": 5}
-        (html / f"{name}.ipynb").write_text(json.dumps(nb), encoding="utf-8")
+        (built / f"{name}.ipynb").write_text(json.dumps(nb), encoding="utf-8")
     url = (mathjax2 / "MathJax.js").as_uri() + "?config=TeX-AMS_CHTML-full,Safe"
     subprocess.run([str(tools / "jupyter-nbconvert"), "--log-level=ERROR", "--to", "html",
-                    f"--HTMLExporter.mathjax_url={url}", *sorted(str(p) for p in html.glob("*.ipynb"))], check=True)
-    return html
+                    f"--HTMLExporter.mathjax_url={url}", *sorted(str(p) for p in built.glob("*.ipynb"))], check=True)
+    return built
 
 
 # ----------------------------------------------------------------------------- MkDocs Material
@@ -231,31 +232,43 @@ def build_mkdocs(tools: Path, out: Path, mathjax3: Path, pages: dict[str, str]) 
     (src / "docs" / "index.md").write_text("# Widths\n", encoding="utf-8")
     for name, md in pages.items():
         (src / "docs" / f"{name}.md").write_text(md, encoding="utf-8")
-    html = out / "mkdocs"
+    built = out / "mkdocs"
     subprocess.run([str(tools / "mkdocs"), "build", "-q", "--no-directory-urls", "-f", str(src / "mkdocs.yml"),
-                    "-d", str(html)], check=True)
-    return html
+                    "-d", str(built)], check=True)
+    return built
 
 
-def mkdocs_headings_and_tables(html_dir: Path, shape_md: str) -> dict:
-    """Issue 22 item 9b: raw `\\(` in <title>, the navigation and the table of contents of every
-    page; 9a: the shape-mode page's Markdown tables against its <table> rows."""
+#: A page whose headings hold math: the control that shows the count below sees raw math.
+CONTROL = "# Control $Q$\n\n## Scores $S = Q K^T$\n\nText.\n"
+
+
+def raw_math_in_mkdocs_headings(html_dir: Path, control: str) -> dict:
+    """Issue 22 item 9b: raw `\\(` in <title>, the navigation and the table of contents, summed over
+    every page of the site but the control, and on the control page alone (which must show some)."""
     from lxml import html as lhtml
 
-    counts = {"title": 0, "nav": 0, "toc": 0}
+    where = {"title": "//title", "nav": '//nav[contains(@class, "md-nav--primary")]',
+             "toc": '//nav[contains(@class, "md-nav--secondary")]'}
+    counts = {"pages": {k: 0 for k in where}, "control": {k: 0 for k in where}}
     for page in sorted(html_dir.glob("*.html")):
         doc = lhtml.fromstring(page.read_text(encoding="utf-8"))
-        counts["title"] += sum(t.text_content().count("\\(") for t in doc.iter("title"))
-        for nav in doc.xpath('//nav[contains(@class, "md-nav--primary")]'):
-            counts["nav"] += nav.text_content().count("\\(")
-        for nav in doc.xpath('//nav[contains(@class, "md-nav--secondary")]'):
-            counts["toc"] += nav.text_content().count("\\(")
-    doc = lhtml.fromstring((html_dir / "shape-mode.html").read_text(encoding="utf-8"))
-    md_rows = [ln for ln in shape_md.splitlines() if ln.startswith("|") and not re.match(r"^\|[-|: ]+\|$", ln)]
-    content = doc.xpath('//article')[0]
-    pipes = [p.text_content()[:60] for p in content.iter("p") if p.text_content().lstrip().startswith("|")]
-    return {"raw_math_in": counts, "shape_md_table_rows": len(md_rows),
-            "shape_html_table_rows": len(content.xpath(".//table//tr")), "paragraphs_of_pipes": pipes}
+        into = counts["control"] if page.stem == control else counts["pages"]
+        for key, xpath in where.items():
+            into[key] += sum(e.text_content().count("\\(") for e in doc.xpath(xpath))
+            if into is counts["pages"]:  # the control's own entry in every page's navigation
+                into[key] -= sum(a.text_content().count("\\(") for a in doc.xpath(f'{xpath}//a[contains(@href, "{control}.")]'))
+    return counts
+
+
+def table_rows(html_file: Path, md: str) -> dict:
+    """Issue 22 item 9a: every row of the Markdown's tables is a <tr> of the html page, and no
+    paragraph of pipes is left over."""
+    from lxml import html as lhtml
+
+    doc = lhtml.fromstring(html_file.read_text(encoding="utf-8"))
+    md_rows = [ln for ln in md.splitlines() if ln.startswith("|") and not re.match(r"^\|[-|: ]+\|$", ln)]
+    pipes = [p.text_content()[:60] for p in doc.iter("p") if p.text_content().lstrip().startswith("|")]
+    return {"md_table_rows": len(md_rows), "html_table_rows": len(doc.xpath("//table//tr")), "paragraphs_of_pipes": pipes}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -283,26 +296,27 @@ def main(argv: list[str] | None = None) -> None:
                 print(json.dumps(row, ensure_ascii=False), flush=True)
 
     sites = args.sites.split(",")
+    shape = attntrace.render(attntrace.run("sentence-4x6", mode="shape"), format="md", lang="en")
     if "sphinx" in sites:
         pages = pages_for("sphinx")
         for theme in ("alabaster", "sphinx_rtd_theme", "furo"):
-            html = build_sphinx(args.tools, args.out, theme, pages)
-            measure(f"sphinx/{theme}", html, pages, [1440])
-            measure(f"sphinx/{theme}", html, list(pages)[:1], [v for v in VIEWPORTS if v != 1440])
+            built = build_sphinx(args.tools, args.out, theme, {**pages, "shape-mode": shape})
+            print(json.dumps({"site": f"sphinx/{theme}", "shape_table": table_rows(built / "shape-mode.html", shape)}))
+            measure(f"sphinx/{theme}", built, pages, [1440])
+            measure(f"sphinx/{theme}", built, list(pages)[:1], [v for v in VIEWPORTS if v != 1440])
     if "jupyter" in sites:
         pages = pages_for("jupyter")
-        html = build_jupyter(args.tools, args.out, args.mathjax2, pages)
-        measure("jupyter/nbconvert-lab", html, pages, [1024])
-        measure("jupyter/nbconvert-lab", html, list(pages)[:1], [v for v in VIEWPORTS if v != 1024])
+        built = build_jupyter(args.tools, args.out, args.mathjax2, {**pages, "shape-mode": shape})
+        print(json.dumps({"site": "jupyter", "shape_table": table_rows(built / "shape-mode.html", shape)}))
+        measure("jupyter/nbconvert-lab", built, pages, [1024])
+        measure("jupyter/nbconvert-lab", built, list(pages)[:1], [v for v in VIEWPORTS if v != 1024])
     if "mkdocs" in sites:
         pages = pages_for("mkdocs")
-        shape = attntrace.render(attntrace.run("sentence-4x6", mode="shape"), format="md", lang="en")
-        pages["shape-mode"] = shape
-        html = build_mkdocs(args.tools, args.out, args.mathjax3, pages)
-        print(json.dumps({"site": "mkdocs", **mkdocs_headings_and_tables(html, shape)}), flush=True)
-        del pages["shape-mode"]
-        measure("mkdocs/material", html, pages, [1440])
-        measure("mkdocs/material", html, list(pages)[:1], [v for v in VIEWPORTS if v != 1440])
+        built = build_mkdocs(args.tools, args.out, args.mathjax3, {**pages, "shape-mode": shape, "control": CONTROL})
+        print(json.dumps({"site": "mkdocs", "shape_table": table_rows(built / "shape-mode.html", shape),
+                          "raw_math_in_headings": raw_math_in_mkdocs_headings(built, "control")}), flush=True)
+        measure("mkdocs/material", built, pages, [1440])
+        measure("mkdocs/material", built, list(pages)[:1], [v for v in VIEWPORTS if v != 1440])
 
     (args.out / "measurements.json").write_text(json.dumps(rows, indent=1, ensure_ascii=False), encoding="utf-8")
     print("\nsite                      viewport column  font   x-height  px/em  displays overflow")
