@@ -49,17 +49,30 @@ class Preset(NamedTuple):
 
 
 #: `--width NAME`: the usual targets. LaTeX: article's 345pt at 10pt; beamer's 128 mm frame with
-#: 1 cm margins (108 mm) at 11pt. Markdown (MathJax): MkDocs Material's 688px column in Roboto
-#: 16px (x-height 0.528); Sphinx's Read the Docs theme, 800px less 3.236em padding each side
-#: (696px) in Lato 16px (0.507); a Jupyter notebook's Markdown cell, about 800px in a 14px system
-#: font (0.52); GitHub's Markdown body in a README, about 740px in 16px system fonts (0.52).
+#: 1 cm margins (108 mm) at 11pt. Markdown sites typeset with MathJax, which scales its math to the
+#: ex of the text around it, so a column holds column / (font * x-height * 2.2624) em of TeX.
+#: Columns measured 2026-12-02 in headless Chromium on pages built by the tools themselves
+#: (scripts/measure_site_widths.py; MathJax's typeset \hspace{10em} agrees with font * x-height
+#: to 0.3%). The x-height is the site's web font where it ships one; for a system font stack, the
+#: largest of its fonts, which is Linux's DejaVu fallback as Chromium sets it (9px at 16px):
+#: - mkdocs: MkDocs Material 9.8, 688px in 1280px to 1440px windows (735px at 1024px; 757px at
+#:   1920px in a 17.6px font: the same 36 em), Roboto 16px (x-height 0.528);
+#: - sphinx: Sphinx 9 with MyST, alabaster (Sphinx's default theme): 660px at every window width,
+#:   Georgia 17px, here DejaVu Serif (ex 9px). Chosen because it holds the fewest em of the
+#:   themes measured: Read the Docs 696.5px in its own Lato 16px (x-height 0.506; 38.0 em; 605px
+#:   at a 1024px window) and furo 736px in system fonts 16px (36.1 em) take what fits it;
+#: - jupyter: nbconvert 7.17's lab template, MathJax 2.7, a Markdown cell in a 1024px window:
+#:   862px (the column is the window less 162px: 798px at 960, 1204px at 1366), system fonts 14px
+#:   (ex 8px);
+#: - github: not measured (github.com cannot be built here): from its CSS, the markdown-body of a
+#:   file is 980px less 45px padding a side, 890px, in system fonts 16px (ex 9px as above).
 PRESETS = {
     "article": Preset("345pt"),
     "beamer": Preset("307.28pt", font=11.0),
     "mkdocs": Preset("688px", 16.0, 0.528, "mathjax"),
-    "sphinx": Preset("696px", 16.0, 0.507, "mathjax"),
-    "jupyter": Preset("800px", 14.0, 0.52, "mathjax"),
-    "github": Preset("740px", 16.0, 0.52, "mathjax"),
+    "sphinx": Preset("660px", 17.0, 9 / 17, "mathjax"),
+    "jupyter": Preset("862px", 14.0, 8 / 14, "mathjax"),
+    "github": Preset("890px", 16.0, 9 / 16, "mathjax"),
 }
 
 
