@@ -24,6 +24,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import attntrace
+from attntrace.model.errors import BadInput, Unsupported
 from attntrace.teach import lms, numbas
 from mathcheck import in_ci, require_modules, require_tool
 
@@ -245,3 +247,32 @@ def test_compiled_exam_marks_key_and_carried_forward(numbas_compiler, tmp_path, 
     nowhere = results["a Z from nowhere"]
     assert nowhere["Z" + tag][0] == 0
     assert all(nowhere[k][0] == nowhere[k][1] for k in keys if k != "Z" + tag), nowhere
+
+
+def test_jme_prints_the_formula_trees():
+    """The JME printer is one more back end of the trees: products, transposes, a division by
+    a number, the softmax, a concatenation whose elided heads are written out."""
+    from attntrace.model import formula as F
+    from attntrace.teach import jme
+
+    q, k, z = F.sym("Q").head(1), F.sym("K").head(1), F.sym("Z")
+    names = {q: "Q1", k: "K1", F.sym("d", "k"): "2"}
+    assert jme.jme(q * k.T(), names) == "Q1 * transpose(K1)"
+    assert jme.jme(F.sym("S") / F.Sqrt(F.sym("d", "k")), {F.sym("S"): "S", F.sym("d", "k"): "4"}) == "S / sqrt(4)"
+    heads = F.Seq((z.head(1), z.head(2), F.Dots(), z.head(4)))
+    concat = F.Func("Concat", (heads,))
+    assert jme.jme(concat, {z.head(h): f"Z{h}" for h in range(1, 5)}) == (
+        "combine_horizontally(combine_horizontally(combine_horizontally(Z1, Z2), Z3), Z4)")
+    assert [jme.variable_name(x) for x in (q, F.sym("W", "Q").head(2), F.sym("W", "O"), z)] == ["Q1", "WQ2", "WO", "Z"]
+    with pytest.raises(Unsupported):  # a sum: a bias added row by row has no JME form here
+        jme.jme(q + k, names)
+    with pytest.raises(Unsupported):  # a symbol the question has no variable for
+        jme.jme(q * F.sym("V"), names)
+
+
+def test_a_step_without_a_jme_formula_is_refused_in_one_line():
+    variant = lms.make_variants(n=2, d=4, heads=1, seed=7)[0]
+    spec = dict(variant.spec, mask="causal")
+    masked = lms.Variant(variant.seed, spec, attntrace.run(spec))
+    with pytest.raises(BadInput, match=r"^a Numbas exam has no part for step 'masked'$"):
+        numbas.exam_text([masked])
