@@ -153,17 +153,14 @@ def given_html(variant: Variant, prose: Prose, escape=lambda text: text) -> str:
 
 
 def step_html(variant: Variant, prose: Prose, number: int, step) -> str:
-    from attntrace.teach.worksheet import worksheet_view
+    from attntrace.teach.worksheet import root_note
 
-    view = worksheet_view(variant.spec, variant.trace)
     parts = [f"<p><strong>{prose.step_title(number, step)}</strong></p>",
              f"<p>{_math(step.formula, display=True)}</p>"]
-    if step.id == "scaled":
-        factor = f" = {int(view['factor'])}" if view["factor_is_integer"] else f" \\approx {view['factor']:.4f}"
-        sqrt = _math("\\sqrt{d_k} = \\sqrt{%d}%s" % (view["d_k"], factor))
-        parts.append(f"<p>{prose('hint_scaled')} {sqrt}</p>")
-    elif step.id == "weights":
-        parts.append(f"<p>{prose('hint_weights')}</p>")
+    hint = f"hint_{step.id}"  # the prose's hint for this step, if it has one
+    if hasattr(prose.p, hint):
+        root = root_note(step)
+        parts.append(f"<p>{prose(hint)}" + (f" {_math(root)}" if root else "") + "</p>")
     parts.append(f"<p>{prose('round_note')}</p>")
     return "\n".join(parts)
 

@@ -14,11 +14,11 @@ import numpy as np
 
 from attntrace.kinds import kind_of
 from attntrace.model.errors import BadInput
-from attntrace.model.formula import node
+from attntrace.model.formula import Frac, Sqrt, after_lhs, first_part, node
 from attntrace.model.trace import Trace
 from attntrace.rendering.jinja_env import user_template_errors
 from attntrace.rendering.printing import TexOut
-from attntrace.rendering.formulatext import tex
+from attntrace.rendering.formulatext import plain, tex
 from attntrace.rendering.renderer import environment, tidy
 from attntrace.rendering.plaindata import to_plain
 from attntrace.teach.prosemarkup import prose_markup
@@ -55,6 +55,7 @@ def worksheet_view(spec: dict, trace: Trace) -> dict:
             "lhs": step_name(step.id, step.head),
             "blank": _blank_matrix(step.shape, cell),
             "factor": details.get("factor"),
+            "root": root_note(step),
         })
     return {
         "title": spec["title"], "seed": _seed_of(spec), "n": len(spec["X"]), "d": d, "heads": heads, "d_k": d_k,
@@ -63,6 +64,21 @@ def worksheet_view(spec: dict, trace: Trace) -> dict:
         "steps": steps,
         "split": heads > 1,
     }
+
+
+def root_note(step) -> str | None:
+    """The number a step's square root stands for, as its hint gives it (\\sqrt{d_k} =
+    \\sqrt{4} = 2): when the step's formula divides by the square root of a number the step
+    records under that symbol's name (the scaling's d_k); else None."""
+    rhs = after_lhs(first_part(step.expr))
+    if not (isinstance(rhs, Frac) and isinstance(rhs.den, Sqrt)):
+        return None
+    value = step.details.get(plain(rhs.den.of))
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    root = math.isqrt(value)
+    exact = f" = {root}" if root * root == value else f" \\approx {math.sqrt(value):.4f}"
+    return f"{tex(rhs.den)} = \\sqrt{{{value}}}{exact}"
 
 
 def _seed_of(spec: dict) -> int | None:
