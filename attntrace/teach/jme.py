@@ -16,6 +16,7 @@ raises `Unsupported`: a kind whose formula this printer cannot print has no Numb
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import numpy as np
@@ -131,9 +132,9 @@ def leaves(tree: F.Node) -> list[F.Node]:
         elif isinstance(x, tuple):
             for y in x:
                 walk(y)
-        elif isinstance(x, F.Node) and hasattr(x, "__dataclass_fields__"):
-            for name in x.__dataclass_fields__:
-                walk(getattr(x, name))
+        elif isinstance(x, F.Node) and dataclasses.is_dataclass(x):
+            for field in dataclasses.fields(x):
+                walk(getattr(x, field.name))
 
     walk(tree)
     return out
