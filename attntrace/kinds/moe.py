@@ -33,7 +33,7 @@ from attntrace.inputs.moespec import MOE_OPERANDS as OPERANDS  # noqa: F401 - it
 from attntrace.inputs.moespec import check_route, parse_moe
 from attntrace.inputs.options import SpecOption
 from attntrace.kinds.base import Kind, Mistake
-from attntrace.model.formula import Cases, Frac, Func, Hcat, Neg, Op, Paren, Parts, Power, Sum, Word, node, sym
+from attntrace.model.formula import Cases, Frac, Func, Hcat, Neg, Op, Paren, Parts, Power, Sum, Value, Word, node, sym
 
 _T = sym("T", "i")  # T_i: the experts token i chose
 _WR = sym("W", "r")
@@ -134,34 +134,49 @@ class RouterScores(MoeKind):
 
 
 def _numbers(ctx, value) -> np.ndarray:
-    """A matrix's entries as floats, to rank them (exact entries evaluated to 30 digits)."""
+    """A matrix's entries to rank: floats in numeric mode; in exact mode the exact entries
+    themselves (an object array), which `choose` orders with the algebra's exact `compare`."""
     if ctx.numeric:
         return np.asarray(value, dtype=float)
-    import sympy
-
-    return np.array([[float(sympy.N(value[i, j], 30)) for j in range(value.shape[1])] for i in range(value.shape[0])])
+    return np.array(value.tolist(), dtype=object)
 
 
-def _top(values, k: int, allowed=None) -> tuple[int, ...]:
-    """The k largest entries' indices, largest first; a tie goes to the lower index."""
-    order = sorted((j for j in range(len(values)) if allowed is None or allowed[j]), key=lambda j: (-values[j], j))
+def _top(values, k: int, allowed=None, compare=None) -> tuple[int, ...]:
+    """The k largest entries' indices, largest first; a tie goes to the lower index (numeric and
+    exact mode alike; torch.topk on these rows gives the same sets). compare(a, b): the sign of
+    a - b, decided exactly (exact mode); None: the floats' own order."""
+    idx = [j for j in range(len(values)) if allowed is None or allowed[j]]
+    if compare is None:
+        order = sorted(idx, key=lambda j: (-values[j], j))
+    else:
+        from functools import cmp_to_key
+
+        order = sorted(idx, key=cmp_to_key(lambda a, b: compare(values[b], values[a]) or a - b))
     return tuple(order[:k])
 
 
-def choose(moe, logits, scores=None, bias=None):
-    """Each token's chosen experts (0-based, best first) and, for grouped routing, its groups."""
+def choose(moe, logits, scores=None, bias=None, compare=None):
+    """Each token's chosen experts (0-based, best first) and, for grouped routing, its groups.
+    compare: exact mode's order of two entries (see `_top`)."""
     k = moe["top_k"]
     if moe["router"] == "softmax":
-        return tuple(_top(row, k) for row in logits), None
-    choice = scores + (0.0 if bias is None else bias)
+        return tuple(_top(row, k, compare=compare) for row in logits), None
+    if compare is None:
+        choice = scores + (0.0 if bias is None else bias)
+    else:
+        choice = scores if bias is None else np.array([[s + b for s, b in zip(row, bias[0])] for row in scores], dtype=object)
     g, tg = moe["n_group"], moe["topk_group"]
     size = choice.shape[1] // g
     chosen, groups = [], []
     for row in choice:
-        group_score = [sum(sorted(row[q * size:(q + 1) * size], reverse=True)[:2]) if g > 1 else 0.0 for q in range(g)]
-        keep_groups = _top(group_score, tg) if g > 1 else tuple(range(g))
+        if compare is None:
+            group_score = [sum(sorted(row[q * size:(q + 1) * size], reverse=True)[:2]) if g > 1 else 0.0 for q in range(g)]
+        else:  # the sum of each group's two best, exact
+            group_score = [sum(row[q * size + j] for j in _top(row[q * size:(q + 1) * size], 2, compare=compare)) if g > 1 else 0
+                           for q in range(g)]
+        keep_groups = _top(group_score, tg, compare=compare) if g > 1 else tuple(range(g))
         allowed = [j // size in keep_groups for j in range(len(row))]
-        chosen.append(_top(row, k, allowed))
+        chosen.append(_top(row, k, allowed, compare))
         groups.append(tuple(sorted(keep_groups)))
     return tuple(chosen), tuple(groups)
 
@@ -225,7 +240,7 @@ class RouterGates(MoeKind):
             chosen, groups = None, None
         else:
             chosen, groups = choose(moe, _numbers(ctx, lg.value), _numbers(ctx, s.value) if sig else None,
-                                    None if bias is None else _numbers(ctx, bias.value))
+                                    None if bias is None else _numbers(ctx, bias.value), None if ctx.numeric else ctx.alg.compare)
         if chosen is not None and len(chosen) != shape[0]:
             raise BadInput(f"moe.route lists {len(chosen)} tokens but there are {shape[0]}")
         details = {"router": moe["router"], "top_k": moe["top_k"], "chosen": chosen, "groups": groups}
@@ -239,14 +254,18 @@ class RouterGates(MoeKind):
             keep = np.zeros(shape, dtype=bool)
             for i, es in enumerate(chosen):
                 keep[i, list(es)] = True
-            result, soft = ctx.alg.softmax(ctx.alg.mask(lg.value, keep))
+            if ctx.p.mode == "exact":  # SymPy's own arithmetic, not the attention softmax's canonical form
+                result = ctx.alg.gate_softmax(lg.value, chosen)
+            else:
+                result, soft = ctx.alg.softmax(ctx.alg.mask(lg.value, keep))
             details["keep"] = keep
         check_exact_size(ctx, self.id, result)
         g, k = sym("g", sup="r").at("i", "j"), sym("k")
         if sig:
             s_ij, s_ik = sym("s", sup="r").at("i", "j"), sym("s", sup="r").at("i", "k")
             w = Frac(s_ij, Sum(Op("in", k, _T), s_ik)) if moe["normalize"] else s_ij
-            w = w if moe["scaling"] == 1 else node(moe["scaling"]) * w
+            c = moe["scaling"]
+            w = w if c == 1 else (node(c) if isinstance(c, (int, float)) else Value(c)) * w  # an exact "5/2" printed as given
             inputs = [s.ref, lg.ref] + (["router_bias"] if bias is not None else [])
         else:
             w = Frac(Power(sym("e"), sym("l").at("i", "j")), Sum(Op("in", k, _T), Power(sym("e"), sym("l").at("i", "k"))))
