@@ -137,9 +137,15 @@ def test_modes_formats_languages(mode, katex):
     assert d["activation"] == "clamped_swiglu" and d["limit"] == 0.8
 
 
-def test_exact_mode_is_refused_in_one_line():
-    with pytest.raises(BadInput, match="use mode numeric, or symbolic with moe.route") as e:
-        attntrace.run(small_spec(), mode="exact")
+def test_exact_mode_after_attention_that_is_not_uniform_is_refused_up_front_in_one_line():
+    """The mixture's kinds are in the exact cost model (Kind.exact_size): the budget check
+    refuses this block before any step is computed (a small block with uniform attention runs
+    in exact mode: tests/test_new_kinds_every_mode.py)."""
+    from attntrace.budget import check_budget
+    from attntrace.tracer import load_problem
+
+    with pytest.raises(BadInput, match=r"^step (experts|moe_out|router_\w+): exact entries would grow to about") as e:
+        check_budget(load_problem(small_spec(), mode="exact"))
     assert "\n" not in str(e.value)
 
 
