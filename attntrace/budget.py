@@ -295,8 +295,7 @@ def block_work(p: Problem, n: int, z_attn: int) -> int:
             break
         if size > BLOCK_OPS_MARGIN * EXACT_OPS:
             raise BadInput(f"step {kind.id}: exact entries would grow to about {size:,} operations each, more than the {EXACT_OPS} an "
-                           "exact entry may have: after a softmax, exact entries grow at every step of the block; use mode numeric or symbolic"
-                           + (" with moe.route" if p.extra.get("moe") is not None else ""))
+                           "exact entry may have: after a softmax, exact entries grow at every step of the block; use mode numeric or symbolic")
         sizes[kind.writes] = size
         work += n * d * size // BLOCK_OPS_PER_UNIT
     return work

@@ -462,6 +462,6 @@ def test_a_large_exact_block_is_refused_up_front_with_its_estimate(name):
     from attntrace.tracer import load_problem
 
     with pytest.raises(BadInput, match=r"^step \w+: exact entries would grow to about [\d,]+ operations each, more than the 500 an exact entry may have: "
-                       r".* use mode numeric or symbolic( with moe.route)?$") as info:
+                       r".* use mode numeric or symbolic$") as info:
         check_budget(load_problem(f"examples/{name}.toml", mode="exact"))
     assert "\n" not in str(info.value)
