@@ -286,7 +286,7 @@ def block_work(p: Problem, n: int, z_attn: int) -> int:
     pre_norm = p.extra["block"] != "post_ln"  # V is read from the first norm's output: twice Z's operations
     sizes = {"X": x, "O": z_attn * (4 if pre_norm else 2)}
     work = 0
-    replaced = {r for kind in post if kind.enabled(p) for r in kind.replaces}  # as the tracer skips them (a mixture of experts)
+    replaced = {r for kind in post if kind.enabled(p) for r in kind.replaces}  # skipped as the tracer skips them
     for kind in post:
         if not kind.enabled(p) or kind.id in replaced:
             continue
