@@ -204,8 +204,12 @@ def work_estimate(p: Problem, dims: list[dict]) -> tuple[int, int]:
             if "W_UQ" in st:  # multi-head latent attention: through the latents (their norms are not rational)
                 cq = prod(x, st["W_DQ"], d) if "W_DQ" in st else x
                 ckv = prod(x, st["W_DKV"], d)
-                ckv, cq = (ckv[0] * d, False, ckv[2], ckv[3]), (cq[0] * d, False, cq[2], cq[3]) if "W_DQ" in st else cq
                 c = p.shared["W_DKV"].shape[1]
+                if named:  # the latents and their norms name their entries: the up-projections read one name each
+                    total += (n + m) * c * (ckv[0] + 2 * d)
+                    ckv, cq = (1, False, 0.0, 0), (1, False, 0.0, 0) if "W_DQ" in st else cq
+                else:
+                    ckv, cq = (ckv[0] * d, False, ckv[2], ckv[3]), (cq[0] * d, False, cq[2], cq[3]) if "W_DQ" in st else cq
                 q, kk, v = prod(cq, st["W_UQ"], c), prod(ckv, st["W_UK"], c), prod(ckv, st["W_UV"], c)
                 total += (n + m) * c * ckv[0] * 4 + n * c * m * 2 * (q[0] + kk[0])  # the latents and the absorbed scores
             else:
@@ -282,16 +286,16 @@ def block_work(p: Problem, n: int, z_attn: int) -> int:
     pre_norm = p.extra["block"] != "post_ln"  # V is read from the first norm's output: twice Z's operations
     sizes = {"X": x, "O": z_attn * (4 if pre_norm else 2)}
     work = 0
+    replaced = {r for kind in post if kind.enabled(p) for r in kind.replaces}  # skipped as the tracer skips them
     for kind in post:
-        if not kind.enabled(p):
+        if not kind.enabled(p) or kind.id in replaced:
             continue
         size = kind.exact_size(p, sizes)
         if size is None:
             break
         if size > BLOCK_OPS_MARGIN * EXACT_OPS:
-            raise BadInput(f"step {kind.id}: exact entries would grow to about {size:,} operations (more than {EXACT_OPS}), "
-                           f"{_seconds(work + n * d * size // BLOCK_OPS_PER_UNIT)} or more: after a softmax, exact entries grow at every step of "
-                           "the block; use mode numeric or symbolic")
+            raise BadInput(f"step {kind.id}: exact entries would grow to about {size:,} operations each, more than the {EXACT_OPS} an "
+                           "exact entry may have: after a softmax, exact entries grow at every step of the block; use mode numeric or symbolic")
         sizes[kind.writes] = size
         work += n * d * size // BLOCK_OPS_PER_UNIT
     return work
@@ -306,9 +310,11 @@ BLOCK_OPS_MARGIN = 3
 
 #: Exact mode: predicted nodes of the backward pass's entries per unit of work. SymPy builds the
 #: gradients' unexpanded sums at about 0.04 ms a node (measured: 27,000 nodes of a (3, 2)
-#: two-head trace in 1.2 s), an eighth of a forward unit (0.2-0.5 ms); the report evaluates
-#: each entry once more for its decimal.
-BACKWARD_NODES_PER_UNIT = 8
+#: two-head trace in 1.2 s), but the report, which evaluates each entry for its decimal, takes
+#: most of the time: traced and rendered as Markdown, 4 x 4 with two heads took 91 s, 3 x 4
+#: with two heads 17 s, 4 x 2 with one head 14 s, 1 to 1.7 ms a unit at 8 nodes a unit; at 4
+#: a unit is 0.5 to 0.9 ms, so what the exact_cost limit lets through ends within about 5 s.
+BACKWARD_NODES_PER_UNIT = 4
 
 
 def _position_work(p: Problem, n: int, m: int, d: int, dk: int) -> int:

@@ -316,3 +316,23 @@ def test_exact_mode_with_a_symbolic_do_renders(katex, lang):
     for fmt in ("md", "tex", "text"):
         assert attntrace.render(trace, format=fmt, lang=lang)
     assert katex(markdown_math_spans(attntrace.render(trace, format="md", lang=lang))) == []
+
+
+def test_exact_backward_on_4x4_with_two_heads_is_refused_before_tracing_with_its_estimate():
+    """The backward pass is in the exact cost model (budget._backward_work): 4 x 4 with two
+    heads (traced and rendered it took 91 s) is refused by the budget check, before any step
+    is computed, in one line with its estimate; the 2 x 2 example still runs."""
+    import time
+
+    from attntrace.budget import check_budget
+    from attntrace.tracer import load_problem
+
+    rng = np.random.default_rng(5)
+    spec = {k: rng.integers(-2, 3, (4, 4)).tolist() for k in ("X", "W_Q", "W_K", "W_V")} | {"num_heads": 2, "backward": True}
+    problem = load_problem(spec, mode="exact")
+    start = time.perf_counter()
+    with pytest.raises(BadInput, match=r"^this exact trace is too large to finish in seconds \(about [\d,]+ units of work .*an estimated "
+                                       r"\d+ s to \d+ (s|min)\); use --mode numeric or shape") as info:
+        check_budget(problem)
+    assert time.perf_counter() - start < 0.5 and "\n" not in str(info.value)
+    check_budget(load_problem("examples/backward-2x2.toml", mode="exact"))

@@ -262,3 +262,21 @@ def test_own_rounded_numbers_are_accepted():
 
     report = attntrace.check(trace, _student({s.key: to_float(s.value) for s in trace.steps}, [s.key for s in trace.steps]))
     assert report.ok, report.first_wrong
+
+
+def test_symbolic_yarn_latent_attention_runs_named_and_agrees_with_numeric():
+    """The cost model knows that symbolic mode names the latents' entries (c^{KV}_{ij}, the
+    norms' outputs), so the up-projections read one name each: the YaRN spec above runs in
+    symbolic mode (it was refused at about 533,000 units of work), and with the numbers
+    substituted it equals the numeric trace."""
+    from modesagree import assert_modes_agree, operand_values, symbolic_spec
+
+    x, w = om.random_mla(7, n=5, d_r=4)
+    yarn = {"type": "yarn", "factor": 40.0, "original_max_position_embeddings": 4, "beta_fast": 32.0, "beta_slow": 1.0,
+            "mscale": 1.0, "mscale_all_dim": 0.5}
+    spec = om.spec_of(x, w, 2, scale="sqrt(6)/(0.5/10*log(40.0) + 1)^2")
+    spec["rope"] = {"layout": "interleaved", "scaling": yarn}
+    numeric = attntrace.run(spec)
+    symbolic = attntrace.run(symbolic_spec(spec), mode="symbolic")
+    assert_modes_agree(numeric, symbolic=symbolic, values=operand_values(symbolic, numeric), atol=TOL)
+    assert symbolic.step("C_KV").expansion is not None

@@ -73,12 +73,48 @@ def test_modes_formats_languages(mode, router):
     assert t.to_dict()["steps"]
 
 
-def test_exact_mode_is_refused_in_one_line():
-    x, wr, ex, _ = om.random_moe(0, n=2, d=2, d_ff=2, n_exp=2)
-    with pytest.raises(BadInput, match="use mode numeric, or symbolic with moe.route") as e:
-        attntrace.run(om.block_spec(np.round(x), np.round(wr), [{k: np.round(v) for k, v in d.items()} for d in ex], {"top_k": 1}),
-                      mode="exact")
-    assert "\n" not in str(e.value)
+#: a llama block on two tokens with uniform attention (W_Q = 0: rational weights), so that exact
+#: entries stay small; experts 1 and 2 have equal router columns: every token's logits tie
+TIED = {"X": [[1, 0], [0, 1]], "block": "llama", "mask": "causal", "W_Q": [[0, 0], [0, 0]], "W_K": [[1, 0], [0, 1]],
+        "W_V": [[1, 0], [0, 1]], "W_O": [[1, 0], [0, 1]], "norm1": {"gain": [1, 1], "eps": 0}, "norm2": {"gain": [1, 1], "eps": 0},
+        "moe": {"W_router": [[1, 1, -1], [2, 2, 0]], "top_k": 1,
+                "experts": [{"W_gate": [[1], [0]], "W_up": [[0], [1]], "W_down": [[1, 0]]},
+                            {"W_gate": [[0], [1]], "W_up": [[1], [1]], "W_down": [[0, 1]]},
+                            {"W_gate": [[1], [1]], "W_up": [[1], [0]], "W_down": [[1, 1]]}]}}
+
+
+@pytest.mark.parametrize("router", ["softmax", "sigmoid"])
+def test_exact_mode_breaks_ties_as_numeric_mode_and_torch_topk(router):
+    """Tied logits are found exactly (equal numbers, not floats that happen to agree) and go to
+    the lower index, in exact mode as in numeric mode; torch.topk picks the same expert here."""
+    import torch
+
+    spec = dict(TIED, moe=dict(TIED["moe"], **({"router": "sigmoid", "normalize": False} if router == "sigmoid" else {})))
+    numeric, exact = attntrace.run(spec), attntrace.run(spec, mode="exact")
+    assert numeric.step("router_gates").details["chosen"] == exact.step("router_gates").details["chosen"] == ((0,), (0,))
+    logits = exact.step("router_logits").value
+    assert all(logits[i, 0] == logits[i, 1] for i in range(2))
+    assert torch.topk(torch.tensor(numeric.step("router_logits").value), 1).indices.tolist() == [[0], [0]]
+    np.testing.assert_allclose(np.array(exact.step("moe_out").value.evalf(30).tolist(), dtype=float), numeric.step("moe_out").value,
+                               rtol=0, atol=TOL)
+
+
+def test_exact_order_proves_ties_it_cannot_see_structurally():
+    """compare: a tie SymPy does not see ((1 + sqrt 2)^2 against 3 + 2 sqrt 2, also under a
+    sigmoid) is a proven tie; a difference beyond 30 digits still has a sign."""
+    import sympy as sp
+
+    from attntrace.algebra.exact import ExactAlgebra
+    from attntrace.kinds.moe import choose
+
+    alg = ExactAlgebra()
+    a, b = sp.Pow(1 + sp.sqrt(2), 2, evaluate=False), 3 + 2 * sp.sqrt(2)
+    assert a != b and alg.compare(a, b) == 0
+    sig = lambda x: 1 / (1 + sp.exp(-x))  # noqa: E731
+    assert alg.compare(sig(a), sig(b)) == 0
+    assert alg.compare(b + sp.Rational(1, 10**40), b) == 1
+    rows = np.array([[sig(b), sig(a), sig(sp.Integer(1))]], dtype=object)
+    assert choose({"router": "softmax", "top_k": 2}, rows, compare=alg.compare)[0] == ((0, 1),)
 
 
 @pytest.mark.parametrize("change, message", [

@@ -137,9 +137,15 @@ def test_modes_formats_languages(mode, katex):
     assert d["activation"] == "clamped_swiglu" and d["limit"] == 0.8
 
 
-def test_exact_mode_is_refused_in_one_line():
-    with pytest.raises(BadInput, match="use mode numeric, or symbolic with moe.route") as e:
-        attntrace.run(small_spec(), mode="exact")
+def test_exact_mode_after_attention_that_is_not_uniform_is_refused_up_front_in_one_line():
+    """The mixture's kinds are in the exact cost model (Kind.exact_size): the budget check
+    refuses this block before any step is computed (a small block with uniform attention runs
+    in exact mode: tests/test_new_kinds_every_mode.py)."""
+    from attntrace.budget import check_budget
+    from attntrace.tracer import load_problem
+
+    with pytest.raises(BadInput, match=r"^step (experts|moe_out|router_\w+): exact entries would grow to about") as e:
+        check_budget(load_problem(small_spec(), mode="exact"))
     assert "\n" not in str(e.value)
 
 
@@ -177,3 +183,19 @@ def test_bad_specs_one_line(change, message):
     with pytest.raises(BadInput, match=message) as e:
         attntrace.run(spec)
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("lang, given", [("en", "given"), ("zh", "给定")])
+def test_the_notation_section_names_every_symbol_of_the_mixture(lang, given):
+    """Every operand of the mixture (router weights and bias, each expert's weights and biases)
+    and every symbol of its formulas (Y^(e), and the clamped rule's H^(e), U^(e)) has a row with
+    its own words (moe.j2's `words`), in en and zh: none falls back to "given"."""
+    from attntrace.kinds.notation import notation_of
+
+    t = attntrace.run(small_spec())
+    rows = {r.plain: r.meaning for r in notation_of(t).rows}
+    assert {"Y^(e)", "H^(e)", "U^(e)", "W_r", "b^r", "W_gate", "b_gate"} <= set(rows), rows
+    text = attntrace.render(t, format="text", lang=lang)
+    section = text.split("Notation" if lang == "en" else "符号", 1)[1].split("\n\n")[1]
+    assert given not in section, section
+    assert ("output of expert e" if lang == "en" else "专家 e 的输出") in section

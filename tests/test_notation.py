@@ -111,3 +111,15 @@ def test_multi_head_input_gradient_has_no_index_m_beside_the_mask():
         assert "M^{(1)}" in math  # the mask is there
         assert "\\sum_{i} \\left(\\mathrm{d}Q^{(i)} W_Q^{(i)\\top} + \\mathrm{d}K^{(i)} W_K^{(i)\\top}" in math
         assert not re.search(r"M\s*(\\in|=)\s*\\?\{?\s*[QK]\b", math) and "W_M" not in math and "W_{M}" not in math
+
+
+@pytest.mark.parametrize("lang, given", [("en", "given"), ("zh", "给定")])
+def test_every_row_has_its_own_words(lang, given, traces):
+    """No row of any example's notation section falls back to "given": every operand and every
+    symbol a kind brings (latent attention's projections and latents, the mixture's router and
+    experts, ...) has words in its prose module or in notation.j2, in en and zh."""
+    heading = "Notation" if lang == "en" else "符号"
+    for name, trace in traces.items():
+        text = attntrace.render(trace, format="text", lang=lang)
+        section = text[text.index(heading):].split("\n\n")[1]
+        assert not [line for line in section.splitlines() if given in line], (name, section)

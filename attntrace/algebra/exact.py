@@ -116,6 +116,55 @@ class ExactAlgebra(SympyAlgebra):
         }
         return self._remember(weights, [r.forms for r in sm]), details
 
+    def gate_softmax(self, t, chosen):
+        """A router's softmax over each row's chosen entries: g_ij = 1 / sum_k e^(t_ik - t_ij)
+        for j chosen, exactly 0 otherwise, in SymPy's own arithmetic. Not `softmax`'s canonical
+        form: logits after attention and a norm are nested radicals whose normal form (radsimp)
+        takes minutes for a 2 x 2 block; 1/(1 + e^(-sqrt(2))) stays as SymPy writes it."""
+        sp = self.sp
+
+        def entry(i, j):
+            if j not in chosen[i]:
+                return sp.Integer(0)
+            return 1 / sp.Add(*[sp.exp(t[i, k] - t[i, j]) for k in chosen[i]])
+
+        return sp.Matrix(t.shape[0], t.shape[1], entry)
+
+    def compare(self, a, b) -> int:
+        """The exact sign of a - b (1, 0 or -1), to rank a router's scores or clamp an entry.
+
+        `exact_form.sign` evaluates the difference to 30 correct significant digits (the working
+        precision is raised until they are right, so a nonzero difference has a certain sign);
+        a difference that evaluates to 0 is a tie only when proven zero: its minimal polynomial
+        for an algebraic number, else SymPy's `equals`. The order is never read from floats, so
+        ties are found exactly and a tie goes to the lower index, as in numeric mode.
+        """
+        sp = self.sp
+        d = sp.sympify(a) - sp.sympify(b)
+        s = self.xf.sign(d)
+        if s is None and d.equals(0):
+            s = 0
+        if s is None:
+            from attntrace.model.errors import BadInput
+
+            raise BadInput(f"exact mode cannot order {sp.sstr(a)[:60]} and {sp.sstr(b)[:60]}: they agree to 30 digits "
+                           "and are not provably equal; use --mode numeric")
+        return s
+
+    def clamp(self, a, low, high):
+        """Each entry limited to [low, high] (None: no limit on that side), the comparison decided
+        exactly (`compare`): the entry itself or the limit, never an unevaluated Min or Max."""
+        sp = self.sp
+
+        def one(x):
+            if high is not None and self.compare(x, high) > 0:
+                return sp.sympify(high)
+            if low is not None and self.compare(x, low) < 0:
+                return sp.sympify(low)
+            return x
+
+        return a.applyfunc(one)
+
     def hstack(self, parts):
         xf = self.xf
         result = self.sp.Matrix.hstack(*parts)

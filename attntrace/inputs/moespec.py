@@ -93,9 +93,6 @@ def _moe_options(table: Any, data: Mapping[str, Any], mode: str, operand: Callab
         raise BadInput(f"unknown key {bad[0]!r} in moe; allowed: {', '.join(sorted(_KEYS))}")
     if data.get("block") != "llama":
         raise BadInput("moe replaces the SwiGLU feed-forward network of a llama block: give block = \"llama\"")
-    if mode == "exact":  # refused before any step: the router would rank and exponentiate closed forms of the whole attention
-        raise BadInput("a mixture of experts comes after attention's softmax, whose exact entries are too large to rank "
-                       "and exponentiate; use mode numeric, or symbolic with moe.route")
     if "ffn" in data:
         raise BadInput("give ffn or moe, not both: the mixture of experts replaces the feed-forward network")
     router = table.get("router", "softmax")

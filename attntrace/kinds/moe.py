@@ -32,8 +32,8 @@ import numpy as np
 from attntrace.inputs.moespec import MOE_OPERANDS as OPERANDS  # noqa: F401 - its matrices' names (attntrace.kinds.notation)
 from attntrace.inputs.moespec import check_route, parse_moe
 from attntrace.inputs.options import SpecOption
-from attntrace.kinds.base import Kind, Mistake
-from attntrace.model.formula import Cases, Frac, Func, Hcat, Neg, Op, Paren, Parts, Power, Sum, Word, node, sym
+from attntrace.kinds.base import Kind, Mistake, Symbol
+from attntrace.model.formula import Cases, Frac, Func, Hcat, Neg, Op, Paren, Parts, Power, Sum, Value, Word, node, sym
 
 _T = sym("T", "i")  # T_i: the experts token i chose
 _WR = sym("W", "r")
@@ -78,6 +78,10 @@ def _matmul(iv, a, b):
 class RouterLogits(MoeKind):
     id = "router_logits"
 
+    def exact_size(self, problem, sizes):
+        """A sum of d products, as the feed-forward network's (kinds.ffn.Linear), plus the bias."""
+        return problem.shared["X"].shape[1] * sizes["ffn_in"] + 1 + ("logit_bias" in problem.shared)
+
     def carry(self, iv, step, args, mistake):
         out = _matmul(iv, args[0], args[1])
         return iv.add(out, args[2]) if len(args) > 2 else out
@@ -109,6 +113,10 @@ class RouterScores(MoeKind):
     view = "elementwise"
     view_module = "elementview"
 
+    def exact_size(self, problem, sizes):
+        """1 / (1 + e^(-l)): the logit and three operations."""
+        return sizes["router_L"] + 3
+
     def enabled(self, problem) -> bool:
         return super().enabled(problem) and _moe(problem)["router"] == "sigmoid"
 
@@ -134,34 +142,49 @@ class RouterScores(MoeKind):
 
 
 def _numbers(ctx, value) -> np.ndarray:
-    """A matrix's entries as floats, to rank them (exact entries evaluated to 30 digits)."""
+    """A matrix's entries to rank: floats in numeric mode; in exact mode the exact entries
+    themselves (an object array), which `choose` orders with the algebra's exact `compare`."""
     if ctx.numeric:
         return np.asarray(value, dtype=float)
-    import sympy
-
-    return np.array([[float(sympy.N(value[i, j], 30)) for j in range(value.shape[1])] for i in range(value.shape[0])])
+    return np.array(value.tolist(), dtype=object)
 
 
-def _top(values, k: int, allowed=None) -> tuple[int, ...]:
-    """The k largest entries' indices, largest first; a tie goes to the lower index."""
-    order = sorted((j for j in range(len(values)) if allowed is None or allowed[j]), key=lambda j: (-values[j], j))
+def _top(values, k: int, allowed=None, compare=None) -> tuple[int, ...]:
+    """The k largest entries' indices, largest first; a tie goes to the lower index (numeric and
+    exact mode alike; torch.topk on these rows gives the same sets). compare(a, b): the sign of
+    a - b, decided exactly (exact mode); None: the floats' own order."""
+    idx = [j for j in range(len(values)) if allowed is None or allowed[j]]
+    if compare is None:
+        order = sorted(idx, key=lambda j: (-values[j], j))
+    else:
+        from functools import cmp_to_key
+
+        order = sorted(idx, key=cmp_to_key(lambda a, b: compare(values[b], values[a]) or a - b))
     return tuple(order[:k])
 
 
-def choose(moe, logits, scores=None, bias=None):
-    """Each token's chosen experts (0-based, best first) and, for grouped routing, its groups."""
+def choose(moe, logits, scores=None, bias=None, compare=None):
+    """Each token's chosen experts (0-based, best first) and, for grouped routing, its groups.
+    compare: exact mode's order of two entries (see `_top`)."""
     k = moe["top_k"]
     if moe["router"] == "softmax":
-        return tuple(_top(row, k) for row in logits), None
-    choice = scores + (0.0 if bias is None else bias)
+        return tuple(_top(row, k, compare=compare) for row in logits), None
+    if compare is None:
+        choice = scores + (0.0 if bias is None else bias)
+    else:
+        choice = scores if bias is None else np.array([[s + b for s, b in zip(row, bias[0])] for row in scores], dtype=object)
     g, tg = moe["n_group"], moe["topk_group"]
     size = choice.shape[1] // g
     chosen, groups = [], []
     for row in choice:
-        group_score = [sum(sorted(row[q * size:(q + 1) * size], reverse=True)[:2]) if g > 1 else 0.0 for q in range(g)]
-        keep_groups = _top(group_score, tg) if g > 1 else tuple(range(g))
+        if compare is None:
+            group_score = [sum(sorted(row[q * size:(q + 1) * size], reverse=True)[:2]) if g > 1 else 0.0 for q in range(g)]
+        else:  # the sum of each group's two best, exact
+            group_score = [sum(row[q * size + j] for j in _top(row[q * size:(q + 1) * size], 2, compare=compare)) if g > 1 else 0
+                           for q in range(g)]
+        keep_groups = _top(group_score, tg, compare=compare) if g > 1 else tuple(range(g))
         allowed = [j // size in keep_groups for j in range(len(row))]
-        chosen.append(_top(row, k, allowed))
+        chosen.append(_top(row, k, allowed, compare))
         groups.append(tuple(sorted(keep_groups)))
     return tuple(chosen), tuple(groups)
 
@@ -178,6 +201,18 @@ class RouterGates(MoeKind):
     #: the top k, DeepSeek-V3's sigmoid scores as they are (times the scaling)
     mistakes = (Mistake("moe_weights_not_renormalised",
                         when=lambda steps: all(s.details["chosen"] is not None and s.details.get("normalize", True) for s in steps)),)
+
+    def exact_size(self, problem, sizes):
+        """Softmax: 1 / (1 + e^(l_k - l_j) + ...), k - 1 exponentials of a difference, which SymPy
+        merges to about one logit's size each (measured 1.0 to 1.02 times L for k = 2, 2 x 2
+        blocks of halves); a normalised sigmoid score holds the k chosen scores and its own
+        (measured 2.5 times S, predicted 3)."""
+        moe = _moe(problem)
+        k = moe["top_k"]
+        if moe["router"] == "softmax":
+            return max(k - 1, 1) * sizes["router_L"] + k + 1
+        s = sizes["router_S"]
+        return ((k + 1) * s + k if moe["normalize"] else s) + 1
 
     def carry(self, iv, step, args, mistake):
         """The gates from the student's logits (softmax) or scores (sigmoid), the experts chosen
@@ -225,7 +260,7 @@ class RouterGates(MoeKind):
             chosen, groups = None, None
         else:
             chosen, groups = choose(moe, _numbers(ctx, lg.value), _numbers(ctx, s.value) if sig else None,
-                                    None if bias is None else _numbers(ctx, bias.value))
+                                    None if bias is None else _numbers(ctx, bias.value), None if ctx.numeric else ctx.alg.compare)
         if chosen is not None and len(chosen) != shape[0]:
             raise BadInput(f"moe.route lists {len(chosen)} tokens but there are {shape[0]}")
         details = {"router": moe["router"], "top_k": moe["top_k"], "chosen": chosen, "groups": groups}
@@ -239,14 +274,18 @@ class RouterGates(MoeKind):
             keep = np.zeros(shape, dtype=bool)
             for i, es in enumerate(chosen):
                 keep[i, list(es)] = True
-            result, soft = ctx.alg.softmax(ctx.alg.mask(lg.value, keep))
+            if ctx.p.mode == "exact":  # SymPy's own arithmetic, not the attention softmax's canonical form
+                result = ctx.alg.gate_softmax(lg.value, chosen)
+            else:
+                result, soft = ctx.alg.softmax(ctx.alg.mask(lg.value, keep))
             details["keep"] = keep
         check_exact_size(ctx, self.id, result)
         g, k = sym("g", sup="r").at("i", "j"), sym("k")
         if sig:
             s_ij, s_ik = sym("s", sup="r").at("i", "j"), sym("s", sup="r").at("i", "k")
             w = Frac(s_ij, Sum(Op("in", k, _T), s_ik)) if moe["normalize"] else s_ij
-            w = w if moe["scaling"] == 1 else node(moe["scaling"]) * w
+            c = moe["scaling"]
+            w = w if c == 1 else (node(c) if isinstance(c, (int, float)) else Value(c)) * w  # an exact "5/2" printed as given
             inputs = [s.ref, lg.ref] + (["router_bias"] if bias is not None else [])
         else:
             w = Frac(Power(sym("e"), sym("l").at("i", "j")), Sum(Op("in", k, _T), Power(sym("e"), sym("l").at("i", "k"))))
@@ -314,6 +353,21 @@ class Experts(MoeKind):
     view_module = "moeview"
     #: gpt-oss's clamps left out: the gate not limited above, the up projection not clipped
     mistakes = (Mistake("moe_clamp_ignored", when=lambda steps: any(s.details.get("clamped") for s in steps)),)
+    #: the symbols of its formula (`notation` gives their shapes): an expert's output, and gpt-oss's clamped gate and up projection
+    symbols = ((sym("Y", sup="(e)"), "moe_expert_out", "expert"), (sym("H", sup="(e)"), "moe_gate_clamped", "hidden"),
+               (sym("U", sup="(e)"), "moe_up_clamped", "hidden"))
+
+    def notation(self, step):
+        """Y with its entries, Y^(e) (n, d), and with the clamped rule H^(e) and U^(e) (n, d_ff)."""
+        rows = super().notation(step)[:1]
+        n, d = step.shape[0], step.details["width"]
+        shapes = {"expert": (n, d), "hidden": (n, step.details.get("hidden", d))}
+        clamped = step.details.get("activation") == "clamped_swiglu"
+        return rows + [Symbol.of(s, key, shapes[shape]) for s, key, shape in self.symbols if clamped or shape == "expert"]
+
+    def exact_size(self, problem, sizes):
+        """Each expert's entry (`_expert_size`); the experts are alike."""
+        return _expert_size(problem, sizes["ffn_in"], "E_gate@1")
 
     def compute(self, ctx, head, state):
         x = state["ffn_in"]
@@ -334,7 +388,8 @@ class Experts(MoeKind):
         check_exact_size(ctx, self.id, result)
         d = x.shape[1]
         formula = Parts((self.letter.eq(Hcat((sym("Y", sup="(1)"), Word("..."), sym("Y", sup=f"({n_exp})")))),) + _expert_rules(x.letter, clamp, moe.get("biases")))
-        details = {"experts": n_exp, "width": d, "biases": bool(moe.get("biases")), "activation": moe.get("activation", "swiglu")}
+        details = {"experts": n_exp, "width": d, "biases": bool(moe.get("biases")), "activation": moe.get("activation", "swiglu"),
+                   "hidden": ctx.p.shared["E_gate@1"].shape[1]}
         if clamp is not None:
             details.update(alpha=moe["alpha"], limit=moe["limit"], clamped=clamped if ctx.numeric else None)
         return ctx.emit(self, None, inputs, formula, result, (x.shape[0], n_exp * d), details)
@@ -358,6 +413,15 @@ class Experts(MoeKind):
         if details.get("activation") == "clamped_swiglu":
             out.update(activation="clamped_swiglu", alpha=float(details["alpha"]), limit=float(details["limit"]))
         return out
+
+
+def _expert_size(problem, x: int, gate: str) -> int:
+    """Predicted operations of an expert's output entry from its input's x (Kind.exact_size):
+    H and U sums of d products, SiLU(H) U (or the clamped rule), a sum of d_ff of those;
+    measured 3.7 to 5.1 times the input's operations for d = 2, d_ff = 1 (SwiGLU and clamped):
+    5 d / 2 per column of the hidden layer."""
+    d, d_ff = problem.shared[gate].shape
+    return d_ff * (5 * d * x // 2 + 4) + 1
 
 
 def _expert_rules(x, clamp, biases) -> tuple:
@@ -405,6 +469,9 @@ class SharedExpert(MoeKind):
     view = "experts"
     view_module = "moeview"
 
+    def exact_size(self, problem, sizes):
+        return _expert_size(problem, sizes["ffn_in"], "S_gate")
+
     def enabled(self, problem) -> bool:
         return super().enabled(problem) and _moe(problem)["shared"]
 
@@ -434,6 +501,12 @@ class MoeOut(MoeKind):
     letter, entry, symbol = sym("F"), sym("f"), "f"
     view = "moe_sum"
     view_module = "moeview"
+
+    def exact_size(self, problem, sizes):
+        """k products of a gate and an expert's entry, plus the shared expert's: SymPy merges
+        their common parts (measured 0.9 to 1.6 times G + Y for k = 2), so (k + 1) / 2 of them."""
+        k = _moe(problem)["top_k"]
+        return (k + 1) * (sizes["router_G"] + sizes["moe_Y"] + 2) // 2 + sizes.get("moe_Ys", 0)
 
     def compute(self, ctx, head, state):
         g, y = state["router_G"], state["moe_Y"]

@@ -60,6 +60,8 @@ def _eps_text(o, eps: float) -> str:
     """epsilon as written in papers: 10^{-5}, 2 \\cdot 10^{-6} (never rounded to 0 by the precision)."""
     if eps == 0:
         return "0"
+    if not isinstance(eps, (int, float)):  # an exact number given as text ("1/4"): as given
+        return o.math(F.Value(eps))
     m, e = f"{eps:.3g}".split("e") if "e" in f"{eps:.3g}" else (f"{eps:.3g}", None)
     if e is None:
         return m
