@@ -81,4 +81,6 @@ def main(out: Path) -> None:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) != 2 or sys.argv[1].startswith("-"):
+        sys.exit(__doc__.strip().splitlines()[-1].strip())  # usage: an option is not an output folder
     main(Path(sys.argv[1]))
