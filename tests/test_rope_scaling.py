@@ -246,3 +246,46 @@ def test_bad_scaling_is_a_one_line_error(scaling, message):
     with pytest.raises(attntrace.BadInput, match=message) as info:
         attntrace.run({"Q": [[1, 0, 1, 0]], "K": [[1, 0, 0, 1]], "V": [[1]], "rope": {"scaling": scaling}})
     assert "\n" not in str(info.value)
+
+
+# ------------------------------------------------------------------ the built-in example
+def test_the_yarn_example_matches_the_paper_and_hugging_face(monkeypatch):
+    """examples/rope-yarn-long-context: its three pairs are extrapolated (c = 1), blended (c = 5/8) and
+    interpolated (c = 1/4), since pair 1 makes 163 turns in the 1024 trained tokens (more than
+    beta_fast = 32), pair 2 about 7.6 and pair 3 0.35 (fewer than beta_slow = 1); every step equals the
+    reference above (the papers' rule, float64 NumPy) and HF's yarn init run in float64 at 1e-10."""
+    import tomllib
+
+    import torch
+    from transformers import modeling_rope_utils as mru
+    from attntrace.teach.examples import example_path
+
+    spec = tomllib.loads(example_path("rope-yarn-long-context").read_text(encoding="utf-8"))
+    rope, X = spec["rope"], np.array(spec["X"], dtype=np.float64)
+    scaling = {"beta_fast": 32, "beta_slow": 1, **rope["scaling"]}
+    base, positions, d = float(rope["base"]), rope["positions"], len(spec["W_Q"][0])
+    L = scaling["original_max_position_embeddings"]
+    theta = base ** (-2.0 * np.arange(d // 2) / d)
+    turns = L * theta / (2 * math.pi)
+    assert turns[0] > scaling["beta_fast"] and scaling["beta_slow"] < turns[1] < scaling["beta_fast"] and turns[2] < scaling["beta_slow"]
+    assert max(positions) - min(positions) > L  # distances the model never saw, within factor * L
+    assert max(positions) < scaling["factor"] * L
+    t = attntrace.run("rope-yarn-long-context")
+    inv, mu = ref_inv_freq(scaling, base, d), ref_mu(scaling)
+    np.testing.assert_allclose(inv / theta, [1.0, 0.625, 0.25], rtol=0, atol=TOL)
+    assert mu == pytest.approx(0.1 * math.log(4) + 1, abs=1e-15)
+    np.testing.assert_allclose([float(c) for c in t.step("Q_rope").details["factors"]], inv / theta, rtol=0, atol=TOL)
+    assert float(t.step("Q_rope").details["mu"]) == pytest.approx(mu, abs=TOL)
+    q = ref_rope_half(X @ np.array(spec["W_Q"], dtype=np.float64), positions, inv, mu)
+    k = ref_rope_half(X @ np.array(spec["W_K"], dtype=np.float64), positions, inv, mu)
+    np.testing.assert_allclose(t.step("Q_rope").details["angles"], np.outer(positions, inv), rtol=0, atol=TOL)
+    np.testing.assert_allclose(t.step("Q_rope").value, q, rtol=0, atol=TOL)
+    np.testing.assert_allclose(t.step("K_rope").value, k, rtol=0, atol=TOL)
+    np.testing.assert_allclose(t.step("scores").value, q @ k.T, rtol=0, atol=TOL)
+    a, z = _attention(q, k, X @ np.array(spec["W_V"], dtype=np.float64))
+    np.testing.assert_allclose(t.step("weights").value, a, rtol=0, atol=TOL)
+    np.testing.assert_allclose(t.output, z, rtol=0, atol=TOL)
+    monkeypatch.setattr(mru, "torch", _Float64Torch(torch))  # HF's own rule, its float32 run in float64
+    inv64, mu64 = mru.ROPE_INIT_FUNCTIONS["yarn"](_hf_config({**scaling, "truncate": True}, base, d), "cpu")
+    np.testing.assert_allclose(inv64.numpy(), inv, rtol=0, atol=TOL)
+    assert mu64 == pytest.approx(mu, abs=TOL)
