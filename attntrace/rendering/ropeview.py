@@ -121,8 +121,10 @@ class _Rotation:
             from attntrace.kinds.ropescaling import yarn_range
 
             lo, hi = yarn_range(sc, self.s.details["base"], self.d, not self.numeric)
+            starts_at_0 = bool(lo == 0)
             gamma, lo, hi = F.sym("gamma", "i"), F.Num(num(lo)), F.Num(num(hi))  # the ramp's ends, printed for this output
-            clamp = F.Func("min", (F.Num(1), F.Func("max", (F.Num(0), F.Frac(i - 1 - lo, hi - lo)), sized=True)), sized=True)
+            ramp = F.Frac(i - 1, hi) if starts_at_0 else F.Frac(i - 1 - lo, hi - lo)  # not (i - 1 - 0) / (2 - 0)
+            clamp = F.Func("min", (F.Num(1), F.Func("max", (F.Num(0), ramp), sized=True)), sized=True)
             rule = [F.Parts((c_i.eq(F.Frac(gamma, s_f) + F.Paren(1 - gamma)), gamma.eq(clamp)))]
         half = self.d // 2
         shown = pick(half, o.max_size)
@@ -136,7 +138,9 @@ class _Rotation:
             mu = F.sym("mu")
             given = sc.get("attention_factor") is not None or (sc.get("mscale") and sc.get("mscale_all_dim"))
             rule = mu if given else mu.eq(F.Juxt((F.Num(0.1), F.Func("ln", (s_f,), bare=True))) + 1)
-            blocks.append(block(sv.fit(o.math(rule), [num(self.mu)])))
+            # exact: 0.1 ln s + 1 is the exact value already; its SymPy form (1 + log(4)/10) only says it again
+            value = [num(self.mu)] if self.numeric or given else [(o.rel("approx"), o.num(float(self.mu)))]
+            blocks.append(block(sv.fit(o.math(rule), value)))
         return blocks
 
     def index(self) -> tuple[F.Node, F.Node]:
@@ -216,11 +220,11 @@ class _Rotation:
             dec = decimals_needed([c, sn, x, y, *res], o.precision)
             f = lambda v: o.fixed(v, dec, pad=False)  # noqa: E731
             mu = float(self.mu) if self.scaled else 1.0
-            p = _operand_decimals(dec, c, sn, x, y, f(res[0] / mu), f(res[1] / mu))
+            p = _operand_decimals(dec, c, sn, x, y, f(res[0]), f(res[1]), mu)
             g = lambda v: o.fixed(v, p, pad=False)  # noqa: E731
             nums = o.layout_numeric([[g(c), g(-sn)], [g(sn), g(c)]], p)
             if self.scaled:
-                nums = o.math(F.Juxt((self.mu_text(), F.Space(), nums)))
+                nums = o.math(F.Juxt((g(mu), F.Space(), nums)))  # mu at the operands' digits: the line reproduces
             sides.append(f"{nums} {o.layout_numeric([[g(x)], [g(y)]], p)}")
             sides.append(o.layout_numeric([[f(res[0])], [f(res[1])]], dec))
             return sv.fit(lhs, sides, align=True)
@@ -235,9 +239,9 @@ class _Rotation:
         return sv.fit(lhs, sides, align=True)
 
     def mu_text(self) -> str:
-        """YaRN's mu as a pair's line multiplies by it: its value in numeric mode, else its exact form."""
-        o = self.o
-        return o.num(float(self.mu)) if self.numeric else o.expr(self.mu)
+        """YaRN's mu in a pair's rotation, written as the symbol: its value is printed once above (and
+        in numeric mode again among the numbers substituted, at their digits)."""
+        return self.o.math(F.sym("mu"))
 
     def plain_pair(self, r: int, p: int) -> list[list[str]]:
         """Text output: the pair's two entries, each as one line (x cos - y sin = numbers = value)."""
@@ -251,16 +255,18 @@ class _Rotation:
             vals = [float(np.cos(phi)), float(np.sin(phi)), float(self.src.value[r, j]), float(self.src.value[r, k])]
             dec = decimals_needed(vals + [float(s.value[r, j]), float(s.value[r, k])], o.precision)
             res = {j: o.fixed(float(s.value[r, j]), dec, pad=False), k: o.fixed(float(s.value[r, k]), dec, pad=False)}
-            p = _operand_decimals(dec, vals[0], vals[1], vals[2], vals[3], res[j], res[k])
+            mu_ = float(self.mu) if self.scaled else 1.0
+            p = _operand_decimals(dec, vals[0], vals[1], vals[2], vals[3], res[j], res[k], mu_)
             fc, fs, fx, fy = (o.fixed(v, p, pad=False) for v in vals)
             par = lambda t: o.paren(t) if t.startswith("-") else t  # noqa: E731
-            nums = {j: f"{par(fx)}*{fc} - {par(fy)}*{fs}", k: f"{par(fx)}*{fs} + {par(fy)}*{fc}"}
+            nums = {j: f"{par(fx)}*{par(fc)} - {par(fy)}*{par(fs)}", k: f"{par(fx)}*{par(fs)} + {par(fy)}*{par(fc)}"}
         lines = []
         pairs = ((j, f"{xj} {c} - {xk} {sn}"), (k, f"{xj} {sn} + {xk} {c}"))
         if self.scaled:  # YaRN: mu times the rotated pair
             mu = self.mu_text()
             pairs = tuple((col, f"{mu} ({t})") for col, t in pairs)
-            nums = {col: f"{mu}*({t})" for col, t in nums.items()}
+            if self.numeric:
+                nums = {col: f"{o.fixed(mu_, p, pad=False)}*({t})" for col, t in nums.items()}
         for col, names in pairs:
             if sv.mode == "symbolic":
                 lines.append(o.eq(sv.entry_label(r, col), o.expr(sv.expressions()[r, col])))
@@ -273,9 +279,23 @@ class _Rotation:
         return [lines]
 
 
-def _operand_decimals(dec: int, c: float, sn: float, x: float, y: float, res_j: str, res_k: str) -> int:
+def _yarn_ramp(sc: dict, base, d: int) -> dict:
+    """YaRN's ramp for the prose: the pair indices (0-based) where a pair makes beta_fast and beta_slow
+    turns in the trained context, before and after rounding outward and keeping them within 0..d-1."""
+    from attntrace.kinds.ropescaling import yarn_range
+
+    raw = yarn_range({**sc, "truncate": False}, float(base), d)
+    lo, hi = yarn_range(sc, float(base), d)
+    fmt = lambda v: f"{v:.2f}" if v != int(v) else str(int(v))  # noqa: E731
+    return {"beta_fast": str(sc["beta_fast"]), "beta_slow": str(sc["beta_slow"]), "lo_raw": fmt(raw[0]), "hi_raw": fmt(raw[1]),
+            "lo": fmt(lo), "hi": fmt(hi), "truncate": bool(sc["truncate"])}
+
+
+def _operand_decimals(dec: int, c: float, sn: float, x: float, y: float, res_j: str, res_k: str, mu: float = 1.0) -> int:
     """Decimals for cos, sin and the pair so that x cos - y sin and x sin + y cos, computed from the
     printed numbers, give the printed results (cos 0.01 = 0.99995 must not print as 1.0000)."""
+    if mu != 1.0:  # YaRN: mu (x cos - y sin), mu printed at the same digits
+        return max(reproducing_precision(dec, [(mu, x, c), (mu, -y, sn)], res_j), reproducing_precision(dec, [(mu, x, sn), (mu, y, c)], res_k))
     return max(reproducing_precision(dec, [(x, c), (-y, sn)], res_j), reproducing_precision(dec, [(x, sn), (y, c)], res_k))
 
 
@@ -289,8 +309,12 @@ def build_rotation(sv, vm) -> None:
     sc = d.get("scaling")
     vm["extra"]["scaling"] = None
     if sc is not None:
+        c = [float(v) for v in d["factors"]]
+        s_ = float(sc["factor"])
+        counts = {"fast": sum(v == 1 for v in c), "slow": sum(abs(v - 1 / s_) < 1e-12 for v in c)}
         vm["extra"]["scaling"] = {"type": sc["type"], "factor": str(sc["factor"]), "context": str(sc["original_max_position_embeddings"]),
-                                  "mu": rot.scaled}
+                                  "mu": rot.scaled, **counts, "between": len(c) - counts["fast"] - counts["slow"],
+                                  "ramp": _yarn_ramp(sc, d["base"], rot.d) if sc["type"] == "yarn" else None}
     vm["extra"]["rule"] = rot.rule()
     vm["extra"]["angle_blocks"] = rot.values()
     lhs = sv.named(sv.ref)
