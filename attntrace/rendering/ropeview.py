@@ -160,6 +160,8 @@ class _Rotation:
         shown = pick(half, o.max_size)
         if self.numeric:
             dec = decimals_needed([t for t in thetas], o.precision)
+            if self.factors is not None:  # c_3 theta_3 = 0.000539, not 0.0005: 3 significant digits, so p c_i theta_i reads right
+                dec = max(dec, min(8, max(2 - int(np.floor(np.log10(t))) for t in thetas if t > 0)))
             cell = lambda i: o.fixed(thetas[i], dec, pad=False)  # noqa: E731
         else:
             cell = lambda i: o.expr(self.angles_theta(i))  # noqa: E731
