@@ -139,8 +139,10 @@ class _Rotation:
             given = sc.get("attention_factor") is not None or (sc.get("mscale") and sc.get("mscale_all_dim"))
             rule = mu if given else mu.eq(F.Juxt((F.Num(0.1), F.Func("ln", (s_f,), bare=True))) + 1)
             # exact: 0.1 ln s + 1 is the exact value already; its SymPy form (1 + log(4)/10) only says it again
-            value = [num(self.mu)] if self.numeric or given else [(o.rel("approx"), o.num(float(self.mu)))]
-            blocks.append(block(sv.fit(o.math(rule), value)))
+            if self.numeric or given:
+                blocks.append(block(sv.fit(o.math(rule), [num(self.mu)])))
+            else:
+                blocks.append(block([o.approx(o.math(rule), o.num(float(self.mu)))]))
         return blocks
 
     def index(self) -> tuple[F.Node, F.Node]:
