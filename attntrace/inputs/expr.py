@@ -265,6 +265,15 @@ class _Parser(grammar.Parser):
     def pow(self, base: sympy.Expr, exponent: sympy.Expr, pos: int) -> sympy.Expr:
         import sympy
 
+        if exponent.is_number and not exponent.is_Rational and self.max_exp > MAX_EXP_ARGUMENT:
+            # exported text only: SymPy writes exp(x ln 2) as 2**x (YaRN's mu^2 = (1 + ln(4)/10)^2 in a
+            # softmax weight); a positive rational base, bounded like exp(x ln b)
+            if not (base.is_Rational and base.is_positive) or _total_bits(base) > MAX_ROOT_BITS:
+                raise _Fail("a numeric exponent must be a rational number", pos)
+            size = (exponent * sympy.log(base)).evalf(5)
+            if not size.is_Number or abs(size) > self.max_exp:
+                raise _Fail(f"power of a number larger than e^{self.max_exp}", pos)
+            return self.check(sympy.Pow(base, exponent), pos)
         if exponent.is_number:
             if not exponent.is_Rational:
                 raise _Fail("a numeric exponent must be a rational number", pos)
