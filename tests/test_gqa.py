@@ -220,8 +220,9 @@ def test_reports_say_which_query_heads_share_which_kv_head(lang, says):
         name = {"md": "{K^{(2)}} = ", "tex": "{K^{(2)}} = ", "text": "K(2) (3 x 2) = "}[fmt]
         assert heads[0] < keys2 < text.index(name, heads[0]) < heads[1]
     shapes = attntrace.render(attntrace.run("examples/gqa-4-query-2-kv.toml", mode="shape"), format="text", lang=lang)
-    assert "K(j) = X W_K(j)" in shapes and "S(i) = Q(i) K(j)^T" in shapes and "Z(i) = A(i) V(j)" in shapes
-    assert "W_K(j): 2 x 2" in shapes and "floor((i - 1) / 2) + 1" in shapes
+    # a query head is eta, a key/value head g (i and j number rows and columns)
+    assert "K(g) = X W_K(g)" in shapes and "S(eta) = Q(eta) K(g)^T" in shapes and "Z(eta) = A(eta) V(g)" in shapes
+    assert "W_K(g): 2 x 2" in shapes and "floor((eta - 1) / 2) + 1" in shapes
 
 
 def test_mqa_report_names_one_shared_head():

@@ -205,7 +205,7 @@ def test_shape_mode_is_one_table():
     md = attntrace.render(attntrace.run("eight-heads-shapes"), format="md")
     steps = md.split("## Steps", 1)[1]  # the Notation table above lists the symbols, not the steps
     assert steps.count("| queries |") == 1 and steps.count("\n| ") == 9  # one row per step kind, 8 heads collapsed
-    assert "Q^{(i)} = X W_Q^{(i)}" in md and "(100{\\times}3)" in md and "(100{\\times}24)" in md
+    assert "Q^{(\\eta)} = X W_Q^{(\\eta)}" in md and "(100{\\times}3)" in md and "(100{\\times}24)" in md
 
 
 def test_title_math_is_typeset_not_escaped():

@@ -58,7 +58,10 @@ def test_every_listed_symbol_is_used_and_the_section_is_there(name, lang, traces
         gradient = getattr(kind_of(row.meaning), "backward", False) if row.meaning in KINDS else False
         # the section lists each symbol (the gradients share one row: d before a matrix, g^M its entries)
         assert row.tex in listed or gradient, (name, row.tex)
-        used = re.sub(r"\(i\)(?=[}\\])", "(1)", row.tex)  # Q^{(i)} -> Q^{(1)}, W^{UQ(i)} -> W^{UQ(1)}
+        if row.meaning in ("head_index", "kv_head_index"):  # the letter of the general formula: Q^{(\eta)} in the table
+            assert f"({row.tex})" in listed, (name, row.tex)
+            continue
+        used = re.sub(r"\((\\eta|g)\)(?=[}\\])", "(1)", row.tex)  # Q^{(\eta)} -> Q^{(1)}, W^{UQ(\eta)} -> W^{UQ(1)}
         assert used in math or row.tex in math, f"{name} ({lang}): {row.tex} is listed but the report never writes it"
 
 
@@ -78,6 +81,33 @@ def test_no_renamed_overload_comes_back(name, traces):
     assert not re.search(r"\\gamma(\^\{[^{}]*\})?_\{1,?\d+\}", math), name
     # M is the mask: no projection index M (sum over M in {Q, K, V}, M = Q, K, V) in the backward pass
     assert not re.search(r"M\s*(\\in|=)\s*\\?\{?\s*[QK]\b", math), name
+
+
+MULTI = [name for name in EXAMPLES if attntrace.run(name).num_heads > 1]
+#: the row, column and summation indices of an entry (q_{ij} = sum_k x_{ik} w_{kj}): no head index may be one
+_ENTRY_INDICES = {"i", "j", "k"}
+
+
+@pytest.mark.parametrize("name", MULTI)
+def test_a_head_index_is_no_row_or_column_index(name, traces):
+    """A head is numbered by a letter of its own (q^{(i)}_{ij} read i twice: the head and the row;
+    under GQA K^{(j)} beside the column j): the table lists the head index (and a key/value head's),
+    no listed symbol carries (i) or (j), and the report's math and text write none either."""
+    trace = traces[name]
+    for lang in ("en", "zh"):
+        math = _math(attntrace.render(trace, format="md", lang=lang))
+        heads = set(re.findall(r"\^\{[^{}]*\((\\?[a-z]+)\)[^{}]*\}", math))  # Q^{(x)}, W^{UQ(x)}, K^{(x)\top}
+        assert not heads & _ENTRY_INDICES, f"{name} {lang}: a head written with {heads & _ENTRY_INDICES}"
+        text = attntrace.render(trace, format="text", lang=lang)
+        assert not re.search(r"\b[A-Z][A-Za-z_~]*\(([ijk])\)", text), f"{name} {lang}: text writes a head as (i) or (j)"
+    rows = notation_of(trace).rows
+    index = {r.meaning: letter_of(r.tex) for r in rows if r.meaning in ("head_index", "kv_head_index")}
+    assert "head_index" in index, f"{name}: the table has no head index"
+    assert ("kv_head_index" in index) == bool(trace.settings.get("kv_groups")), name
+    assert not set(index.values()) & _ENTRY_INDICES, f"{name}: a head index is a row, column or sum index: {index}"
+    assert len(set(index.values())) == len(index), index
+    for r in rows:
+        assert not re.search(r"\(([ij])\)", r.tex + (r.entry or "")), f"{name}: {r.tex} numbers its head like a row or column"
 
 
 def test_a_clash_is_found(traces):
@@ -109,7 +139,7 @@ def test_multi_head_input_gradient_has_no_index_m_beside_the_mask():
     for lang in ("en", "zh"):
         math = _math(attntrace.render(trace, format="md", lang=lang))
         assert "M^{(1)}" in math  # the mask is there
-        assert "\\sum_{i} \\left(\\mathrm{d}Q^{(i)} W_Q^{(i)\\top} + \\mathrm{d}K^{(i)} W_K^{(i)\\top}" in math
+        assert "\\sum_{\\eta} \\left(\\mathrm{d}Q^{(\\eta)} W_Q^{(\\eta)\\top} + \\mathrm{d}K^{(\\eta)} W_K^{(\\eta)\\top}" in math
         assert not re.search(r"M\s*(\\in|=)\s*\\?\{?\s*[QK]\b", math) and "W_M" not in math and "W_{M}" not in math
 
 

@@ -30,7 +30,7 @@ from attntrace.inputs.options import SpecOption
 from attntrace.inputs.stepoptions import parse_backward
 import numpy as np
 
-from attntrace.kinds.base import Flow, Kind, Mistake, Symbol
+from attntrace.kinds.base import HEAD_INDEX, Flow, Kind, Mistake, Symbol
 from attntrace.model.errors import BadInput
 from attntrace.model.formula import ONES, Add, Diff, Dots, Frac, Hcat, Node, Op, Paren, Partial, Seq, Slice, Sqrt, Sum, Sym, Word, node, sym
 
@@ -439,8 +439,8 @@ class InputGrad(Grad):
         # one product: [dQ dK dV ...] times [W_Q W_K W_V ...]^T sums every path's contribution
         alg = ctx.alg
         total = alg.grad_matmul(alg.hstack(grads), alg.transpose(alg.hstack(weights))) if alg.mode != "shape" else None
-        if multi:  # every head i, each projection the input feeds written out (an index letter M would be the mask's)
-            i = sym("i")
+        if multi:  # every head, each projection the input feeds written out (an index letter M would be the mask's)
+            i = HEAD_INDEX
             rhs: Node = Sum(i, Paren(Add(tuple(Diff(sym(w)).head(i) * sym("W", w).head(i).T() for w in which)), sized=True))
         else:
             terms = [Diff(sym(w)) * sym("W", w).T() for w in which]

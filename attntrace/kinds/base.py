@@ -18,7 +18,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from attntrace.model.formula import Expr, Node, node
+from attntrace.model.formula import Expr, Node, node, sym
+
+#: The index of a head in a formula written for every head: Q^{(eta)} = X W_Q^{(eta)}, eta = 1, ..., h;
+#: a concrete head is a number, Q^{(1)}. Not i (the 2017 paper's head_i): i and j number an entry's
+#: row and column (q^{(i)}_{ij} read i twice) and k is the index of a sum; h is the number of heads
+#: (the 2017 paper's h = 8, the article's h), and every Latin letter free of those is some matrix's
+#: entries in one report or another (u: SwiGLU's up projection, c: the soft cap, l looks like 1).
+#: Eta is the Greek letter Latin H comes from: head eta of h.
+HEAD_INDEX = sym("eta")
+#: The index of a key/value head under grouped-query attention: K^{(g)}, g = 1, ..., h_kv. The GQA
+#: paper (Ainslie et al. 2023) divides the query heads into G groups, one key/value head each:
+#: g numbers the group. (GQA has no backward pass here, so g^{M} gradient entries never sit beside it.)
+KV_HEAD_INDEX = sym("g")
 
 
 @dataclass(frozen=True)

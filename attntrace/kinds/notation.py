@@ -6,7 +6,7 @@ starts from are named here and by the kind modules that bring them (a module's `
 collected in `OPERAND_SYMBOL`, the one table the reports use too. `notation_of`
 collects them in trace order, once per symbol, and records a *clash* when one letter gets two
 meanings: m for a slope and for a row maximum, say. Letters are compared without their index
-decorations (m_i, m^{(j)} and m are one letter; W_Q and W_K are two, and so are Z^{(i)} and Z), entry names too (q_{ij}
+decorations (m_i, m^{(j)} and m are one letter; W_Q and W_K are two, and so are Z^{(eta)} and Z), entry names too (q_{ij}
 is q). tests/test_notation.py asserts that no example has a clash. The table is data: the
 meanings are keys; their words live in the `words` macro of the prose module of the kind that
 makes them, else in templates/prose/{en,zh}/notation.j2.
@@ -18,8 +18,9 @@ import re
 from dataclasses import dataclass
 
 from attntrace.inputs.blockspec import BLOCK_OPERANDS
+from attntrace.inputs.spec import KV_KEYS
 from attntrace.kinds import kind_of
-from attntrace.kinds.base import Kind, Symbol
+from attntrace.kinds.base import HEAD_INDEX, KV_HEAD_INDEX, Kind, Symbol
 from attntrace.kinds.registry import MODULES
 from attntrace.model.formula import Word, node, sym
 
@@ -47,13 +48,14 @@ for _module in MODULES:
 #: operands that stand in for a step (a trace that starts mid-way) mean what the step means
 _STEP_OPERANDS = {"Q": "Q", "K": "K", "V": "V", "scores": "scores", "weights": "weights", "Z": "Z", "P": "pos_enc"}
 
-#: index decorations that do not change which letter it is: _i, _{ij}, _{r}, ^{(j)} (a head's ^{(i)} does:
-#: Z^{(i)} is one head's output, Z the heads side by side)
+
+#: index decorations that do not change which letter it is: _i, _{ij}, _{r}, ^{(j)} (a head's ^{(eta)} does:
+#: Z^{(eta)} is one head's output, Z the heads side by side)
 _INDEX = re.compile(r"(_\{?[ijkr]{1,2}\}?|\^\{\([jk]\)\})$")
 
 
 def letter_of(tex: str) -> str:
-    """The letter a symbol is, without its index decorations: m_i -> m, q^{(i)}_{ij} -> q^{(i)}, W_Q -> W_Q."""
+    """The letter a symbol is, without its index decorations: m_i -> m, q^{(eta)}_{ij} -> q^{(eta)}, W_Q -> W_Q."""
     prev = None
     while prev != tex:
         prev, tex = tex, _INDEX.sub("", tex)
@@ -74,12 +76,18 @@ class Notation:
                  "shape": list(r.shape) if isinstance(r.shape, tuple) else r.shape, "entry": r.entry} for r in self.rows]
 
 
-def _with_head(sym: Symbol) -> Symbol:
-    """The symbol of a per-head matrix in a multi-head trace: Q^{(i)}, q^{(i)}_{ij}."""
-    entry = sym.entry and sym.entry.replace("_{ij}", "^{(i)}_{ij}") if sym.entry and "^" not in sym.entry else sym.entry
-    plain_entry = sym.plain_entry and sym.plain_entry.replace("_ij", "(i)_ij") if sym.entry and "^" not in sym.entry else sym.plain_entry
-    tex = f"{sym.tex[:-1]}(i)}}" if re.search(r"\^\{[^{}]*\}$", sym.tex) else f"{sym.tex}^{{(i)}}"  # W^{UQ} -> W^{UQ(i)}
-    return Symbol(tex, f"{sym.plain}(i)", sym.meaning, sym.shape, entry, plain_entry)
+def _with_head(sym: Symbol, index=HEAD_INDEX) -> Symbol:
+    """The symbol of a per-head matrix in a multi-head trace: Q^{(eta)}, q^{(eta)}_{ij} (a key/value
+    head's under GQA: K^{(g)})."""
+    t, p = index.text("tex"), index.text("plain")
+    entry = sym.entry and sym.entry.replace("_{ij}", f"^{{({t})}}_{{ij}}") if sym.entry and "^" not in sym.entry else sym.entry
+    plain_entry = sym.plain_entry and sym.plain_entry.replace("_ij", f"({p})_ij") if sym.entry and "^" not in sym.entry else sym.plain_entry
+    tex = f"{sym.tex[:-1]}({t})}}" if re.search(r"\^\{[^{}]*\}$", sym.tex) else f"{sym.tex}^{{({t})}}"  # W^{UQ} -> W^{UQ(eta)}
+    return Symbol(tex, f"{sym.plain}({p})", sym.meaning, sym.shape, entry, plain_entry)
+
+
+def _index_row(index, meaning: str) -> Symbol:
+    return Symbol(index.text("tex"), index.text("plain"), meaning, "index")
 
 
 def _plain(tex: str) -> str:
@@ -116,12 +124,20 @@ def notation_of(trace) -> Notation:
         if new:
             rows.append(sym)
 
+    gqa = bool(trace.settings.get("kv_groups"))
+    if multi:  # the head indices first: the per-head symbols below carry them
+        add(_index_row(HEAD_INDEX, "head_index"))
+        if gqa:
+            add(_index_row(KV_HEAD_INDEX, "kv_head_index"))
     per_head_ops = {op.name for op in trace.operands if op.head is not None}
     for op in trace.operands:
         if op.head is None or op.head == 1:
             sym = _operand(op)
-            add(_with_head(sym) if op.name in per_head_ops and multi else sym)
+            kv = gqa and op.name in KV_KEYS
+            add(_with_head(sym, KV_HEAD_INDEX if kv else HEAD_INDEX) if op.name in per_head_ops and multi else sym)
     for step in trace.steps:
+        kv = gqa and "query_heads" in step.details  # a key/value head's own step (GQA)
         for sym in kind_of(step.id).notation(step):
-            add(_with_head(sym) if multi and step.head is not None and sym.tex == node(kind_of(step.id).letter).text("tex") else sym)
+            own = multi and step.head is not None and sym.tex == node(kind_of(step.id).letter).text("tex")
+            add(_with_head(sym, KV_HEAD_INDEX if kv else HEAD_INDEX) if own else sym)
     return Notation(tuple(rows), tuple(clashes))

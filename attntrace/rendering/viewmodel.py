@@ -17,7 +17,7 @@ from attntrace.inputs.textescape import escape_md, escape_tex, escape_text
 from attntrace.inputs.usertext import format_user_text, inline_math_for
 from attntrace.inputs.spec import KV_KEYS
 from attntrace.kinds import HEAD_PIPELINE, KINDS, kind_of
-from attntrace.kinds.notation import OPERAND_PROSE, notation_of
+from attntrace.kinds.notation import HEAD_INDEX, KV_HEAD_INDEX, OPERAND_PROSE, notation_of
 from attntrace.model import formula as F
 from attntrace.rendering.printing import PlainOut, TexOut
 from attntrace.rendering.stepview import StepView
@@ -75,7 +75,7 @@ def shape_rows(trace, out) -> list[dict[str, Any]]:
         formula = formula.replace("Z^{(2)}, \\ldots", "\\ldots")
         line = shape_dims(trace, step, out, short=True)
         if generic:  # write head 1's row for every head i (every key/value head j, in GQA)
-            formula, line = (_generic(x, trace, step) for x in (formula, line))
+            formula, line = (_generic(x, trace, step, out.plain) for x in (formula, line))
         if not out.plain:  # a table column is narrow: 100{\times}3 sets the sign without its spaces
             line = line.replace(" \\times ", "{\\times}")
         row = {"kind": step.id, "prose": kind_of(step.id).prose, "formula": formula, "shape_line": line, "head": step.head or 0, "last": step.head or 0,
@@ -86,15 +86,18 @@ def shape_rows(trace, out) -> list[dict[str, Any]]:
     return rows
 
 
-def _generic(text: str, trace, step) -> str:
-    """Head 1's formula written for every head: (1) becomes (i); in grouped-query attention
-    a key/value head's own steps get (j), and the keys and values a query head reads K^(j), V^(j)."""
+def _generic(text: str, trace, step, plain: bool) -> str:
+    """Head 1's formula written for every head: (1) becomes the head index (eta, kinds.notation);
+    in grouped-query attention a key/value head's own steps get the key/value head index g, and
+    the keys and values a query head reads K^(g), V^(g)."""
+    notation = "plain" if plain else "tex"
+    head, kv_head = f"({HEAD_INDEX.text(notation)})", f"({KV_HEAD_INDEX.text(notation)})"
     if trace.settings.get("kv_groups"):
         if "query_heads" in step.details:
-            return text.replace("(1)", "(j)")
+            return text.replace("(1)", kv_head)
         for kv in ("K^{(1)\\top}", "V^{(1)}", "K(1)^T", "V(1)"):
-            text = text.replace(kv, kv.replace("(1)", "(j)"))
-    return text.replace("^{(1)}", "^{(i)}").replace("(1)\\top", "(i)\\top").replace("(1)", "(i)")
+            text = text.replace(kv, kv.replace("(1)", kv_head))
+    return text.replace("(1)", head)
 
 
 def report_view(trace, fmt: str, precision: int, max_size: int, figures: list[dict] | None = None, lang: str = "en",
@@ -171,6 +174,9 @@ def report_view(trace, fmt: str, precision: int, max_size: int, figures: list[di
         "shape_rows": shape_rows(trace, out) if shape_mode else [],
         "sections": sections, "combined": combined, "figures": figures or [],
         "kv_groups": kv_groups(trace),
+        # the letters a formula written for every head numbers them by (attntrace.kinds.notation)
+        "head_index": {"tex": HEAD_INDEX.text("tex"), "plain": HEAD_INDEX.text("plain"), **_numbers(trace.num_heads)},
+        "kv_index": {"tex": KV_HEAD_INDEX.text("tex"), "plain": KV_HEAD_INDEX.text("plain"), **_numbers(len(kv_groups(trace)))},
         # traced with keep=: the ids of the steps computed but not recorded
         "not_kept": [esc(i) for i in dict.fromkeys(k.partition("@")[0] for k in settings.get("not_kept", ()))],
         "kv_group_size": trace.num_heads // max(len(kv_groups(trace)), 1),
@@ -180,6 +186,13 @@ def report_view(trace, fmt: str, precision: int, max_size: int, figures: list[di
     }
     mark_repeats(view)
     return view
+
+
+def _numbers(n: int) -> dict[str, str]:
+    """The values an index takes, 1 to n: "1, 2" (not "1, ..., 2"), "1, ..., 4"."""
+    if n <= 3:
+        return {"range_tex": ", ".join(map(str, range(1, n + 1))), "range_plain": ", ".join(map(str, range(1, n + 1)))}
+    return {"range_tex": f"1, \\ldots, {n}", "range_plain": f"1...{n}"}
 
 
 def notation_rows(trace) -> list[dict[str, str]]:
@@ -281,7 +294,7 @@ def given_shapes(trace, out) -> list[dict[str, Any]]:
             continue
         generic = op.head is not None and trace.num_heads > 1
         kv = trace.settings.get("kv_groups") and op.name in KV_KEYS  # a key/value head's matrix (GQA)
-        name = out.math(ref.matrix.head(F.sym("j" if kv else "i") if generic else op.head))
+        name = out.math(ref.matrix.head((KV_HEAD_INDEX if kv else HEAD_INDEX) if generic else op.head))
         row = {"name": name, "shape": out.shape(op.shape), "generic": generic, "head": op.head or 0, "last": op.head or 0}
         rows.append(row)
         if op.head is not None:
