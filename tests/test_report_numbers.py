@@ -11,6 +11,10 @@ example in en and zh:
   and compared with the printed result at its own decimals: sums of products, a norm's mean,
   variance and entries, a score over sqrt(d_k), SiLU and ReLU entries, soft-capping, a router's gate,
   the sinusoidal position table;
+- the softmax rows (text report): each exponential from its printed shifted score, the row's sum
+  from its printed exponentials, each weight from its printed exponential over the printed sum;
+- RoPE's 2x2 pair lines (Markdown report: the rotation matrix times the pair gives the pair
+  turned, ``[[0.99995, -0.01000], [0.01000, 0.99995]] [2, 1] = [1.9899, 1.0199]``), each row;
 - no paragraph longer than 100 characters appears twice in one report (the Markdown source).
 """
 
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import ast
 import math
+from decimal import Decimal
 import operator
 import re
 
@@ -76,6 +81,63 @@ def substituted_lines(text: str) -> list[tuple[str, float, str]]:
     return found
 
 
+def _num(x: str) -> float:
+    return -math.inf if x.strip() == "-inf" else float(x)
+
+
+def _tolerance(result: str, value: float) -> float:
+    """Half a unit of the printed result's last digit (2.1e-9: of its mantissa's)."""
+    exponent = Decimal(result.strip()).as_tuple().exponent
+    return 0.5 * 10.0 ** exponent + 1e-9 * max(1.0, abs(value))
+
+
+def softmax_rows(text: str) -> list[tuple[str, float, str]]:
+    """(line, recomputed value, printed result) of every entry of the softmax rows of a text report:
+
+        t_1j - m_1 = (-1.2247, 0, -0.8165, -0.4082)
+        e^(t_1j - m_1) = (0.2938, 1, 0.4420, 0.6648)          each e from its shifted score
+        sum_k e^(t_1k - m_1) = 2.4006                          the sum of the printed e's
+        a_1j = e^(t_1j - m_1) / sum_k e^(t_1k - m_1) = (0.1224, 0.4166, 0.1841, 0.2769)   e / sum
+
+    (a sink's logit has an exponential and no weight: the weights are one fewer). A row shown
+    with dots is skipped (its sum has terms the row does not show)."""
+    found = []
+    lines = [line.strip() for line in text.splitlines()]
+    for k in range(1, len(lines) - 2):
+        exps = re.fullmatch(r"e\^\(.+? - m_\d+\) = \((.*)\)", lines[k])
+        shift = re.fullmatch(r".+? - m_\d+ = \((.*)\)", lines[k - 1])
+        total = re.fullmatch(r"sum_k .* = (-?\d+(?:\.\d+)?)", lines[k + 1])
+        weights = re.fullmatch(r"\S+ = e\^.* / sum_k .* = \((.*)\)", lines[k + 2])
+        if not (exps and shift and total and weights) or "..." in lines[k]:
+            continue
+        xs, es, ws = (m.group(1).split(", ") for m in (shift, exps, weights))
+        for x, e in zip(xs, es):
+            found.append((f"{lines[k]} [e^({x})]", math.exp(_num(x)), e))
+        found.append((lines[k + 1], sum(_num(e) for e in es), total.group(1)))
+        for e, w in zip(es, ws):
+            found.append((f"{lines[k + 2]} [{e} / {total.group(1)}]", _num(e) / _num(total.group(1)), w))
+    return found
+
+
+_ARRAY = r"\\left\[\\begin\{array\}\{r+\}(.*?)\\end\{array\}\\right\]"
+
+
+def rotation_pairs(md: str) -> list[tuple[str, float, str]]:
+    """(line, recomputed value, printed result) of each row of RoPE's 2x2 pair lines of a
+    Markdown report: R [x; y] = [u; v] with R = [cos, -sin; sin, cos] at the printed digits."""
+    found = []
+    for line in md.splitlines():
+        m = re.search(_ARRAY + " " + _ARRAY + " = " + _ARRAY, line) if "\\cos" in line else None
+        if not m:
+            continue
+        rotation = [row.split("&") for row in m.group(1).split("\\\\")]
+        pair, turned = ([x.strip() for x in g.split("\\\\")] for g in (m.group(2), m.group(3)))
+        if len(rotation) == len(pair) == len(turned) == 2:
+            for row, result in zip(rotation, turned):
+                found.append((f"{line.strip()[:50]}... [{row} . {pair}]", sum(float(a) * float(b) for a, b in zip(row, pair)), result))
+    return found
+
+
 def text_matrices(text: str) -> list[list[str]]:
     """The entries of every matrix of a text report (consecutive '[ a  b ]' lines)."""
     out, cur = [], []
@@ -119,6 +181,32 @@ def test_substituted_lines_reproduce_their_results(name, lang, traces):
         d = len(result.split(".")[1]) if "." in result else 0
         assert abs(value - float(result)) <= 0.5 * 10 ** -d + 1e-9 * max(1.0, abs(value)), \
             f"{name} {lang}: {line} (the printed operands give {value!r})"
+
+
+@pytest.mark.parametrize("lang", LANGS)
+@pytest.mark.parametrize("name", NAMES)
+def test_softmax_rows_and_rotations_reproduce_their_results(name, lang, traces):
+    checked = softmax_rows(render(traces[name], format="text", lang=lang))
+    checked += rotation_pairs(render(traces[name], format="md", lang=lang))
+    for line, value, result in checked:
+        assert abs(value - _num(result)) <= _tolerance(result, value), f"{name} {lang}: {line} (the printed operands give {value!r})"
+
+
+def test_the_softmax_and_rotation_check_sees_lines(traces):
+    rows = [x for t in traces.values() for x in softmax_rows(render(t, format="text"))]
+    pairs = [x for t in traces.values() for x in rotation_pairs(render(t, format="md"))]
+    # about 350 entries of softmax rows and 30 rows of rotations in the examples' English reports
+    assert len(rows) > 300 and len(pairs) > 25, (len(rows), len(pairs))
+    # the rows of a sink (an exponential with no weight) and of a causal mask (-inf, 0) are read too
+    assert any("tcheck" in line for line, _, _ in softmax_rows(render(traces["attention-sinks"], format="text")))
+    assert any("e^(-inf)" in line for line, _, _ in softmax_rows(render(traces["causal-mask"], format="text")))
+    # cross-attention's e^-0.5 printed 0.6065 gave 0.6065 / 2.2131 = 0.2740, not the weight 0.2741: the row shows 0.60653
+    cross = softmax_rows(render(traces["cross-attention"], format="text"))
+    assert any("0.60653 / 2.2131" in line for line, _, _ in cross)
+    assert softmax_rows("t_1j - m_1 = (-0.5, 0)\ne^(t_1j - m_1) = (0.6065, 1)\nsum_k e^(t_1k - m_1) = 1.6065\n"
+                        "a_1j = e^(t_1j - m_1) / sum_k e^(t_1k - m_1) = (0.3775, 0.6225)")[2][1] == pytest.approx(1.6065)
+    rope = [line for line, _, _ in rotation_pairs(render(traces["rope-4-tokens-half"], format="md"))]
+    assert any("0.99995" in line for line in rope)
 
 
 def test_the_line_check_sees_lines(traces):

@@ -108,10 +108,18 @@ class SoftmaxView:
             mx = float(d["row_max"][i])
             m_val = f"{mx:.{dsrc}f}" if dsrc and math.isfinite(mx) and mx != 0 and mx == int(mx) else o.fixed(mx, dsrc, pad=False)
             several = np.isfinite(self.shifted(i)).sum() > 1  # then the sum is 1 + something, never exactly 1
-            total = o.vector([float(d["row_sum"][i])], [0.0] if several else None)[0]
-            shifted_v = vec(shifted_row, cs=ecols)
-            exp_v = vec(exp_row, self.exp_log10, cs=ecols)
-            weights_v = vec(np.asarray(s.value[i], dtype=float), self.weight_log10)
+            weights_row = np.asarray(s.value[i], dtype=float)
+            shown = [j for j in ecols if j is not None]  # the weights: one fewer with a logit of no value (a sink)
+            px, pe, ps = _row_digits(o.precision, [shifted_row[j] for j in shown], [exp_row[j] for j in shown],
+                                     float(d["row_sum"][i]) if None not in ecols else None,
+                                     [weights_row[j] if j < s.shape[1] else None for j in shown])
+            with o.digits(ps):
+                total = o.vector([float(d["row_sum"][i])], [0.0] if several else None)[0]
+            with o.digits(px):
+                shifted_v = vec(shifted_row, cs=ecols)
+            with o.digits(pe):
+                exp_v = vec(exp_row, self.exp_log10, cs=ecols)
+            weights_v = vec(weights_row, self.weight_log10)
             weights_side: list = [weights_v]
         else:  # exact
             shifted = d.get("shifted")
@@ -203,6 +211,48 @@ class SoftmaxView:
                               "token": tokens[i] if i < len(tokens) else ""})
         return notes
 
+
+
+def _shown(x: float, p: int) -> tuple[float, float]:
+    """x as a vector prints it at p decimals, and half a unit of its last printed digit."""
+    if not math.isfinite(x) or x == 0:
+        return x, 0.0
+    if abs(x) < 0.5 * 10 ** -p:  # scientific notation, two significant digits
+        m, e = f"{x:.1e}".split("e")
+        return float(f"{m}e{e}"), 0.05 * 10 ** int(e)
+    return float(f"{x:.{p}f}"), 0.5 * 10 ** -p
+
+
+def _row_digits(precision: int, shifted: list[float], exps: list[float], total: float | None,
+                weights: list[float | None], more: int = 3) -> tuple[int, int, int]:
+    """The decimals of a softmax row's shifted scores, exponentials and sum (each at least
+    `precision`, the fewest that do) at which every line of the row reproduces its printed
+    result from its printed operands: e^(printed shift) gives the printed exponential, the
+    printed exponentials add up to the printed sum, and each printed exponential over the
+    printed sum gives the printed weight (the weights keep the precision of the matrix A).
+    `total` is None when the row is shown with dots (its sum has terms the row does not show).
+    Why: at 4 decimals e^-0.4372 is 0.6458, but the row prints 0.6459 (the shift is -0.43718),
+    and 0.6065 / 2.2131 is 0.2740, where the weight prints 0.2741."""
+    tiny = 1e-9
+
+    def ok(px: int, pe: int, ps: int) -> bool:
+        e_shown = []
+        for x, e in zip(shifted, exps):
+            ev, eh = _shown(e, pe)
+            if math.isfinite(x) and abs(math.exp(_shown(x, px)[0]) - ev) > eh + tiny:
+                return False
+            e_shown.append(ev)
+        if total is None:
+            return True
+        sv, sh = _shown(total, ps)
+        if abs(sum(e_shown) - sv) > sh + tiny:
+            return False
+        return all(abs(ev / sv - _shown(a, precision)[0]) <= _shown(a, precision)[1] + tiny
+                   for ev, a in zip(e_shown, weights) if a is not None and a != 0)
+
+    tries = sorted(((px, pe, ps) for px in range(precision, precision + more + 1) for pe in range(precision, precision + more + 1)
+                    for ps in range(precision, precision + more + 1)), key=lambda t: (sum(t), t[2], t[1]))
+    return next((t for t in tries if ok(*t)), (precision,) * 3)
 
 
 def _minus_inf(x) -> bool:
