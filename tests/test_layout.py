@@ -212,3 +212,15 @@ def test_title_math_is_typeset_not_escaped():
     md = attntrace.render(attntrace.run("scaling-dk6"), format="md")
     # headings hold no math (issue 22): the title's spans are parsed and printed as plain text
     assert md.splitlines()[0] == "# Scaling by sqrt(d\\_k) with d\\_k = 6"
+
+
+def test_a_blocks_given_matrices_come_in_order_of_use():
+    """llama-block-tiny's Given listed the gains after W_O, so W_gate stood alone on a line (issue
+    22): in order of use each gain stands beside its sublayer's weights and no line holds one matrix."""
+    tex = attntrace.render(attntrace.run("llama-block-tiny"), format="tex")
+    given = tex.split("\\subsection*{Given}", 1)[1].split("\\subsection*", 1)[0]
+    displays = re.findall(r"\\\[(.*?)\\\]", given, re.S)
+    names = [re.findall(r"\\underset\{\([^)]*\)\}\{(.*?)\} =", d) for d in displays]
+    assert all(len(n) >= 2 for n in names), names
+    flat = [n for line in names for n in line]
+    assert flat.index("\\gamma") < flat.index("W_Q^{(1)}") and flat.index("\\gamma^{f}") + 1 == flat.index("W_{\\mathrm{gate}}"), flat

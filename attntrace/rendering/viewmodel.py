@@ -135,7 +135,7 @@ def report_view(trace, fmt: str, precision: int, max_size: int, figures: list[di
         block_pre, block_post = split_block(trace) if not shape_mode else ([], [])
         flow = block_flow(trace, out) if arrangement else []
     d_ks = sorted({str(s.details["d_k"]) for s in trace.steps if s.id == "scaled" and s.details.get("d_k") is not None})
-    operands = [operand_chain(trace, op, out) for op in trace.operands]
+    operands = [operand_chain(trace, op, out) for op in in_order_of_use(trace)]
     by_sqrt = any(s.id == "scaled" and s.details.get("by_sqrt_dk", True) for s in trace.steps)
     scaled = any(s.id == "scaled" for s in trace.steps)
     view = {
@@ -186,6 +186,24 @@ def report_view(trace, fmt: str, precision: int, max_size: int, figures: list[di
     }
     mark_repeats(view)
     return view
+
+
+def in_order_of_use(trace) -> list:
+    """The given matrices of a block, or of latent attention, in the order the computation first
+    reads them (ties: the trace's order). A block's norm gains then stand beside their
+    sublayer's weights (pre-norm: gamma with X, gamma^f with W_gate), not all after W_O, where
+    they left W_gate alone on a line; latent attention's shared down-projections come before
+    the heads' matrices. Other traces keep the spec's order (X beside X_kv)."""
+    first_head = next((k for k, s in enumerate(trace.steps) if s.head is not None), 0)
+    if not any(s.id in BLOCK_IDS for s in trace.steps) and first_head == 0:
+        return list(trace.operands)
+    per_head = {op.name for op in trace.operands if op.head is not None}
+    first: dict[tuple, int] = {}
+    for k, step in enumerate(trace.steps):
+        for ref in step.inputs:
+            name, _, head = ref.partition("@")
+            first.setdefault((name, int(head) if head else (step.head if name in per_head else None)), k)
+    return sorted(trace.operands, key=lambda op: first.get((op.name, op.head), len(trace.steps)))
 
 
 def _numbers(n: int) -> dict[str, str]:
