@@ -185,6 +185,7 @@ def report_view(trace, fmt: str, precision: int, max_size: int, figures: list[di
         "notation": notation_rows(trace),
     }
     mark_repeats(view)
+    group_repeats(view, out)
     return view
 
 
@@ -335,10 +336,24 @@ def mark_repeats(view: dict[str, Any]) -> None:
     intros_seen: set = set()
     lefts_seen: set = set()
     grad_lines_seen = False
-    norm_shapes_said = False
+    norm_shapes_said = norm_entry_shown = False
+    shape_lines_said: set = set()
+    factors_shown = False
+    many = view.get("block") or view.get("shared_steps")  # a block's or latent attention's report
     for vm in order:
         if not isinstance(vm, dict) or "prose" not in vm:
             continue
+        if many and vm.get("main_short"):
+            # attention is one part of many: the first product is shown with its factors, later ones
+            # as formula = result (their factors are displayed above them)
+            if factors_shown:
+                vm["main"] = vm["main_short"]
+            factors_shown = True
+        if many and vm.get("shape_line") and not vm.get("shape_same"):
+            # attention is one part of many: a product's shapes, (3 x 2)(2 x 2) -> (3 x 2), are said once
+            if vm["shape_line"] in shape_lines_said:
+                vm["shapes_said"] = True
+            shape_lines_said.add(vm["shape_line"])
         left = vm.get("extra", {}).get("left")
         if left is not None and left in lefts_seen and vm.get("main_short"):
             vm["main"] = vm["main_short"]  # the up projection after the gate: N^f's product with its factors was shown
@@ -395,8 +410,13 @@ def mark_repeats(view: dict[str, Any]) -> None:
             if norm_shapes_said:
                 vm["shapes_said"] = True
             norm_shapes_said = True
-        if view.get("block") and vm["kind"] in ("scores", "Z") and "Q" in by_kind:
-            # a block's report: attention is one part of many, and its products were written out for Q
+            if many and norm_entry_shown:
+                # a block's later norms: row 1's statistics and entry were shown for the first, and these
+                # differ only in their numbers (Gemma 2's four norms took a page)
+                vm["entries"] = []
+            norm_entry_shown = norm_entry_shown or bool(vm.get("entries"))
+        if many and vm["kind"] in ("scores", "Z") and ("Q" in by_kind or "C_Q" in by_kind):
+            # attention is one part of many, and its products were written out for Q (latent attention: for C^Q)
             _one_entry(vm)
         if vm["kind"] == "ffn_act" and vm.get("entries") and "ffn_hidden" in by_kind:
             # the activation after the products of a block: one entry shows the formula at work
@@ -409,9 +429,57 @@ def mark_repeats(view: dict[str, Any]) -> None:
         if vm.get("view") == "sum":
             # an addition entry by entry (E = X + P, a residual): one entry shows it
             _one_entry(vm)
-        if vm.get("view") == "product" and vm["kind"] in LATER_PRODUCTS and "projection" in first:
+        if vm.get("view") == "product" and vm["kind"] in LATER_PRODUCTS and ("projection" in first or many):
             # the feed-forward and output products after the projections were written out
             _one_entry(vm)
+
+
+#: A view's parts that are shown beside its result and may differ by head (an ALiBi slope, a sink's logit,
+#: the experts a token chose): such a view keeps its own paragraph in a later head.
+_OWN_PARTS = ("bias", "sink", "chosen_blocks", "alpha", "ordinary", "softmax_rows", "jacobian")
+
+
+def group_repeats(view: dict[str, Any], out) -> None:
+    """A later head's steps that only repeat head 1's (a result, no entries, no notes) in one
+    paragraph, each as its name and value (its formula is head 1's with the head's number), side
+    by side where they fit: multi-head latent attention's head 2 took 17 paragraphs of "Computed
+    as in head 1." and a formula with a matrix, 2.5 pages. A key/value head's
+    own steps (GQA: K^(2) with head 3) and a view with parts of its own keep their paragraphs."""
+    for sec in view["sections"]:
+        steps, grouped, run = sec["steps"], [], []
+
+        def flush() -> None:
+            if len(run) > 1:
+                # a stack (latent attention's Q^(2) = [Q^C(2), Q~^R(2)]) repeats two results shown here: named only
+                shown = [vm for vm in run if vm.get("view") != "stack"]
+                lines = [b["lines"] if out.plain else [_name_and_value(b["lines"][0])] for vm in shown for b in vm["main"]]
+                grouped.append({"kind": "head_repeats", "view": "head_repeats", "head": sec["head"], "again": run[0]["again"],
+                                "main": [block(b) for b in pack(lines, out)], "extra": {},
+                                "stacked": [vm["name"] for vm in run if vm.get("view") == "stack"]})
+            else:
+                grouped.extend(run)
+            run.clear()
+
+        for vm in steps:
+            plain = (vm.get("head_repeat") and vm.get("head") == sec["head"] and not vm.get("entries") and not vm.get("notes")
+                     and not vm.get("softmax_rows") and not any(b["aligned"] for b in vm["main"])
+                     and not any(vm["extra"].get(k) for k in _OWN_PARTS))
+            if plain:
+                run.append(vm)
+            else:
+                flush()
+                grouped.append(vm)
+        flush()
+        sec["steps"] = grouped
+
+
+def _name_and_value(line: str) -> str:
+    """name = formula = value -> name = value, for each equation of a display line (\\qquad apart)."""
+    out = []
+    for eq in line.split(" \\qquad "):
+        parts = eq.split(" = ")
+        out.append(f"{parts[0]} = {parts[-1]}" if len(parts) > 2 else eq)
+    return " \\qquad ".join(out)
 
 
 #: Kinds whose entry lines have an introduction of their own (not "the sum of products, ...").

@@ -32,10 +32,11 @@ BLOCK_ENTRY_COLUMNS = 3
 
 
 def in_block(sv) -> bool:
-    """Whether the step belongs to the report of a Transformer block (it has a residual step)."""
+    """Whether the step belongs to a report where attention is one part of many: a Transformer
+    block's (it has a residual step) or multi-head latent attention's (it has the latent C^KV)."""
     found = getattr(sv, "_in_block", None)
     if found is None:
-        found = sv._in_block = any(s.id == "residual1" for s in sv.t.steps)
+        found = sv._in_block = any(s.id in ("residual1", "C_KV") for s in sv.t.steps)
     return found
 
 
