@@ -135,7 +135,8 @@ def report_view(trace, fmt: str, precision: int, max_size: int, figures: list[di
         block_pre, block_post = split_block(trace) if not shape_mode else ([], [])
         flow = block_flow(trace, out) if arrangement else []
     d_ks = sorted({str(s.details["d_k"]) for s in trace.steps if s.id == "scaled" and s.details.get("d_k") is not None})
-    operands = [operand_chain(trace, op, out) for op in in_order_of_use(trace)]
+    given_order = in_order_of_use(trace)
+    operands = [operand_chain(trace, op, out) for op in given_order]
     by_sqrt = any(s.id == "scaled" and s.details.get("by_sqrt_dk", True) for s in trace.steps)
     scaled = any(s.id == "scaled" for s in trace.steps)
     view = {
@@ -169,7 +170,10 @@ def report_view(trace, fmt: str, precision: int, max_size: int, figures: list[di
         "d_k": ", ".join(d_ks), "precision": precision, "max_size": max_size,
         "elided": not shape_mode and any(max(o.shape) > max_size for o in trace.operands) or any(max(s.shape) > max_size for s in trace.steps),
         "operands": [{"name": n, "lines": lines} for n, lines in operands],
-        "given": [block(b) for b in pack([lines for _, lines in operands], out)] if not shape_mode else [],
+        # a reordered Given (a block's, latent attention's): a row vector (a gain) may fill an earlier line
+        "given": [block(b) for b in pack([lines for _, lines in operands], out,
+                                         first_fit=[given_order != list(trace.operands) and op.shape[0] == 1 for op in given_order])]
+                  if not shape_mode else [],
         "given_shapes": given_shapes(trace, out) if shape_mode else [],
         "shape_rows": shape_rows(trace, out) if shape_mode else [],
         "sections": sections, "combined": combined, "figures": figures or [],
@@ -357,6 +361,8 @@ def mark_repeats(view: dict[str, Any]) -> None:
         left = vm.get("extra", {}).get("left")
         if left is not None and left in lefts_seen and vm.get("main_short"):
             vm["main"] = vm["main_short"]  # the up projection after the gate: N^f's product with its factors was shown
+            if view.get("block"):
+                vm["entries"] = []  # and its entry: the same row of N^f times another column
         elif left is not None:
             lefts_seen.add(left)
         # kinds that share a prose module share one explanation when they say so (Kind.explained_by_prose: Q, K
@@ -411,13 +417,16 @@ def mark_repeats(view: dict[str, Any]) -> None:
                 vm["shapes_said"] = True
             norm_shapes_said = True
             if many and norm_entry_shown:
-                # a block's later norms: row 1's statistics and entry were shown for the first, and these
-                # differ only in their numbers (Gemma 2's four norms took a page)
-                vm["entries"] = []
+                # a block's later norms: the entry formula, row 1's statistics and an entry were shown for
+                # the first, and these differ only in their numbers and gain (Gemma 2's four norms took a page)
+                vm["entries"], vm["formula_block"] = [], None
             norm_entry_shown = norm_entry_shown or bool(vm.get("entries"))
         if many and vm["kind"] in ("scores", "Z") and ("Q" in by_kind or "C_Q" in by_kind):
             # attention is one part of many, and its products were written out for Q (latent attention: for C^Q)
             _one_entry(vm)
+        if many and vm.get("view") == "elementwise" and vm.get("entries") and "scaled" in by_kind:
+            # a function applied entry by entry (the soft cap) in a report of many parts: one entry shows it
+            _one_entry(vm, telling=True)
         if vm["kind"] == "ffn_act" and vm.get("entries") and "ffn_hidden" in by_kind:
             # the activation after the products of a block: one entry shows the formula at work
             _one_entry(vm, telling=True)

@@ -214,13 +214,21 @@ def shape_dims(trace, step, out, short: bool = False) -> str:
     return out.math(to(shapes_of(*shapes), made))
 
 
-def pack(chains: list[list[str]], out) -> list[list[str]]:
-    """Put one-line equations side by side (\\qquad apart) while they fit on a line."""
+def pack(chains: list[list[str]], out, first_fit: list[bool] | None = None) -> list[list[str]]:
+    """Put one-line equations side by side (\\qquad apart) while they fit on a line. `first_fit`
+    (one flag per chain): that equation, when it does not fit on the last line, goes on the first
+    earlier one it fits on (a block's last gain beside W_gate rather than alone on a line)."""
     blocks: list[list[str]] = []
-    for lines in chains:
-        if (not out.plain and blocks and not block(blocks[-1])["aligned"] and not block(lines)["aligned"]
-                and out.measure(blocks[-1][0]) + 2.0 + out.measure(lines[0]) <= out.limit):
-            blocks[-1] = [blocks[-1][0] + SIDE_BY_SIDE + lines[0]]
+
+    def fits(b: list[str], lines: list[str]) -> bool:
+        return (not out.plain and not block(b)["aligned"] and not block(lines)["aligned"]
+                and out.measure(b[0]) + 2.0 + out.measure(lines[0]) <= out.limit)
+
+    for n, lines in enumerate(chains):
+        candidates = blocks if first_fit and first_fit[n] else blocks[-1:]
+        k = next((k for k in range(len(blocks) - len(candidates), len(blocks)) if fits(blocks[k], lines)), None)
+        if k is not None:
+            blocks[k] = [blocks[k][0] + SIDE_BY_SIDE + lines[0]]
         else:
             blocks.append(list(lines))
     return blocks
