@@ -189,7 +189,7 @@ def report_view(trace, fmt: str, precision: int, max_size: int, figures: list[di
         "notation": notation_rows(trace),
     }
     mark_repeats(view)
-    group_repeats(view, out)
+    group_repeats(view, out, bool(settings.get("kv_groups")))
     return view
 
 
@@ -448,12 +448,12 @@ def mark_repeats(view: dict[str, Any]) -> None:
 _OWN_PARTS = ("bias", "sink", "chosen_blocks", "alpha", "ordinary", "softmax_rows", "jacobian")
 
 
-def group_repeats(view: dict[str, Any], out) -> None:
+def group_repeats(view: dict[str, Any], out, gqa: bool = False) -> None:
     """A later head's steps that only repeat head 1's (a result, no entries, no notes) in one
     paragraph, each as its name and value (its formula is head 1's with the head's number), side
     by side where they fit: multi-head latent attention's head 2 took 17 paragraphs of "Computed
     as in head 1." and a formula with a matrix, 2.5 pages. A key/value head's
-    own steps (GQA: K^(2) with head 3) and a view with parts of its own keep their paragraphs."""
+    own steps (GQA: K^(2) with head 3, its cache) and a view with parts of its own keep their paragraphs."""
     for sec in view["sections"]:
         steps, grouped, run = sec["steps"], [], []
 
@@ -461,7 +461,10 @@ def group_repeats(view: dict[str, Any], out) -> None:
             if len(run) > 1:
                 # a stack (latent attention's Q^(2) = [Q^C(2), Q~^R(2)]) repeats two results shown here: named only
                 shown = [vm for vm in run if vm.get("view") != "stack"]
-                lines = [b["lines"] if out.plain else [_name_and_value(b["lines"][0])] for vm in shown for b in vm["main"]]
+                # name = value; under GQA the scores and the weighted sum keep their formula, which tells
+                # which key/value head they read (S^(4) = Q~^(4) K^(2)T)
+                lines = [b["lines"] if out.plain or (gqa and vm["kind"] in ("scores", "Z")) else [_name_and_value(b["lines"][0])]
+                         for vm in shown for b in vm["main"]]
                 grouped.append({"kind": "head_repeats", "view": "head_repeats", "head": sec["head"], "again": run[0]["again"],
                                 "main": [block(b) for b in pack(lines, out)], "extra": {},
                                 "stacked": [vm["name"] for vm in run if vm.get("view") == "stack"]})
@@ -470,7 +473,8 @@ def group_repeats(view: dict[str, Any], out) -> None:
             run.clear()
 
         for vm in steps:
-            plain = (vm.get("head_repeat") and vm.get("head") == sec["head"] and not vm.get("entries") and not vm.get("notes")
+            kv_head = gqa and vm["kind"] in ("K", "V", "K_rope", "K_cache", "V_cache")
+            plain = (vm.get("head_repeat") and vm.get("head") == sec["head"] and not kv_head and not vm.get("entries") and not vm.get("notes")
                      and not vm.get("softmax_rows") and not any(b["aligned"] for b in vm["main"])
                      and not any(vm["extra"].get(k) for k in _OWN_PARTS))
             if plain:
