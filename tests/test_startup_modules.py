@@ -31,7 +31,7 @@ attntrace.kinds.block attntrace.kinds.cache attntrace.kinds.context attntrace.ki
 attntrace.kinds.heads attntrace.kinds.mask attntrace.kinds.mla attntrace.kinds.moe attntrace.kinds.norm attntrace.kinds.notation attntrace.kinds.online attntrace.kinds.position
 attntrace.kinds.projection attntrace.kinds.qknorm attntrace.kinds.registry attntrace.kinds.residual attntrace.kinds.rope attntrace.kinds.ropescaling attntrace.kinds.sandwich attntrace.kinds.sink
 attntrace.kinds.scale attntrace.kinds.scores attntrace.kinds.softcap attntrace.kinds.softmax attntrace.kinds.weighted_sum
-attntrace.model attntrace.model.errors attntrace.model.formula attntrace.model.trace
+attntrace.model attntrace.model.errors attntrace.model.formula attntrace.model.record attntrace.model.trace
 attntrace.rendering attntrace.rendering.formats attntrace.rendering.formulatext attntrace.rendering.jinja_env attntrace.rendering.layout attntrace.rendering.onlineview
 attntrace.rendering.plaindata attntrace.rendering.printing attntrace.rendering.renderer attntrace.rendering.sandbox
 attntrace.rendering.softmaxview attntrace.rendering.stepview attntrace.rendering.templatefiles

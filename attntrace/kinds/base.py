@@ -15,13 +15,13 @@ declarations; adding a kind touches no other kind and no registry.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from attntrace.model.formula import Expr, Node, node
+from attntrace.model.record import record
 
 
-@dataclass(frozen=True)
+@record
 class Symbol:
     """One row of a trace's notation table: a symbol (LaTeX and plain), the key of its meaning
     (words: the `words` macro of its prose module, else templates/prose/{lang}/notation.j2), its shape (rows, cols) or a word key
