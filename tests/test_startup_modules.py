@@ -68,6 +68,17 @@ def test_the_sentence_report_loads_the_pinned_modules():
     assert not SENTENCE_MODULES - loaded, f"no longer imported (update SENTENCE_MODULES): {sorted(SENTENCE_MODULES - loaded)}"
 
 
+def test_a_json_spec_does_not_load_the_toml_reader(tmp_path):
+    spec = tmp_path / "small.json"
+    spec.write_text(json.dumps({"X": [[1, 0], [0, 2]], "W_Q": [[1, 0], [0, 1]], "W_K": [[0, 1], [1, 0]], "W_V": [[1, 1], [0, 1]]}))
+    code = ("import os, sys\nfrom attntrace.cli import main\n"
+            f"rc = main(['run', {str(spec)!r}, '--format', 'md', '-o', os.devnull])\n"
+            "print(rc, 'tomllib' in sys.modules)\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.stdout.split() == ["0", "False"], proc.stderr[-2000:]
+
+
 def test_the_pinned_set_leaves_out_what_the_sentence_does_not_use():
     for name in ("attntrace.grading", "attntrace.teach", "attntrace.bridges", "attntrace.algebra.exact",
                  "attntrace.algebra.symbolic", "attntrace.rendering.html", "attntrace.rendering.figures",

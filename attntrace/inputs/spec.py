@@ -12,7 +12,6 @@ from functools import partial
 
 import json
 import re
-import tomllib
 from dataclasses import field
 from pathlib import Path
 from typing import Any, Mapping
@@ -160,6 +159,8 @@ def read_table_file(path: str | Path, what: str = "spec", parse_float=None) -> d
             except json.JSONDecodeError as exc:
                 raise BadInput(f"{name}: JSON syntax error at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
         else:
+            import tomllib  # here, not at the top: a JSON spec or a dict does not pay for its regular expressions
+
             try:
                 data = tomllib.loads(text, parse_float=(lambda t: parse_float(t.replace("_", ""))) if parse_float else float)
             except tomllib.TOMLDecodeError as exc:
