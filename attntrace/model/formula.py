@@ -110,6 +110,10 @@ class Node:
     def __reduce__(self):
         return (type(self), self._key)
 
+    def field_values(self) -> tuple:
+        """The node's field values in declaration order (a tree walker's children)."""
+        return self._key
+
     def replace(self, **changes) -> "Node":
         """The same node with the named fields changed (as dataclasses.replace)."""
         return type(self)(**{**dict(zip(self._fields, self._key)), **changes})
