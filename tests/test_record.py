@@ -85,3 +85,18 @@ def test_formula_nodes_are_values():
     for bad in (lambda: F.Sym(), lambda: F.Sym("a", nope=1), lambda: F.Sym("a", name="b"), lambda: F.Num(1, 2)):
         with pytest.raises(TypeError):
             bad()
+
+
+def test_a_record_built_often_gets_its_own_constructor_that_behaves_the_same():
+    from attntrace.model import record as R
+
+    Often = _declare(record)
+    for i in range(R.COMPILE_AFTER + 1):
+        Often(f"s{i}", i)
+    assert "_record_compiled" in Often.__dict__
+    for args, kwargs in [(("Q", 1), {}), (("Q",), {"head": 2, "details": {"a": 1}}), ((), {"name": "K", "head": 1, "shape": (4, 4)})]:
+        assert dataclasses.asdict(Often(*args, **kwargs)) == dataclasses.asdict(Real(*args, **kwargs))
+    assert Often("Q", 1).details is not Often("Q", 1).details  # a fresh default from the factory each time
+    for args, kwargs in [((), {}), (("Q", 1, (1, 1), {}, 5), {}), (("Q", 1), {"nope": 1}), (("Q",), {"name": "K"})]:
+        with pytest.raises(TypeError):
+            Often(*args, **kwargs)

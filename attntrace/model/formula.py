@@ -437,9 +437,9 @@ def _write_inits(base: type) -> None:
     for t in types:
         required, optional = t._fields[:t._required], t._fields[t._required:]
         params = ", ".join(["self", *required, *(f"{f}=_defaults_{t.__name__}[{i}]" for i, f in enumerate(optional))])
-        stores = "".join(f"    d[{f!r}] = {f}\n" for f in t._fields)
+        stores = "".join(f"    _store[{f!r}] = {f}\n" for f in t._fields)
         key = "".join(f"{f}, " for f in t._fields)
-        source.append(f"def init_{t.__name__}({params}):\n    d = self.__dict__\n{stores}    d['_key'] = ({key})\n")
+        source.append(f"def init_{t.__name__}({params}):\n    _store = self.__dict__\n{stores}    _store['_key'] = ({key})\n")
         names[f"_defaults_{t.__name__}"] = t._defaults
     exec(compile("\n".join(source), __name__, "exec"), names)
     for t in types:
