@@ -40,14 +40,35 @@ def _add_render_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", type=Path, default=None, help="write to FILE instead of standard output")
 
 
-def build_parser() -> argparse.ArgumentParser:
+#: The commands, in the order `attntrace --help` lists them.
+COMMANDS = ("run", "check", "examples", "exercise")
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser. With `command` (the command the arguments name), only that
+    command's options are declared: the others are listed, with their help, but not filled in
+    (argparse spends ~0.1 ms on each of their 60 options, at every start)."""
     parser = _Parser(prog="attntrace", description="Transformer attention, traced step by step.")
     from attntrace.version import __version__
 
     parser.add_argument("--version", action="version", version=f"attntrace {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    full = command not in COMMANDS
 
     run = sub.add_parser("run", help="trace a spec (a TOML/JSON file or a built-in example's name)")
+    if full or command == "run":
+        _add_run_options(run)
+    check = sub.add_parser("check", help="check a hand calculation against the trace")
+    if full or command == "check":
+        _add_check_options(check)
+    sub.add_parser("examples", help="list the built-in examples")
+    ex = sub.add_parser("exercise", help="generate an exercise: worksheet and answer key")
+    if full or command == "exercise":
+        _add_exercise_options(ex)
+    return parser
+
+
+def _add_run_options(run: argparse.ArgumentParser) -> None:
     run.add_argument("spec")
     run.add_argument("--mode", choices=("numeric", "exact", "symbolic", "shape"), default=None)
     run.add_argument("--format", choices=RUN_FORMATS, default="text")
@@ -57,7 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--keep", default=None, help="record only these steps (ids or keys, comma-separated), e.g. weights,output")
     _add_render_options(run)
 
-    check = sub.add_parser("check", help="check a hand calculation against the trace")
+
+def _add_check_options(check: argparse.ArgumentParser) -> None:
     check.add_argument("spec")
     check.add_argument("answer", nargs="+", help="answer file; several files or a folder of .toml/.json answers grade a class")
     check.add_argument("--mode", choices=("numeric", "exact"), default=None)
@@ -73,9 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="a class: grade in this many processes (default: the number of cores)")
     _add_render_options(check)
 
-    sub.add_parser("examples", help="list the built-in examples")
 
-    ex = sub.add_parser("exercise", help="generate an exercise: worksheet and answer key")
+def _add_exercise_options(ex: argparse.ArgumentParser) -> None:
     ex.add_argument("--n", type=int, default=2, help="sequence length")
     ex.add_argument("--d", type=int, default=4, help="model width; each head gets d_k = d / heads columns (d_k = 1 or 4 keeps sqrt(d_k) whole)")
     ex.add_argument("--heads", type=int, default=1)
@@ -88,7 +109,6 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--spec-out", type=Path, default=None, help="also write the problem's spec (TOML) here")
     ex.add_argument("--answer-out", type=Path, default=None, help="also write the answer key as an answer file (TOML) here")
     _add_render_options(ex)
-    return parser
 
 
 def _render_options(args) -> dict:
@@ -329,7 +349,8 @@ def _error(message: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        args = build_parser().parse_args(argv)
+        argv = sys.argv[1:] if argv is None else list(argv)
+        args = build_parser(argv[0] if argv else None).parse_args(argv)
         handler = {"run": cmd_run, "check": cmd_check, "examples": cmd_examples, "exercise": cmd_exercise}[args.command]
         return handler(args)
     except AttntraceError as exc:

@@ -36,14 +36,20 @@ def _head_state(ctx: Context, ops: dict[str, Operand]) -> dict:
     return state
 
 
-def _run_head(ctx: Context, head, ops) -> dict:
-    """A head's forward pipeline; returns its state (Z, and what the backward pass reads)."""
-    p = ctx.p
+def _head_kinds(p: Problem) -> list:
+    """The head kinds that run for this problem, in pipeline order: the enabled ones, less those
+    an enabled kind replaces. A kind's `enabled` reads only the problem, so this is asked once
+    per trace, not once per head (a BERT layer has 12 heads and the pipeline 40 kinds)."""
+    on = [kind for kind in HEAD_PIPELINE if kind.enabled(p)]
+    replaced = {r for kind in on for r in kind.replaces}
+    return [kind for kind in on if kind.id not in replaced]
+
+
+def _run_head(ctx: Context, head, ops, kinds: list) -> dict:
+    """A head's forward pipeline (`kinds`, from `_head_kinds`); returns its state (Z, and what
+    the backward pass reads)."""
     state = _head_state(ctx, ops)
-    replaced = {r for kind in HEAD_PIPELINE if kind.enabled(p) for r in kind.replaces}
-    for kind in HEAD_PIPELINE:
-        if kind.id in replaced or not kind.enabled(p):
-            continue
+    for kind in kinds:
         flow = kind.compute(ctx, head, state)
         if flow is not None:
             state[kind.writes] = flow
@@ -90,7 +96,8 @@ def _run(ctx: Context) -> Trace:
     backward = p.extra.get("backward") is not None
     # without a backward pass a finished head leaves only its Z: its other values are freed
     # unless recorded (what keep= bounds)
-    states = [st if backward else {"Z": st.get("Z")} for st in (_run_head(ctx, h, ops) for h, ops in zip(heads, p.heads))]
+    kinds = _head_kinds(p)
+    states = [st if backward else {"Z": st.get("Z")} for st in (_run_head(ctx, h, ops, kinds) for h, ops in zip(heads, p.heads))]
     zs = [s.get("Z") for s in states]
     state = {"heads": zs, "Z": zs[0]}
     for kind in COMBINE_PIPELINE:

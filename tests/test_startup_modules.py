@@ -31,7 +31,7 @@ attntrace.kinds.block attntrace.kinds.cache attntrace.kinds.context attntrace.ki
 attntrace.kinds.heads attntrace.kinds.mask attntrace.kinds.mla attntrace.kinds.moe attntrace.kinds.norm attntrace.kinds.notation attntrace.kinds.online attntrace.kinds.position
 attntrace.kinds.projection attntrace.kinds.qknorm attntrace.kinds.registry attntrace.kinds.residual attntrace.kinds.rope attntrace.kinds.ropescaling attntrace.kinds.sandwich attntrace.kinds.sink
 attntrace.kinds.scale attntrace.kinds.scores attntrace.kinds.softcap attntrace.kinds.softmax attntrace.kinds.weighted_sum
-attntrace.model attntrace.model.errors attntrace.model.formula attntrace.model.trace
+attntrace.model attntrace.model.errors attntrace.model.formula attntrace.model.record attntrace.model.trace
 attntrace.rendering attntrace.rendering.formats attntrace.rendering.formulatext attntrace.rendering.jinja_env attntrace.rendering.layout attntrace.rendering.onlineview
 attntrace.rendering.plaindata attntrace.rendering.printing attntrace.rendering.renderer attntrace.rendering.sandbox
 attntrace.rendering.softmaxview attntrace.rendering.stepview attntrace.rendering.templatefiles
@@ -66,6 +66,17 @@ def test_the_sentence_report_loads_the_pinned_modules():
     loaded = set(got["modules"])
     assert not loaded - SENTENCE_MODULES, f"new imports in the sentence report: {sorted(loaded - SENTENCE_MODULES)}"
     assert not SENTENCE_MODULES - loaded, f"no longer imported (update SENTENCE_MODULES): {sorted(SENTENCE_MODULES - loaded)}"
+
+
+def test_a_json_spec_does_not_load_the_toml_reader(tmp_path):
+    spec = tmp_path / "small.json"
+    spec.write_text(json.dumps({"X": [[1, 0], [0, 2]], "W_Q": [[1, 0], [0, 1]], "W_K": [[0, 1], [1, 0]], "W_V": [[1, 1], [0, 1]]}))
+    code = ("import os, sys\nfrom attntrace.cli import main\n"
+            f"rc = main(['run', {str(spec)!r}, '--format', 'md', '-o', os.devnull])\n"
+            "print(rc, 'tomllib' in sys.modules)\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.stdout.split() == ["0", "False"], proc.stderr[-2000:]
 
 
 def test_the_pinned_set_leaves_out_what_the_sentence_does_not_use():

@@ -5,16 +5,7 @@ Part of the four modes behind one interface (attntrace.algebra.modes.algebra_for
 
 from __future__ import annotations
 
-from attntrace.inputs.expr import accented_with_head, entry_name
-
-
-def entry_symbol(base: str, i: int, j: int, head, wide: bool) -> str:
-    """An entry's name; an accented base (\\tilde{q}, the rotated queries) is no parser name,
-    so it is written out here, as the reports write it (attntrace.rendering.viewparts.Ref)."""
-    if not base.startswith("\\"):
-        return entry_name(base, i, j, head=head, wide=wide)
-    return f"{accented_with_head(base, head)}_{{{f'{i},{j}' if wide else f'{i}{j}'}}}"
-
+from attntrace.inputs.expr import entry_symbol
 
 
 class SympyAlgebra:

@@ -65,6 +65,7 @@ __all__ = [
     "MAX_DEPTH",
     "MAX_LENGTH",
     "entry_name",
+    "entry_symbol",
     "parse_expr",
     "parse_symbol_base",
     "to_plain",
@@ -527,3 +528,11 @@ def to_plain(expr) -> str:
         elif not isinstance(node, plain_types):
             raise Unsupported(f"cannot write {node} ({type(node).__name__}) as plain text")
     return _plain_printer().doprint(expr)
+
+
+def entry_symbol(base: str, i: int, j: int, head, wide: bool) -> str:
+    """An entry's name; an accented base (\\tilde{q}, the rotated queries) is no parser name,
+    so it is written out here, as the reports write it (attntrace.rendering.viewparts.Ref)."""
+    if not base.startswith("\\"):
+        return entry_name(base, i, j, head=head, wide=wide)
+    return f"{accented_with_head(base, head)}_{{{f'{i},{j}' if wide else f'{i}{j}'}}}"

@@ -21,10 +21,11 @@ from typing import Any, Callable, Mapping
 
 from attntrace.inputs.matrices import to_matrix
 from attntrace.model.errors import BadInput
+from attntrace.model.record import record
 from attntrace.model.trace import Operand
 
 
-@dataclass(frozen=True)
+@record
 class SpecOption:
     """One spec key a kind reads: `parse(value, reader)` -> the value kept in Problem.extra[key]
     (None: the option is off). `what` says in a few words what the key takes, for messages.

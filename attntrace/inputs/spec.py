@@ -12,8 +12,7 @@ from functools import partial
 
 import json
 import re
-import tomllib
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -28,6 +27,7 @@ from attntrace.inputs.blockspec import BLOCK_KEYS, block_options, check_block
 from attntrace.inputs.positional import positive_number
 from attntrace.inputs.options import OptionReader, SpecOption, split_columns
 from attntrace.inputs.stepoptions import MASK_NAMES, parse_attn_bias, parse_mask_options
+from attntrace.model.record import record
 from attntrace.model.trace import MODES, Operand
 
 #: Per-head matrices and their default entry names in symbolic mode.
@@ -50,7 +50,7 @@ SPLITTABLE = ("W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "Q", "K", "V", "K_past",
 KV_KEYS = ("W_K", "W_V", "b_K", "b_V", "K", "V", "K_past", "V_past")
 
 
-@dataclass(frozen=True)
+@record
 class Problem:
     """What to trace: mode, start point, per-head operands, shared operands and options."""
 
@@ -159,6 +159,8 @@ def read_table_file(path: str | Path, what: str = "spec", parse_float=None) -> d
             except json.JSONDecodeError as exc:
                 raise BadInput(f"{name}: JSON syntax error at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
         else:
+            import tomllib  # here, not at the top: a JSON spec or a dict does not pay for its regular expressions
+
             try:
                 data = tomllib.loads(text, parse_float=(lambda t: parse_float(t.replace("_", ""))) if parse_float else float)
             except tomllib.TOMLDecodeError as exc:

@@ -17,8 +17,9 @@ Nothing is ever evaluated.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any, Callable, Mapping, NamedTuple
+
+from attntrace.model.record import record
 
 _GREEK_LOWER = (
     "alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa",
@@ -70,7 +71,7 @@ def balanced_parentheses(content: str) -> bool:
     return level == 0
 
 
-@dataclass(frozen=True)
+@record
 class Lexicon:
     """What one reader accepts; see the module docstring.
 

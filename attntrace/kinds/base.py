@@ -15,10 +15,10 @@ declarations; adding a kind touches no other kind and no registry.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from attntrace.model.formula import Expr, Node, node, sym
+from attntrace.model.record import record
 
 #: The index of a head in a formula written for every head: Q^{(eta)} = X W_Q^{(eta)}, eta = 1, ..., h;
 #: a concrete head is a number, Q^{(1)}. Not i (the 2017 paper's head_i): i and j number an entry's
@@ -33,7 +33,7 @@ HEAD_INDEX = sym("eta")
 KV_HEAD_INDEX = sym("g")
 
 
-@dataclass(frozen=True)
+@record
 class Symbol:
     """One row of a trace's notation table: a symbol (LaTeX and plain), the key of its meaning
     (words: the `words` macro of its prose module, else templates/prose/{lang}/notation.j2), its shape (rows, cols) or a word key

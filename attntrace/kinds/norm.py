@@ -12,8 +12,6 @@ is 1 and the bias 0, and the formula leaves them out. Gemma's RMSNorm multiplies
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
 from attntrace.inputs.blockspec import BLOCK_OPERANDS
@@ -102,10 +100,10 @@ class Norm(Kind):
         # the gain and bias go by their operands' names: gamma, beta for norm 1, gamma^f, beta^f for norm 2
         gl, bl = BLOCK_OPERANDS[f"gamma_{self.which}"][0], BLOCK_OPERANDS.get(f"beta_{self.which}", (None,))[0]
         if gain is not None:
-            g = dataclasses.replace(gl, sub="j")
+            g = gl.replace(sub="j")
             entry = (Paren(Num(offset) + g) if offset else g) * entry
         if bias is not None:
-            entry = entry + dataclasses.replace(bl, sub="j")
+            entry = entry + bl.replace(sub="j")
         params = tuple(s for s, op in ((gl, gain), (bl, bias)) if op is not None)
         function = Func("RMSNorm" if rms else "LayerNorm", (r.letter,), params=params)
         formula = Parts((self.letter.eq(function), self.entry.at("i", "j").eq(entry)))

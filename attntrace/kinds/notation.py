@@ -15,7 +15,6 @@ makes them, else in templates/prose/{en,zh}/notation.j2.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from attntrace.inputs.blockspec import BLOCK_OPERANDS
 from attntrace.inputs.spec import KV_KEYS
@@ -23,6 +22,7 @@ from attntrace.kinds import kind_of
 from attntrace.kinds.base import HEAD_INDEX, KV_HEAD_INDEX, Kind, Symbol
 from attntrace.kinds.registry import MODULES
 from attntrace.model.formula import Word, node, sym
+from attntrace.model.record import record
 
 #: operand name -> its entries' base name in symbolic mode; its symbol in formulas (the reports use these)
 OPERAND_BASE = {"X": "x", "X_kv": "y", "W_Q": "w^{Q}", "W_K": "w^{K}", "W_V": "w^{V}", "W_O": "w^{O}", "b_Q": "b^{Q}", "b_K": "b^{K}",
@@ -62,7 +62,7 @@ def letter_of(tex: str) -> str:
     return tex
 
 
-@dataclass(frozen=True)
+@record
 class Notation:
     """A trace's notation table: its rows in order of first use, and the clashes found
     (letter, first meaning, second meaning); a right trace has none."""

@@ -9,11 +9,12 @@ mode, the entry-wise expansion one level deep.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
 from attntrace.model.formula import PRINTERS, Node
+from attntrace.model.record import record
 
 #: The fixed step vocabulary shared by the JSON, the renderer and the checker, in trace order.
 STEP_IDS = ("Q", "K", "V", "scores", "scaled", "masked", "weights", "Z", "concat", "output")
@@ -54,7 +55,7 @@ def _block_address(text: str, block, query_block):
     return (id, int(kb), int(qb)) if dot else (id, int(qb), None)
 
 
-@dataclass(frozen=True)
+@record
 class Operand:
     """A matrix the trace started from (X, W_Q, b_O, or a given Q, scores, Z_i, ...).
 
@@ -70,7 +71,7 @@ class Operand:
     symbol: str | None = None
 
 
-@dataclass(frozen=True)
+@record
 class Step:
     """One step of the computation.
 
@@ -116,7 +117,7 @@ class Step:
         return self.id if self.head is None else f"{self.id}@{self.head}"
 
 
-@dataclass(frozen=True)
+@record
 class Trace:
     """An ordered, immutable attention trace. Build it with `attntrace.run`."""
 

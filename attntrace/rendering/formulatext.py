@@ -10,7 +10,6 @@ report, from the tree itself rather than from its LaTeX.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from attntrace.model import formula as F
@@ -132,7 +131,7 @@ class TexPrinter(Printer):
         """`of` with `extra` in its superscript: one superscript, merged with a symbol's own
         (W^{UQ} of head 2 is W^{UQ(2)}, never W^{UQ}^{(2)})."""
         if isinstance(of, F.Sym) and of.sup is not None:
-            return f"{self.p(dataclasses.replace(of, sup=None))}^{{{self.p(of.sup)}{extra}}}"
+            return f"{self.p(of.replace(sup=None))}^{{{self.p(of.sup)}{extra}}}"
         return f"{self.p(of)}^{{{extra}}}"
 
     def _print_Head(self, h: F.Head) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from attntrace.inputs.expr import entry_symbol
 from attntrace.kinds import kind_of
 from attntrace.rendering import views
 from attntrace.kinds.notation import OPERAND_BASE, OPERAND_SYMBOL  # noqa: F401 - the reports' names of operands
@@ -17,7 +18,6 @@ from attntrace.model.formula import Juxt, Node, Num, Op, Rel, Seq, Shape, Stack,
 from attntrace.rendering.formulatext import ACCENTS, RELATIONS, tex
 from attntrace.rendering.layout import SIDE_BY_SIDE
 from attntrace.rendering.printing import entry_name, pick
-from attntrace.algebra.symbolic import entry_symbol
 
 #: A softmax row whose largest weight is at least this is called saturated in the report.
 SATURATED = 0.999

@@ -16,7 +16,6 @@ raises `Unsupported`: a kind whose formula this printer cannot print has no Numb
 
 from __future__ import annotations
 
-import dataclasses
 import re
 
 import numpy as np
@@ -132,9 +131,9 @@ def leaves(tree: F.Node) -> list[F.Node]:
         elif isinstance(x, tuple):
             for y in x:
                 walk(y)
-        elif isinstance(x, F.Node) and dataclasses.is_dataclass(x):
-            for field in dataclasses.fields(x):
-                walk(getattr(x, field.name))
+        elif isinstance(x, F.Node):
+            for value in x.field_values():
+                walk(value)
 
     walk(tree)
     return out
