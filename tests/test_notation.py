@@ -107,7 +107,7 @@ def test_a_head_index_is_no_row_or_column_index(name, traces):
     assert not set(index.values()) & _ENTRY_INDICES, f"{name}: a head index is a row, column or sum index: {index}"
     assert len(set(index.values())) == len(index), index
     for r in rows:
-        assert not re.search(r"\(([ij])\)", r.tex + (r.entry or "")), f"{name}: {r.tex} numbers its head like a row or column"
+        assert not re.search(r"\(([ij])\)", r.tex + (r.entry_tex or "")), f"{name}: {r.tex} numbers its head like a row or column"
 
 
 def test_a_clash_is_found(traces):

@@ -158,9 +158,9 @@ class Grad(Kind):
     def notation(self, step):
         """dM with its entries g^{M}_{ij}; the loss L where the backward pass starts; r_i through the softmax."""
         rule = step.details.get("rule")
-        extra = {"given": [Symbol("L", "L", "loss", "scalar")], "sum": [Symbol("L", "L", "loss", "scalar")],
-                 "sum_squares": [Symbol("L", "L", "loss", "scalar")],
-                 "softmax": [Symbol("r_i", "r_i", "softmax_grad_mean", (step.shape[0], 1))]}.get(rule, [])
+        extra = {"given": [Symbol(sym("L"), "loss", "scalar")], "sum": [Symbol(sym("L"), "loss", "scalar")],
+                 "sum_squares": [Symbol(sym("L"), "loss", "scalar")],
+                 "softmax": [Symbol(sym("r", "i"), "softmax_grad_mean", (step.shape[0], 1))]}.get(rule, [])
         return super().notation(step) + extra
 
     def json_details(self, details):

@@ -15,9 +15,10 @@ declarations; adding a kind touches no other kind and no registry.
 
 from __future__ import annotations
 
+import re
 from typing import Any, ClassVar
 
-from attntrace.model.formula import Expr, Node, node, sym
+from attntrace.model.formula import Expr, Node, Sym, Word, node, sym
 from attntrace.model.record import record
 
 #: The index of a head in a formula written for every head: Q^{(eta)} = X W_Q^{(eta)}, eta = 1, ..., h;
@@ -35,21 +36,47 @@ KV_HEAD_INDEX = sym("g")
 
 @record
 class Symbol:
-    """One row of a trace's notation table: a symbol (LaTeX and plain), the key of its meaning
-    (words: the `words` macro of its prose module, else templates/prose/{lang}/notation.j2), its shape (rows, cols) or a word key
-    ("scalar", ...), and its entries' name when it is a matrix (q_{ij} of Q)."""
+    """One row of a trace's notation table: a symbol (a formula tree, printed in each notation
+    when a report or the JSON shows it), the key of its meaning (words: the `words` macro of its
+    prose module, else templates/prose/{lang}/notation.j2), its shape (rows, cols) or a word key
+    ("scalar", ...), and its entries' name when it is a matrix (q_{ij} of Q, a tree too)."""
 
-    tex: str
-    plain: str
+    symbol: Node
     meaning: str
     shape: tuple[int, int] | str | None = None
-    entry: str | None = None
-    plain_entry: str | None = None
+    entry: Node | None = None
 
     @classmethod
     def of(cls, symbol: Node, meaning: str, shape=None) -> "Symbol":
-        """A row for a formula symbol (a tree, printed once here in both notations)."""
-        return cls(symbol.text("tex"), symbol.text("plain"), meaning, shape)
+        """A row for a formula symbol."""
+        return cls(symbol, meaning, shape)
+
+    @property
+    def tex(self) -> str:
+        return self.symbol.text("tex")
+
+    @property
+    def plain(self) -> str:
+        return self.symbol.text("plain")
+
+    @property
+    def entry_tex(self) -> str | None:
+        return None if self.entry is None else self.entry.text("tex")
+
+
+#: A SymPy entry base name (`Kind.symbol`, an operand's): an accented letter or a letter or Greek
+#: name, a superscript group, an upright subscript: \tilde{q}^{R}, w^{Q}, \gamma^{f}, k_{\text{c}}.
+_BASE = re.compile(r"^(?:\\(hat|tilde|bar|check)\{\\?(\w+)\}|\\?(\w+))(?:\^\{([^{}]+)\})?(?:_\{\\text\{(\w+)\}\})?$")
+
+
+def base_sym(name: str) -> Sym:
+    """The formula symbol of a SymPy entry base name (w^{Q} -> sym("w", sup="Q")); a name of
+    another form stays one symbol of that name."""
+    m = _BASE.match(name)
+    if m is None:
+        return sym(name)
+    accent, accented, letter, sup, sub = m.groups()
+    return sym(accented or letter, Word(sub) if sub else None, sup, accent=accent)
 
 
 class Flow:
@@ -233,8 +260,7 @@ class Kind:
         if self.letter:
             letter = node(self.letter)
             entry = node(self.entry).at("i", "j") if self.entry and node(self.entry) != letter else None
-            out.append(Symbol(letter.text("tex"), letter.text("plain"), self.meaning or self.id, tuple(step.shape),
-                              entry.text("tex") if entry else None, entry.text("plain") if entry else None))
+            out.append(Symbol(letter, self.meaning or self.id, tuple(step.shape), entry))
         for symbol, meaning, shape in self.symbols:
             sized = {"rows": (step.shape[0], 1), "step": tuple(step.shape), "pairs": (1, step.shape[1] // 2)}
             out.append(Symbol.of(symbol, meaning, sized.get(shape, shape)))

@@ -14,14 +14,15 @@ makes them, else in templates/prose/{en,zh}/notation.j2.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 from attntrace.inputs.blockspec import BLOCK_OPERANDS
 from attntrace.inputs.spec import KV_KEYS
 from attntrace.kinds import kind_of
-from attntrace.kinds.base import HEAD_INDEX, KV_HEAD_INDEX, Kind, Symbol
+from attntrace.kinds.base import HEAD_INDEX, KV_HEAD_INDEX, Kind, Symbol, base_sym
 from attntrace.kinds.registry import MODULES
-from attntrace.model.formula import Word, node, sym
+from attntrace.model.formula import Index, Sym, Word, node, substitute, sym
 from attntrace.model.record import record
 
 #: operand name -> its entries' base name in symbolic mode; its symbol in formulas (the reports use these)
@@ -71,36 +72,30 @@ class Notation:
     clashes: tuple[tuple[str, str, str], ...]
 
     def to_list(self) -> list[dict]:
-        """The table as JSON: symbol, plain, meaning (a key), shape ([rows, cols] or a word key), entry."""
+        """The table as JSON: symbol (LaTeX), plain, meaning (a key), shape ([rows, cols] or a word
+        key), entry (LaTeX): the trees printed."""
         return [{"symbol": r.tex, "plain": r.plain, "meaning": r.meaning,
-                 "shape": list(r.shape) if isinstance(r.shape, tuple) else r.shape, "entry": r.entry} for r in self.rows]
+                 "shape": list(r.shape) if isinstance(r.shape, tuple) else r.shape, "entry": r.entry_tex} for r in self.rows]
 
 
-def _with_head(sym: Symbol, index=HEAD_INDEX) -> Symbol:
+def _with_head(row: Symbol, index=HEAD_INDEX) -> Symbol:
     """The symbol of a per-head matrix in a multi-head trace: Q^{(eta)}, q^{(eta)}_{ij} (a key/value
-    head's under GQA: K^{(g)})."""
-    t, p = index.text("tex"), index.text("plain")
-    entry = sym.entry and sym.entry.replace("_{ij}", f"^{{({t})}}_{{ij}}") if sym.entry and "^" not in sym.entry else sym.entry
-    plain_entry = sym.plain_entry and sym.plain_entry.replace("_ij", f"({p})_ij") if sym.entry and "^" not in sym.entry else sym.plain_entry
-    tex = f"{sym.tex[:-1]}({t})}}" if re.search(r"\^\{[^{}]*\}$", sym.tex) else f"{sym.tex}^{{({t})}}"  # W^{UQ} -> W^{UQ(eta)}
-    return Symbol(tex, f"{sym.plain}({p})", sym.meaning, sym.shape, entry, plain_entry)
+    head's under GQA: K^{(g)}); an entry whose base has a superscript of its own (w^{Q}_{ij}) keeps it."""
+    entry = row.entry
+    if isinstance(entry, Index) and isinstance(entry.of, Sym) and entry.of.sup is None:
+        entry = substitute(entry, {entry.of: entry.of.head(index)})
+    return dataclasses.replace(row, symbol=row.symbol.head(index), entry=entry)
 
 
 def _index_row(index, meaning: str) -> Symbol:
-    return Symbol(index.text("tex"), index.text("plain"), meaning, "index")
-
-
-def _plain(tex: str) -> str:
-    """An entry base in plain text: w^{Q} -> w^Q, \\gamma^{f} -> gamma^f."""
-    return re.sub(r"\\(\w+)", r"\1", tex).replace("{", "").replace("}", "")
+    return Symbol(index, meaning, "index")
 
 
 def _operand(op) -> Symbol:
     letter = OPERAND_SYMBOL.get(op.name) or node(op.name)
     base = op.symbol or OPERAND_BASE.get(op.name)
     meaning = _STEP_OPERANDS.get(op.name, op.name)
-    return Symbol(letter.text("tex"), letter.text("plain"), meaning, tuple(op.shape),
-                  f"{base}_{{ij}}" if base else None, f"{_plain(base)}_ij" if base else None)
+    return Symbol(letter, meaning, tuple(op.shape), base_sym(base).at("i", "j") if base else None)
 
 
 def notation_of(trace) -> Notation:
@@ -112,8 +107,8 @@ def notation_of(trace) -> Notation:
 
     def add(sym: Symbol) -> None:
         keys = [(letter_of(sym.tex), sym.meaning)]
-        if sym.entry and letter_of(sym.entry) != keys[0][0]:  # a vector's entries may share its letter (gamma_j of gamma)
-            keys.append((letter_of(sym.entry), f"entry:{sym.meaning}"))
+        if sym.entry and letter_of(sym.entry_tex) != keys[0][0]:  # a vector's entries may share its letter (gamma_j of gamma)
+            keys.append((letter_of(sym.entry_tex), f"entry:{sym.meaning}"))
         new = False
         for letter, meaning in keys:
             if letter not in seen:
@@ -138,6 +133,6 @@ def notation_of(trace) -> Notation:
     for step in trace.steps:
         kv = gqa and "query_heads" in step.details  # a key/value head's own step (GQA)
         for sym in kind_of(step.id).notation(step):
-            own = multi and step.head is not None and sym.tex == node(kind_of(step.id).letter).text("tex")
+            own = multi and step.head is not None and sym.symbol == node(kind_of(step.id).letter)
             add(_with_head(sym, KV_HEAD_INDEX if kv else HEAD_INDEX) if own else sym)
     return Notation(tuple(rows), tuple(clashes))

@@ -115,10 +115,10 @@ class Rope(Kind):
         """With RoPE scaling also the factors c_i and, for YaRN, the attention factor mu."""
         out = super().notation(step)
         if step.details.get("factors") is not None:
-            out.append(Symbol("c_i", "c_i", "rope_factor", (1, step.shape[1] // 2)))
+            out.append(Symbol(sym("c", "i"), "rope_factor", (1, step.shape[1] // 2)))
             mu = step.details.get("mu")
             if mu is not None and mu != 1:
-                out.append(Symbol("\\mu", "mu", "yarn_mu", "scalar"))
+                out.append(Symbol(sym("mu"), "yarn_mu", "scalar"))
         return out
 
     def intro(self, term, steps):

@@ -56,7 +56,7 @@ class Scaled(Kind):
                 "by_sqrt_dk": bool(det.get("by_sqrt_dk"))}
 
     def notation(self, step):
-        return super().notation(step) + ([Symbol("d_k", "d_k", "d_k", "scalar")] if step.details.get("by_sqrt_dk") else [])
+        return super().notation(step) + ([Symbol(sym("d", "k"), "d_k", "scalar")] if step.details.get("by_sqrt_dk") else [])
 
     def enabled(self, problem) -> bool:
         return super().enabled(problem) and problem.scale is not False

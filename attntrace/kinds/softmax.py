@@ -72,7 +72,7 @@ class Weights(Kind):
         """A, a_ij, and the row maximum m_i the stable softmax subtracts (numbers only: symbols have no maximum)."""
         row_max = step.details.get("row_max")
         known = row_max is not None and any(x is not None for x in row_max)
-        return super().notation(step) + ([Symbol("m_i", "m_i", "row_max", (step.shape[0], 1))] if known else [])
+        return super().notation(step) + ([Symbol(sym("m", "i"), "row_max", (step.shape[0], 1))] if known else [])
 
     def compute(self, ctx, head, state):
         t = state["S"]

@@ -259,10 +259,12 @@ class Juxt(Node):
 
 
 class Shape(Node):
-    """A matrix shape, (rows x cols)."""
+    """A matrix shape, (rows x cols); `narrow` sets the sign without its spaces (a table's
+    narrow column: (100x3))."""
 
     rows: Node | int
     cols: Node | int
+    narrow: bool = False
 
 
 class Space(Node):
@@ -271,8 +273,8 @@ class Space(Node):
 
 class Op(Node):
     """A binary operator between two operands: "hadamard" (entrywise product), "circ"
-    (a column times each row), "in" (membership), "times" (h copies of a shape), "cdot"
-    (a product of two numbers)."""
+    (a column times each row), "in" (membership), "times" (h copies of a shape; "ntimes"
+    without the spaces, for a narrow table column: 4x3), "cdot" (a product of two numbers)."""
 
     op: str
     left: Node
@@ -477,6 +479,16 @@ def substitute(tree: Node, mapping: dict) -> Node:
         if new != value:
             changes[name] = new
     return tree.replace(**changes) if changes else tree
+
+
+def nodes(tree: Node):
+    """Every node of a tree, the tree first (a walk that finds the subtrees to `substitute`)."""
+    yield tree
+    for value in tree.field_values():
+        for x in (value if isinstance(value, tuple) else (value,)):
+            for y in (x if isinstance(x, tuple) else (x,)):
+                if isinstance(y, Node):
+                    yield from nodes(y)
 
 
 def lhs(formula: Node) -> Node:

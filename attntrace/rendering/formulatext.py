@@ -34,7 +34,7 @@ GREEK.update({name: (f"\\{name}", name, char) for name, char in (
 TEX_FUNCTIONS = {"max", "min", "exp", "log", "ln", "sin", "cos", "tanh"}
 #: Binary operators of `Op`: LaTeX, plain, MathML.
 OPERATORS = {"mul": (" \\cdot ", " * ", "⋅"), "hadamard": (" \\odot ", " * ", "⊙"), "circ": (" \\circ ", " o ", "∘"), "in": (" \\in ", " in ", "∈"),
-             "times": (" \\times ", " x ", "×"), "cdot": (" \\cdot ", "*", "⋅")}
+             "times": (" \\times ", " x ", "×"), "ntimes": ("{\\times}", " x ", "×"), "cdot": (" \\cdot ", "*", "⋅")}
 #: Relations of `Rel`: LaTeX, plain, MathML.
 RELATIONS = {"eq": (" = ", " = ", "="), "lt": (" < ", " < ", "<"), "gt": (" > ", " > ", ">"), "approx": (" \\approx ", " ~ ", "≈"), "to": (" \\to ", " -> ", "→"),
              "le": (" \\le ", " <= ", "≤")}
@@ -184,7 +184,7 @@ class TexPrinter(Printer):
         return f"{self.p(o.left)}{OPERATORS[o.op][0]}{self.p(o.right)}"
 
     def _print_Shape(self, s: F.Shape) -> str:
-        return f"({self.p(s.rows)} \\times {self.p(s.cols)})"
+        return f"({self.p(s.rows)}{OPERATORS['ntimes' if s.narrow else 'times'][0]}{self.p(s.cols)})"
 
     def _print_Frac(self, f: F.Frac) -> str:
         if f.inline:

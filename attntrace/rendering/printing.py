@@ -277,6 +277,10 @@ def entry_name(base: str, i: int, j: int, head: int | None = None, wide: bool = 
 class _Out:
     """What both outputs share: choosing entries, counting them, laying out matrices."""
 
+    #: A change every formula tree gets before it is printed (a copy of an output that writes
+    #: head 1's formulas for every head: `viewmodel.shape_rows`); None: printed as built.
+    rewrite = None
+
     def __init__(self, precision: int = 4, max_size: int = 8, limit: float = 34.0):
         self.precision = precision
         self.max_size = max_size
@@ -637,7 +641,7 @@ class TexOut(_Out):
 
     def math(self, tree: Node) -> str:
         """A formula tree (`attntrace.model.formula`) in this output's notation."""
-        return tex(tree)
+        return tex(tree if self.rewrite is None else self.rewrite(tree))
 
     def rule_after(self, matrix: str, col: int) -> str:
         """A printed matrix with a vertical rule after column `col` (when no column is elided):
@@ -771,7 +775,7 @@ class PlainOut(_Out):
         return "[ " + " | ".join(parts) + " ]"
 
     def math(self, tree: Node) -> str:
-        return plain(tree)
+        return plain(tree if self.rewrite is None else self.rewrite(tree))
 
     def rule_after(self, matrix: str, col: int) -> str:
         return matrix  # text columns have no rules

@@ -8,6 +8,7 @@ template never sees raw user text.
 
 from __future__ import annotations
 
+import copy
 import functools
 
 from typing import Any
@@ -71,13 +72,13 @@ def shape_rows(trace, out) -> list[dict[str, Any]]:
             seen[key]["last"] = step.head
             continue
         generic = step.head is not None and trace.num_heads > 1
-        formula = out.math(F.first_part(step.expr))  # the matrix form only (softmax)
-        formula = formula.replace("Z^{(2)}, \\ldots", "\\ldots")
-        line = shape_dims(trace, step, out, short=True)
-        if generic:  # write head 1's row for every head i (every key/value head j, in GQA)
-            formula, line = (_generic(x, trace, step, out.plain) for x in (formula, line))
-        if not out.plain:  # a table column is narrow: 100{\times}3 sets the sign without its spaces
-            line = line.replace(" \\times ", "{\\times}")
+        formula = _fewer_heads(F.first_part(step.expr))  # the matrix form only (softmax)
+        formula = out.math(_generic(formula, trace, step) if generic else formula)
+        # a formula of head 1 written for every head (eta; a key/value head's g, in GQA), in a
+        # table's narrow column: (100{\times}3) sets the sign without its spaces
+        shown = copy.copy(out)
+        shown.rewrite = lambda tree, step=step, generic=generic: _narrow(_generic(tree, trace, step) if generic else tree, not out.plain)
+        line = shape_dims(trace, step, shown, short=True)
         row = {"kind": step.id, "prose": kind_of(step.id).prose, "formula": formula, "shape_line": line, "head": step.head or 0, "last": step.head or 0,
                "generic": generic}
         rows.append(row)
@@ -86,18 +87,36 @@ def shape_rows(trace, out) -> list[dict[str, Any]]:
     return rows
 
 
-def _generic(text: str, trace, step, plain: bool) -> str:
-    """Head 1's formula written for every head: (1) becomes the head index (eta, kinds.notation);
+def _generic(tree: F.Node, trace, step) -> F.Node:
+    """Head 1's formula written for every head: head (1) becomes the head index (eta, kinds.notation);
     in grouped-query attention a key/value head's own steps get the key/value head index g, and
-    the keys and values a query head reads K^(g), V^(g)."""
-    notation = "plain" if plain else "tex"
-    head, kv_head = f"({HEAD_INDEX.text(notation)})", f"({KV_HEAD_INDEX.text(notation)})"
+    the keys and values a query head reads K^(g)T, V^(g)."""
+    first = [n for n in F.nodes(tree) if isinstance(n, F.Head) and n.head == 1]
+    if not first:
+        return tree
+    index = {n: n.replace(head=HEAD_INDEX) for n in first}
     if trace.settings.get("kv_groups"):
         if "query_heads" in step.details:
-            return text.replace("(1)", kv_head)
-        for kv in ("K^{(1)\\top}", "V^{(1)}", "K(1)^T", "V(1)"):
-            text = text.replace(kv, kv.replace("(1)", kv_head))
-    return text.replace("(1)", head)
+            index = {n: n.replace(head=KV_HEAD_INDEX) for n in first}
+        else:
+            k, v = F.sym("K"), F.sym("V")
+            index.update({k.head(1).T(): k.head(KV_HEAD_INDEX).T(), v.head(1): v.head(KV_HEAD_INDEX)})
+    return F.substitute(tree, index)
+
+
+def _narrow(tree: F.Node, narrow: bool) -> F.Node:
+    """Shapes and copies of a shape with the times sign set tight, for a narrow table column."""
+    if not narrow:
+        return tree
+    tree = F.substitute(tree, {n: n.replace(narrow=True) for n in F.nodes(tree) if isinstance(n, F.Shape)})
+    return F.substitute(tree, {n: n.replace(op="ntimes") for n in F.nodes(tree) if isinstance(n, F.Op) and n.op == "times"})
+
+
+def _fewer_heads(tree: F.Node) -> F.Node:
+    """Concat(Z^(1), Z^(2), ..., Z^(h)) as Concat(Z^(1), ..., Z^(h)) in a table's narrow column."""
+    long = [n for n in F.nodes(tree) if isinstance(n, F.Seq) and len(n.items) == 4 and isinstance(n.items[0], F.Head)
+            and n.items[1] == F.Head(n.items[0].of, 2) and isinstance(n.items[2], F.Dots)]
+    return F.substitute(tree, {n: n.replace(items=n.items[:1] + n.items[2:]) for n in long})
 
 
 def report_view(trace, fmt: str, precision: int, max_size: int, figures: list[dict] | None = None, lang: str = "en",
@@ -228,20 +247,23 @@ def notation_rows(trace) -> list[dict[str, str]]:
     gradients = None
     prose = _meaning_prose()
     for sym in notation_of(trace).rows:
-        tex, plain = sym.tex, sym.plain
-        if sym.entry and _initial(sym.entry) != _initial(sym.tex):
-            tex, plain = f"{tex},\\ {sym.entry}", f"{plain}, {sym.plain_entry}"
+        shown = sym.symbol
+        if sym.entry is not None and _initial(sym.entry) != _initial(sym.symbol):
+            shown = F.Seq((shown, sym.entry), sep="wide")
         if sym.meaning in KINDS and getattr(kind_of(sym.meaning), "backward", False):
             if gradients is None:
-                gradients = {"tex": f"{tex}, \\ldots", "plain": f"{plain}, ...", "meaning": "gradient", "prose": None, "sized": False,
+                more = F.Seq((shown, F.Dots()))
+                gradients = {"tex": more.text("tex"), "plain": more.text("plain"), "meaning": "gradient", "prose": None, "sized": False,
                              "shape": "as_matrix", "plain_shape": "as_matrix"}
                 rows.append(gradients)
             continue
         shape = sym.shape
         sized = isinstance(shape, tuple)
-        rows.append({"tex": tex, "plain": plain, "meaning": sym.meaning, "prose": prose.get(sym.meaning), "sized": sized,
-                     "shape": f"{shape[0]}{{\\times}}{shape[1]}" if sized else (shape or ""),
-                     "plain_shape": f"{shape[0]} x {shape[1]}" if sized else (shape or "")})
+        size = F.Op("ntimes", F.Num(shape[0]), F.Num(shape[1])) if sized else None
+        rows.append({"tex": shown.text("tex"), "plain": shown.text("plain"),
+                     "meaning": sym.meaning, "prose": prose.get(sym.meaning), "sized": sized,
+                     "shape": size.text("tex") if sized else (shape or ""),
+                     "plain_shape": size.text("plain") if sized else (shape or "")})
     return rows
 
 
@@ -263,9 +285,11 @@ def _meaning_prose() -> dict[str, str]:
     return found
 
 
-def _initial(tex: str) -> str:
-    """The letter a name starts with, in lower case, a gradient's d aside: \\mathrm{d}Z -> z, W_Q -> w."""
-    return next((c.lower() for c in tex.removeprefix("\\mathrm{d}") if c.isalpha()), "")
+def _initial(tree: F.Node) -> str:
+    """The letter a name starts with, in lower case, a gradient's d aside: dZ -> z, W_Q -> w, g^{Z}_{ij} -> g."""
+    while not isinstance(tree, F.Sym):
+        tree = tree.of  # the matrix of a differential, a head, an entry
+    return tree.name[0].lower()
 
 
 def _backward(step) -> bool:
