@@ -27,7 +27,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "attntrace"
-MODULES = sorted([*ROOT.glob("kinds/*.py"), *ROOT.glob("rendering/*view.py"), ROOT / "rendering" / "viewparts.py"])
+MODULES = sorted([*ROOT.glob("kinds/*.py"), *ROOT.glob("rendering/*view.py"), ROOT / "rendering" / "viewparts.py",
+                  ROOT / "rendering" / "viewmodel.py"])
 
 #: LaTeX in a string: a control word or symbol (\frac, \,, \{), or a script group (^{, _{).
 LATEX = re.compile(r"\\[A-Za-z]+|\\[,;:! {}|]|\^\{|_\{")
@@ -35,13 +36,7 @@ LATEX = re.compile(r"\\[A-Za-z]+|\\[,;:! {}|]|\^\{|_\{")
 SYMPY_BASE = re.compile(r"(?:\\(?:hat|tilde|bar|check)\{[a-z]\}|[a-z]|\\[a-z]+)(?:\^\{[A-Za-z]+\})?")
 
 #: (module, literal as judged): why it is not a tree yet. Keep this tiny.
-_HEAD_ROWS = ("the notation table's rows are (tex, plain) strings and a per-head row is made by editing them; "
-              "rows as trees go with the head-index notation (branch pages)")
 ALLOWED: dict[tuple[str, str], str] = {
-    ("notation.py", "_{ij}"): _HEAD_ROWS,
-    ("notation.py", "^{(i)}_{ij}"): _HEAD_ROWS,
-    ("notation.py", "x^{(i)}"): _HEAD_ROWS,
-    ("notation.py", "x_{ij}"): _HEAD_ROWS,
     ("stepview.py", "^{(x)}"): "the head superscript the prose templates glue to a name (vm.sup beside vm.psup): "
                                "it goes when the templates take their math from macros of trees",
 }

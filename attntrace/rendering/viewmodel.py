@@ -13,7 +13,7 @@ import functools
 
 from typing import Any
 
-from attntrace.rendering.layout import fit_chain
+from attntrace.rendering.layout import SIDE_BY_SIDE, fit_chain
 from attntrace.inputs.textescape import escape_md, escape_tex, escape_text
 from attntrace.inputs.usertext import format_user_text, inline_math_for
 from attntrace.inputs.spec import KV_KEYS
@@ -232,9 +232,8 @@ def in_order_of_use(trace) -> list:
 
 def _numbers(n: int) -> dict[str, str]:
     """The values an index takes, 1 to n: "1, 2" (not "1, ..., 2"), "1, ..., 4"."""
-    if n <= 3:
-        return {"range_tex": ", ".join(map(str, range(1, n + 1))), "range_plain": ", ".join(map(str, range(1, n + 1)))}
-    return {"range_tex": f"1, \\ldots, {n}", "range_plain": f"1...{n}"}
+    values = F.Seq(tuple(F.Num(k) for k in range(1, n + 1)) if n <= 3 else (F.Num(1), F.Dots(), F.Num(n)))
+    return {"range_tex": values.text("tex"), "range_plain": values.text("plain")}
 
 
 def notation_rows(trace) -> list[dict[str, str]]:
@@ -513,10 +512,10 @@ def group_repeats(view: dict[str, Any], out, gqa: bool = False) -> None:
 def _name_and_value(line: str) -> str:
     """name = formula = value -> name = value, for each equation of a display line (\\qquad apart)."""
     out = []
-    for eq in line.split(" \\qquad "):
+    for eq in line.split(SIDE_BY_SIDE):
         parts = eq.split(" = ")
         out.append(f"{parts[0]} = {parts[-1]}" if len(parts) > 2 else eq)
-    return " \\qquad ".join(out)
+    return SIDE_BY_SIDE.join(out)
 
 
 #: Kinds whose entry lines have an introduction of their own (not "the sum of products, ...").
