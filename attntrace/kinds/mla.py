@@ -30,15 +30,14 @@ The layer-wide steps (head None) run once, in the first head's pipeline, and are
 
 from __future__ import annotations
 
-import re
 
 import numpy as np
 
 from attntrace.inputs.mlaspec import MLA_OPERANDS as OPERANDS  # noqa: F401 - its matrices' names (attntrace.kinds.notation)
 from attntrace.inputs.mlaspec import check_mla_rope, parse_mla
 from attntrace.inputs.options import SpecOption
-from attntrace.kinds.base import Flow, Kind, Mistake
-from attntrace.model.formula import Add, Frac, Func, Hcat, Neg, Num, Paren, Parts, Power, Sqrt, Stack, Sym, Word, sym
+from attntrace.kinds.base import Flow, Kind, Mistake, base_sym
+from attntrace.model.formula import Add, Frac, Func, Hcat, Neg, Num, Paren, Parts, Power, Sqrt, Stack, Word, sym
 from attntrace.kinds.exactsize import check_exact_size
 from attntrace.kinds.rope import rope_pairs, rope_positions
 from attntrace.model.trace import Operand
@@ -58,18 +57,6 @@ def _memo(ctx) -> dict:
 
 def _hs_unused(head) -> str:
     return "" if head is None else f"({head})"
-
-
-_NAME = re.compile(r"^(?:\\(hat|tilde)\{(\w)\}|(\w))(?:\^\{(\w+)\})?(?:_\{\\text\{(\w+)\}\})?$")
-
-
-def tex_sym(tex: str) -> Sym:
-    """The formula symbol of an entry's SymPy base name: c^{KV}, \\hat{c}^{Q}, \\tilde{k}^{R}."""
-    m = _NAME.match(tex)
-    if m is None:
-        raise ValueError(tex)
-    accent, accented, plain, sup, sub = m.groups()
-    return sym(accented or plain, Word(sub) if sub else None, sup, accent=accent)
 
 
 class MlaKind(Kind):
@@ -124,7 +111,7 @@ class MlaProduct(MlaKind):
 
     def __init__(self, id, reads, weight, writes, letter, entry, layer=False, enabled=None):
         self.id, self.reads, self.writes, self.weight = id, (reads,), writes, weight
-        self.letter, self.entry, self.symbol, self.layer = letter, tex_sym(entry), entry, layer
+        self.letter, self.entry, self.symbol, self.layer = letter, base_sym(entry), entry, layer
         self.per_head = not layer
         self._enabled = enabled
 
@@ -156,7 +143,7 @@ class MlaNorm(MlaKind):
 
     def __init__(self, id, reads, writes, letter, entry, which, enabled=None):
         self.id, self.reads, self.writes, self.which = id, (reads,), writes, which
-        self.letter, self.entry, self.symbol = letter, tex_sym(entry), entry
+        self.letter, self.entry, self.symbol = letter, base_sym(entry), entry
         self._enabled = enabled
 
     def compute(self, ctx, head, state):
@@ -197,7 +184,7 @@ class MlaRope(MlaKind):
 
     def __init__(self, id, reads, writes, letter, entry, layer):
         self.id, self.reads, self.writes, self.layer = id, (reads,), writes, layer
-        self.letter, self.entry, self.symbol = letter, tex_sym(entry), entry
+        self.letter, self.entry, self.symbol = letter, base_sym(entry), entry
         self.per_head = not layer
 
     def compute(self, ctx, head, state):
@@ -262,7 +249,7 @@ class MlaCache(MlaKind):
 
     def __init__(self, id, reads, past, writes, letter, entry):
         self.id, self.reads, self.past, self.writes = id, (reads,), past, writes
-        self.letter, self.entry = letter, tex_sym(entry)
+        self.letter, self.entry = letter, base_sym(entry)
 
     def enabled(self, problem) -> bool:
         return super().enabled(problem) and problem.extra["mla"]["past"] > 0
@@ -304,7 +291,7 @@ class MlaConcat(MlaKind):
 
     def __init__(self, id, parts, writes, letter, entry):
         self.id, self.reads, self.writes = id, parts, writes
-        self.letter, self.entry = letter, tex_sym(entry)
+        self.letter, self.entry = letter, base_sym(entry)
 
     def compute(self, ctx, head, state):
         a, b = (self.flow_in(ctx, state, r) for r in self.reads)
@@ -341,7 +328,7 @@ class MlaAbsorbProduct(MlaKind):
 
     def __init__(self, id, a, b, transposed, letter, entry, rhs):
         self.id, self.reads, self.writes, self.transposed = id, (a, b), id, transposed
-        self.letter, self.entry, self.symbol = letter, tex_sym(entry), entry
+        self.letter, self.entry, self.symbol = letter, base_sym(entry), entry
         self.rhs = rhs  # head -> the right side, a formula
 
     def enabled(self, problem) -> bool:
