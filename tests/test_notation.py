@@ -153,3 +153,19 @@ def test_every_row_has_its_own_words(lang, given, traces):
         text = attntrace.render(trace, format="text", lang=lang)
         section = text[text.index(heading):].split("\n\n")[1]
         assert not [line for line in section.splitlines() if given in line], (name, section)
+
+
+def test_a_per_head_row_is_the_tree_with_the_head_in_it(traces):
+    """The table's rows are formula trees: a per-head matrix is its symbol with the head index
+    substituted in (a superscript of its own merges with it, an entry named with one keeps it),
+    printed the same way as every formula of the report."""
+    from attntrace.kinds.base import HEAD_INDEX
+    from attntrace.model.formula import Head
+
+    rows = {r.meaning: r for r in notation_of(traces["alibi-causal"]).rows}
+    q, w = rows["Q"], rows["W_Q"]
+    assert isinstance(q.symbol, Head) and q.symbol.head == HEAD_INDEX
+    assert (q.tex, q.plain, q.entry_tex) == ("Q^{(\\eta)}", "Q(eta)", "q^{(\\eta)}_{ij}")
+    assert (w.tex, w.entry_tex) == ("W_Q^{(\\eta)}", "w^{Q}_{ij}")
+    uq = next(r for r in notation_of(traces["mla-tiny"]).rows if r.meaning == "W_UQ")
+    assert (uq.tex, uq.plain) == ("W^{UQ(\\eta)}", "W^UQ(eta)")
