@@ -4,8 +4,8 @@ A formula is built once as a tree (`attntrace.model.formula`) and printed by the
 MathML printers (`attntrace.rendering.formulatext`); matrices and numbers come from the outputs
 (`attntrace.rendering.printing`), breakable lines from `attntrace.rendering.layout`. So a string
 literal holding LaTeX (a control sequence such as \\frac or \\, or a group ^{...} / _{...}) in
-a kind's module or a view's module is a formula written by hand for one notation, and it
-usually has a hand-written plain twin beside it (`if o.plain: ... else: ...`). This test reads
+a kind's module, a view's module or the view model (viewmodel.py) is a formula written by hand
+for one notation, and it usually has a hand-written plain twin beside it (`if o.plain: ... else: ...`). This test reads
 those modules with `ast` and fails on such a literal.
 
 Not formulas, so not flagged:
