@@ -165,6 +165,10 @@ class Kind:
     #: block_part = "self_attention"): the first residual and what normalises around it.
     attention_sublayer: ClassVar[bool] = False
 
+    #: A trace with this kind is a report where attention is one part of many (a Transformer
+    #: block's residuals, multi-head latent attention's latents): fewer entries written out.
+    one_of_many: ClassVar[bool] = False
+
     #: The step id in traces, JSON and answer files (stable contract).
     id: ClassVar[str]
     #: Computed once per head (head = 1..h in multi-head traces), or once for the whole layer.
@@ -217,6 +221,9 @@ class Kind:
     #: How its two inputs meet in the shape line when they meet entry by entry (a broadcast, not
     #: a product): "add" for a sum, "hadamard" for a product; None: the usual line.
     elementwise: ClassVar[str | None] = None
+    #: A product that reads its second input transposed (S = Q K^T): its views and shape line
+    #: write B^T. A step may say so in its details instead ("transposed", latent attention's parts).
+    transposes_second: ClassVar[bool] = False
 
     def enabled(self, problem) -> bool:
         """Whether this kind runs for the problem (start, scale, mask settings, ...)."""
@@ -258,6 +265,13 @@ class Kind:
     def trace_params(self, steps) -> dict[str, Any]:
         """Numbers every mistake sentence of the trace may quote (as `d.<name>`), from this kind's
         steps in it (`steps`: of the head being diagnosed first); {} when it has none to give."""
+        return {}
+
+    def report_params(self, steps) -> dict[str, Any]:
+        """What a report's introduction says about this kind's `steps` in a trace, as variables of
+        its templates (whether the scores are masked, the d_k they are scaled by, RoPE's layout,
+        the block's arrangement); {} when it says nothing. A variable two kinds give is taken
+        from the kind whose step comes first in the trace."""
         return {}
 
     def accepts(self, step, values, truth, right) -> str | None:

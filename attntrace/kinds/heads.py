@@ -30,6 +30,9 @@ class Concat(Kind):
     view, prose = "concat", "heads"
     mistakes = (Mistake("concat_rows"), Mistake("head_order", plant=_head_orders))
 
+    def report_params(self, steps):
+        return {"has_concat": True}
+
     def carry(self, iv, step, args, mistake):
         """The heads' Z side by side; concat_rows: stacked as rows; head_order: in the planted order."""
         zs = list(args)
@@ -80,6 +83,9 @@ class Output(Kind):
     letter, entry, symbol = "O", "o", "o"
     view, prose = "product", "heads"
     mistakes = (Mistake("forgot_output_projection"), Mistake("output_weights_transposed"))
+
+    def report_params(self, steps):
+        return {"has_output": True}
 
     def carry(self, iv, step, args, mistake):
         """Z W_O (+ b_O); forgot_output_projection: Z; output_weights_transposed: Z W_O^T."""

@@ -23,6 +23,9 @@ class PosEnc(Kind):
     view_module = "blockview"
     mistakes = (Mistake("posenc_sin_cos_swapped"),)
 
+    def report_params(self, steps):
+        return {"position": "sinusoidal"}
+
     def carry(self, iv, step, args, mistake):
         """The table at its true value (it depends on nothing the student wrote);
         posenc_sin_cos_swapped: cos in the even columns (1st, 3rd, ... counting from 1), sin in the odd."""
@@ -66,6 +69,9 @@ class Embed(Kind):
     view_module = "blockview"
     elementwise = "add"  # X + P
     mistakes = (Mistake("posenc_not_added"),)
+
+    def report_params(self, steps):
+        return {"position": "learned"}
 
     def carry(self, iv, step, args, mistake):
         """E = X + P; posenc_not_added: X alone."""

@@ -128,27 +128,24 @@ def report_view(trace, fmt: str, precision: int, max_size: int, figures: list[di
         if not multi:
             sections, combined = [{"head": 0, "steps": combined}], []
     block_pre, block_post, flow = [], [], []
-    arrangement = next((s.details.get("block") for s in trace.steps if s.id == "residual1"), None) or ""
+    told = report_params(trace)
+    arrangement = told.get("block", "")
     if any(s.id in BLOCK_IDS for s in trace.steps):  # the block's view module, only for a block
         from attntrace.rendering.blockview import block_flow, split_block
 
         block_pre, block_post = split_block(trace) if not shape_mode else ([], [])
         flow = block_flow(trace, out) if arrangement else []
-    d_ks = sorted({str(s.details["d_k"]) for s in trace.steps if s.id == "scaled" and s.details.get("d_k") is not None})
     given_order = in_order_of_use(trace)
     operands = [operand_chain(trace, op, out) for op in given_order]
-    by_sqrt = any(s.id == "scaled" and s.details.get("by_sqrt_dk", True) for s in trace.steps)
-    scaled = any(s.id == "scaled" for s in trace.steps)
     view = {
         "formula_block": block(flow) if flow else block([out.math(intro_formula(trace))]),
         # the Transformer block (attntrace.rendering.blockview): its arrangement, steps before and after attention
         "block": arrangement,
-        "block_part": "self_attention" if arrangement and not any(s.id == "residual2" for s in trace.steps) else "",
+        "block_part": "self_attention" if arrangement and not told.get("ffn_sublayer") else "",
         "block_pre": [StepView(trace, s, out, rows, esc).build() for s in block_pre],
         "shared_steps": shared,
         "block_post": [StepView(trace, s, out, rows, esc).build() for s in block_post],
-        "position": next((("sinusoidal" if s.id == "pos_enc" else "learned") for s in trace.steps if s.id in ("pos_enc", "embed")), ""),
-        "norm_kind": next((s.details.get("norm") for s in trace.steps if s.id in ("norm1", "norm2")), ""),
+        "position": told.get("position", ""), "norm_kind": told.get("norm_kind", ""),
         # user text: $...$ spans through the whitelist parser, everything else escaped
         "title": format_user_text(trace.localized("title", lang) or "", fmt, inline_math=inline_math_for(fmt, math_delimiters), escape=esc),
         # the same title as plain text for the heading: math in a heading ends up raw in navigation,
@@ -160,14 +157,13 @@ def report_view(trace, fmt: str, precision: int, max_size: int, figures: list[di
         "kv_tokens": [esc(t) for t in settings.get("kv_tokens") or ()],
         "mode": trace.mode, "num_heads": trace.num_heads, "multi": multi,
         "start": settings.get("start", ""), "cross": bool(settings.get("cross")),
-        "masked": any(s.id == "masked" for s in trace.steps), "mask_kind": settings.get("mask") or "",
-        "scaled": any(s.id == "scaled" for s in trace.steps), "by_sqrt": by_sqrt,
-        "has_weights": any(s.id == "weights" for s in trace.steps),
-        "has_projections": any(s.id in ("Q", "K", "V") for s in trace.steps),
-        "rope_layout": next((s.details["layout"] for s in trace.steps if s.id == "Q_rope"), ""),
-        "alibi": any(s.id == "biased" for s in trace.steps),
-        "has_concat": any(s.id == "concat" for s in trace.steps), "has_output": any(s.id == "output" for s in trace.steps),
-        "d_k": ", ".join(d_ks), "precision": precision, "max_size": max_size,
+        # what the trace's kinds tell the introduction (`Kind.report_params`)
+        "masked": told.get("masked", False), "mask_kind": settings.get("mask") or "",
+        "scaled": told.get("scaled", False), "by_sqrt": told.get("by_sqrt", False),
+        "has_weights": told.get("has_weights", False), "has_projections": told.get("has_projections", False),
+        "rope_layout": told.get("rope_layout", ""), "alibi": told.get("alibi", False),
+        "has_concat": told.get("has_concat", False), "has_output": told.get("has_output", False),
+        "d_k": told.get("d_k", ""), "precision": precision, "max_size": max_size,
         "elided": not shape_mode and any(max(o.shape) > max_size for o in trace.operands) or any(max(s.shape) > max_size for s in trace.steps),
         "operands": [{"name": n, "lines": lines} for n, lines in operands],
         # a reordered Given (a block's, latent attention's): a row vector (a gain) may fill an earlier line
@@ -284,6 +280,19 @@ def kv_groups(trace) -> list[dict[str, int]]:
     return groups
 
 
+def report_params(trace) -> dict[str, Any]:
+    """What the trace's kinds tell a report's introduction (`Kind.report_params`, each kind from
+    its steps): a variable two kinds give comes from the kind whose step is first in the trace."""
+    by_id: dict[str, list] = {}
+    for s in trace.steps:
+        by_id.setdefault(s.id, []).append(s)
+    told: dict[str, Any] = {}
+    for step_id, steps in by_id.items():
+        for key, value in kind_of(step_id).report_params(steps).items():
+            told.setdefault(key, value)
+    return told
+
+
 def intro_formula(trace) -> F.Node:
     """The one formula the report's introduction names: what this trace computes, no more.
     The score term starts as Q K^T and each per-head kind the trace has changes it, in
@@ -294,7 +303,7 @@ def intro_formula(trace) -> F.Node:
     if start == "Z":
         z = F.sym("Z")
         cat = F.Func("Concat", (F.Seq((z.head(1), F.Dots(), z.head(F.sym("h")))),))
-        return F.sym("O").eq(cat * F.Space() * F.sym("W", "O")) if any(s.id == "output" for s in trace.steps) else z.eq(cat)
+        return F.sym("O").eq(cat * F.Space() * F.sym("W", "O")) if report_params(trace).get("has_output") else z.eq(cat)
     by_id: dict[str, list] = {}
     for s in trace.steps:
         by_id.setdefault(s.id, []).append(s)

@@ -36,7 +36,7 @@ def in_block(sv) -> bool:
     block's (it has a residual step) or multi-head latent attention's (it has the latent C^KV)."""
     found = getattr(sv, "_in_block", None)
     if found is None:
-        found = sv._in_block = any(s.id in ("residual1", "C_KV") for s in sv.t.steps)
+        found = sv._in_block = any(kind_of(s.id).one_of_many for s in sv.t.steps)
     return found
 
 
@@ -201,7 +201,7 @@ def shape_dims(trace, step, out, short: bool = False) -> str:
         return out.math(to(Seq(tuple(shape_of(r.shape) for r in refs), sep="semi"), made))
     ins = [resolve(trace, n, step.head) for n in step.inputs]
     shapes = [r.shape for r in ins]
-    if step.id == "scores" or step.details.get("transposed"):  # A B^T
+    if kind_of(step.id).transposes_second or step.details.get("transposed"):  # A B^T
         shapes[1] = shapes[1][::-1]
     op = kind_of(step.id).elementwise  # two inputs that meet entry by entry: (4 x 6) + (4 x 6) -> (4 x 6)
     if op is not None and len(shapes) == 2:  # an addition or an entrywise product, not a matrix product
