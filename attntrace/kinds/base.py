@@ -221,6 +221,12 @@ class Kind:
     #: How its two inputs meet in the shape line when they meet entry by entry (a broadcast, not
     #: a product): "add" for a sum, "hadamard" for a product; None: the usual line.
     elementwise: ClassVar[str | None] = None
+    #: Its inputs are every head's step of one id, with no head of its own (the concatenation):
+    #: its shape line lists the heads' shapes.
+    joins_heads: ClassVar[bool] = False
+    #: One of attention's two products, Q K^T and A V: it reads the keys or the values (under
+    #: grouped-query attention a key/value head's, which its formula names).
+    attends: ClassVar[bool] = False
     #: A product that reads its second input transposed (S = Q K^T): its views and shape line
     #: write B^T. A step may say so in its details instead ("transposed", latent attention's parts).
     transposes_second: ClassVar[bool] = False

@@ -28,6 +28,7 @@ class Concat(Kind):
     letter, entry = "Z", "z"
     answer_letter = sym("Z", Word("concat"))
     view, prose = "concat", "heads"
+    joins_heads = True
     mistakes = (Mistake("concat_rows"), Mistake("head_order", plant=_head_orders))
 
     def report_params(self, steps):

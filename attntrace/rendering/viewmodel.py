@@ -66,7 +66,7 @@ def shape_rows(trace, out) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     seen: dict[tuple, dict[str, Any]] = {}
     for step in trace.steps:
-        key = (step.id, step.shape, tuple(resolve(trace, n, step.head).shape for n in step.inputs) if step.id != "concat" else ())
+        key = (step.id, step.shape, tuple(resolve(trace, n, step.head).shape for n in step.inputs) if not kind_of(step.id).joins_heads else ())
         if step.head is not None and key in seen:
             seen[key]["last"] = step.head
             continue
@@ -430,7 +430,7 @@ def mark_repeats(view: dict[str, Any]) -> None:
                 # the first, and these differ only in their numbers and gain (Gemma 2's four norms took a page)
                 vm["entries"], vm["formula_block"] = [], None
             norm_entry_shown = norm_entry_shown or bool(vm.get("entries"))
-        if many and vm["kind"] in ("scores", "Z") and ("Q" in by_kind or "C_Q" in by_kind):
+        if many and _attends(vm) and ("Q" in by_kind or "C_Q" in by_kind):
             # attention is one part of many, and its products were written out for Q (latent attention: for C^Q)
             _one_entry(vm)
         if many and vm.get("view") == "elementwise" and vm.get("entries") and "scaled" in by_kind:
@@ -472,7 +472,7 @@ def group_repeats(view: dict[str, Any], out, gqa: bool = False) -> None:
                 shown = [vm for vm in run if vm.get("view") != "stack"]
                 # name = value; under GQA the scores and the weighted sum keep their formula, which tells
                 # which key/value head they read (S^(4) = Q~^(4) K^(2)T)
-                lines = [b["lines"] if out.plain or (gqa and vm["kind"] in ("scores", "Z")) else [_name_and_value(b["lines"][0])]
+                lines = [b["lines"] if out.plain or (gqa and _attends(vm)) else [_name_and_value(b["lines"][0])]
                          for vm in shown for b in vm["main"]]
                 grouped.append({"kind": "head_repeats", "view": "head_repeats", "head": sec["head"], "again": run[0]["again"],
                                 "main": [block(b) for b in pack(lines, out)], "extra": {},
@@ -493,6 +493,12 @@ def group_repeats(view: dict[str, Any], out, gqa: bool = False) -> None:
                 grouped.append(vm)
         flush()
         sec["steps"] = grouped
+
+
+def _attends(vm) -> bool:
+    """The view of one of attention's two products (`Kind.attends`: S = Q K^T, Z = A V)."""
+    kind = KINDS.get(vm["kind"])
+    return kind is not None and kind.attends
 
 
 def _name_and_value(line: str) -> str:

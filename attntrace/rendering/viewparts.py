@@ -191,7 +191,7 @@ def shape_dims(trace, step, out, short: bool = False) -> str:
     if line is not None:
         return line
     made = shape_of(step.shape)
-    if step.id == "concat":
+    if kind_of(step.id).joins_heads:
         refs = [resolve(trace, n, None) for n in step.inputs]
         if len({r.shape for r in refs}) == 1 and not short:  # the article's (n, d_v h): h heads of (n, d_v)
             h, (n, d) = len(refs), refs[0].shape
