@@ -169,6 +169,10 @@ class Kind:
     #: block's residuals, multi-head latent attention's latents): fewer entries written out.
     one_of_many: ClassVar[bool] = False
 
+    #: A block step whose matrix a later step's line of the block's data flow holds (the report's
+    #: opening equations): P in E = X + P, the feed-forward network's H, U and act(H) in its line.
+    folded_in_flow: ClassVar[bool] = False
+
     #: The step id in traces, JSON and answer files (stable contract).
     id: ClassVar[str]
     #: Computed once per head (head = 1..h in multi-head traces), or once for the whole layer.

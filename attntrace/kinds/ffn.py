@@ -77,6 +77,7 @@ class Activation(Kind):
     reads, writes = ("H",), "G"
     letter, entry, symbol = sym("H", accent="tilde"), sym("h", accent="tilde"), "\\tilde{h}"
     view, prose = "activation", "ffn"
+    folded_in_flow = True
     view_module = "blockview"
     elementwise = "hadamard"
     mistakes = (Mistake("gelu_relu_confused", when=lambda steps: any(s.details.get("activation") in _CONFUSED for s in steps)),)
@@ -155,3 +156,4 @@ FFN_UP = place(Linear("ffn_up", "ffn_in", "U", "U", "u", ("W_up", "W_up"), None,
                after=("ffn_hidden",))
 FFN_ACT = place(Activation(), "block_post", ARRANGEMENTS, after=("ffn_up",))
 FFN_OUT = place(Linear("ffn_out", "G", "F", "F", "f", ("W_2", "W_down"), "b_2"), "block_post", ARRANGEMENTS, after=("ffn_act",))
+FFN_HIDDEN.folded_in_flow = FFN_UP.folded_in_flow = True  # F = act(N W_1 + b_1) W_2 + b_2 holds them

@@ -20,6 +20,7 @@ class PosEnc(Kind):
     reads, writes = ("X",), "P"
     letter, entry, symbol = "P", "p", None  # constants: symbolic mode keeps sin(...) and cos(...)
     view, prose = "posenc", "position"
+    folded_in_flow = True
     view_module = "blockview"
     mistakes = (Mistake("posenc_sin_cos_swapped"),)
 

@@ -37,8 +37,9 @@ class Scaled(Kind):
                 Mistake("wrong_dk", plant=_with_d_model("wrong_dk")), Mistake("scaled_by_dmodel", plant=_with_d_model("scaled_by_dmodel")))
 
     def report_params(self, steps):
-        """Whether the scores are divided by sqrt(d_k) (else by d_k itself), and each head's d_k."""
+        """Whether the scores are divided by sqrt(d_k) or by a number the spec gives (`scale_given`), and each head's d_k."""
         return {"scaled": True, "by_sqrt": any(s.details.get("by_sqrt_dk", True) for s in steps),
+                "scale_given": any(s.details.get("by_sqrt_dk") is False for s in steps),
                 "d_k": ", ".join(sorted({str(s.details["d_k"]) for s in steps if s.details.get("d_k") is not None}))}
 
     def carry(self, iv, step, args, mistake):

@@ -15,11 +15,12 @@ import math
 
 import numpy as np
 
+from attntrace.kinds import kind_of
 from attntrace.model import formula as F
 from attntrace.rendering.layout import Seq
 from attntrace.rendering.printing import reproducing_digits
 from attntrace.rendering.stepview import register_view
-from attntrace.rendering.viewparts import entry_columns, block, resolve, rows_to_expand, vector_entry
+from attntrace.rendering.viewparts import entry_columns, block, report_params, resolve, rows_to_expand, vector_entry
 
 
 def _rhs(sv, vm) -> str:
@@ -399,14 +400,14 @@ def block_flow(trace, out) -> list[str]:
     attention_done = False
     for s in trace.steps:
         if s.id in BLOCK_IDS:
-            if s.id in ("pos_enc", "ffn_hidden", "ffn_up", "ffn_act"):
+            if kind_of(s.id).folded_in_flow:
                 continue
             tree = (_ffn_line(trace) if s.id == "ffn_out" else None) or F.first_part(s.expr)
             lines.append(out.math(tree))
         elif not attention_done and s.id in ("Q", "Z", "output"):
             if s.id == "Q":
                 x = _first_factor(F.after_lhs(s.expr))
-                out_letter = "O" if any(t.id == "output" for t in trace.steps) else "Z"
+                out_letter = "O" if report_params(trace).get("has_output") else "Z"
                 name = "MultiHead" if trace.num_heads > 1 else "Attention"
                 lines.append(out.math(F.sym(out_letter).eq(F.Func(name, (x,)))))
                 attention_done = True

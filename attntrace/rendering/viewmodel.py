@@ -22,7 +22,7 @@ from attntrace.model import formula as F
 from attntrace.rendering.printing import PlainOut, TexOut
 from attntrace.rendering.stepview import StepView
 from attntrace.kinds.registry import BLOCK_KINDS
-from attntrace.rendering.viewparts import block, operand_ref, pack, resolve, shape_dims
+from attntrace.rendering.viewparts import block, operand_ref, pack, report_params, resolve, shape_dims
 
 #: Step ids of the Transformer block's kinds (their own report sections).
 BLOCK_IDS = frozenset(k.id for k in BLOCK_KINDS)
@@ -278,19 +278,6 @@ def kv_groups(trace) -> list[dict[str, int]]:
         else:
             groups.append({"kv": j, "first": i, "last": i})
     return groups
-
-
-def report_params(trace) -> dict[str, Any]:
-    """What the trace's kinds tell a report's introduction (`Kind.report_params`, each kind from
-    its steps): a variable two kinds give comes from the kind whose step is first in the trace."""
-    by_id: dict[str, list] = {}
-    for s in trace.steps:
-        by_id.setdefault(s.id, []).append(s)
-    told: dict[str, Any] = {}
-    for step_id, steps in by_id.items():
-        for key, value in kind_of(step_id).report_params(steps).items():
-            told.setdefault(key, value)
-    return told
 
 
 def intro_formula(trace) -> F.Node:

@@ -31,6 +31,19 @@ ENTRY_COLUMNS = 4
 BLOCK_ENTRY_COLUMNS = 3
 
 
+def report_params(trace) -> dict[str, Any]:
+    """What the trace's kinds tell a report's introduction (`Kind.report_params`, each kind from
+    its steps): a variable two kinds give comes from the kind whose step is first in the trace."""
+    by_id: dict[str, list] = {}
+    for s in trace.steps:
+        by_id.setdefault(s.id, []).append(s)
+    told: dict[str, Any] = {}
+    for step_id, steps in by_id.items():
+        for key, value in kind_of(step_id).report_params(steps).items():
+            told.setdefault(key, value)
+    return told
+
+
 def in_block(sv) -> bool:
     """Whether the step belongs to a report where attention is one part of many: a Transformer
     block's (it has a residual step) or multi-head latent attention's (it has the latent C^KV)."""
