@@ -423,8 +423,8 @@ def mark_repeats(view: dict[str, Any]) -> None:
         if many and vm.get("view") == "elementwise" and vm.get("entries") and "scaled" in by_kind:
             # a function applied entry by entry (the soft cap) in a report of many parts: one entry shows it
             _one_entry(vm, telling=True)
-        if vm["kind"] == "ffn_act" and vm.get("entries") and "ffn_hidden" in by_kind:
-            # the activation after the products of a block: one entry shows the formula at work
+        if vm.get("view") == "activation" and vm.get("entries"):
+            # the activation after the products of a block (it reads the hidden layer's): one entry shows the formula at work
             _one_entry(vm, telling=True)
         if vm.get("view") == "grad" and vm.get("entries") and vm["entries"][0].get("chains"):
             # the backward pass's products: the first writes its row out, later ones one entry (as K after Q)
