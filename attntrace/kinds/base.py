@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from attntrace.model.formula import Expr, Node, node, sym
+from attntrace.model.formula import Expr, Node, first_part, node, sym
 from attntrace.model.record import record
 
 #: The index of a head in a formula written for every head: Q^{(eta)} = X W_Q^{(eta)}, eta = 1, ..., h;
@@ -313,6 +313,11 @@ class Kind:
         (a formula tree, Q K^T at first) when the trace has its `steps` (e.g. ALiBi adds + B).
         Default: none."""
         return term
+
+    def flow_line(self, trace, step) -> Node:
+        """The step's line of a Transformer block's data flow (the report's opening equations):
+        its formula's matrix form, unless its line holds steps `folded_in_flow`."""
+        return first_part(step.expr)
 
     def json_details(self, details) -> dict[str, Any]:
         """Extra fields of the step in the JSON export (beyond id, head, shape, inputs, formula)."""
