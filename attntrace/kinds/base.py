@@ -4,8 +4,8 @@ A kind says which values of a head's state it reads and which it writes, whether
 for a problem, how it computes (through the algebra interface, so one body serves numeric,
 exact, symbolic and shape mode), its general formula (a tree, `attntrace.model.formula`), the names
 its matrix and entries go by, how reports lay it out (`view`), which prose templates
-explain it (`templates/prose/{lang}/{prose}.j2`, block `Kind.templates`: `steps/{id}.j2`, else `steps/view/{view}.j2`, else `steps/default.j2`), its
-extra JSON fields, the checker mistakes that change it (`Mistake`: code, when it can be
+explain it (`templates/prose/{lang}/{prose}.j2`, block `Kind.templates`: `steps/{id}.j2`, else `steps/view/{view}.j2`, else `steps/default.j2`), what
+a report's introduction and a block's data flow say of it (`report_params`, `flow_line`), its extra JSON fields, the checker mistakes that change it (`Mistake`: code, when it can be
 made) and how the checker recomputes it from a student's values (`carry`, over intervals).
 It also says where it runs (`pipeline`, `after`, `before`) and which spec keys it reads
 (`SpecOption`s in its module's `SPEC_OPTIONS`). `attntrace.kinds.registry` collects every
