@@ -84,6 +84,9 @@ class Biased(Kind):
     def overflow_how(self, inputs, details) -> str:
         return f"{inputs[0]} plus the ALiBi bias"
 
+    def report_params(self, steps):
+        return {"alibi": True}
+
     def carry(self, iv, step, args, mistake):
         """T + B from the student's T (B depends on nothing they wrote); alibi_slope_sign: T - B."""
         bias = iv.floats(step.details["bias"])

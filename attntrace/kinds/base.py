@@ -4,8 +4,8 @@ A kind says which values of a head's state it reads and which it writes, whether
 for a problem, how it computes (through the algebra interface, so one body serves numeric,
 exact, symbolic and shape mode), its general formula (a tree, `attntrace.model.formula`), the names
 its matrix and entries go by, how reports lay it out (`view`), which prose templates
-explain it (`templates/prose/{lang}/{prose}.j2`, block `Kind.templates`: `steps/{id}.j2`, else `steps/view/{view}.j2`, else `steps/default.j2`), its
-extra JSON fields, the checker mistakes that change it (`Mistake`: code, when it can be
+explain it (`templates/prose/{lang}/{prose}.j2`, block `Kind.templates`: `steps/{id}.j2`, else `steps/view/{view}.j2`, else `steps/default.j2`), what
+a report's introduction and a block's data flow say of it (`report_params`, `flow_line`), its extra JSON fields, the checker mistakes that change it (`Mistake`: code, when it can be
 made) and how the checker recomputes it from a student's values (`carry`, over intervals).
 It also says where it runs (`pipeline`, `after`, `before`) and which spec keys it reads
 (`SpecOption`s in its module's `SPEC_OPTIONS`). `attntrace.kinds.registry` collects every
@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from typing import Any, ClassVar
 
-from attntrace.model.formula import Expr, Node, Sym, Word, node, sym
+from attntrace.model.formula import Expr, Node, Sym, Word, first_part, node, sym
 from attntrace.model.record import record
 
 #: The index of a head in a formula written for every head: Q^{(eta)} = X W_Q^{(eta)}, eta = 1, ..., h;
@@ -192,6 +192,14 @@ class Kind:
     #: block_part = "self_attention"): the first residual and what normalises around it.
     attention_sublayer: ClassVar[bool] = False
 
+    #: A trace with this kind is a report where attention is one part of many (a Transformer
+    #: block's residuals, multi-head latent attention's latents): fewer entries written out.
+    one_of_many: ClassVar[bool] = False
+
+    #: A block step whose matrix a later step's line of the block's data flow holds (the report's
+    #: opening equations): P in E = X + P, the feed-forward network's H, U and act(H) in its line.
+    folded_in_flow: ClassVar[bool] = False
+
     #: The step id in traces, JSON and answer files (stable contract).
     id: ClassVar[str]
     #: Computed once per head (head = 1..h in multi-head traces), or once for the whole layer.
@@ -244,6 +252,15 @@ class Kind:
     #: How its two inputs meet in the shape line when they meet entry by entry (a broadcast, not
     #: a product): "add" for a sum, "hadamard" for a product; None: the usual line.
     elementwise: ClassVar[str | None] = None
+    #: Its inputs are every head's step of one id, with no head of its own (the concatenation):
+    #: its shape line lists the heads' shapes.
+    joins_heads: ClassVar[bool] = False
+    #: One of attention's two products, Q K^T and A V: it reads the keys or the values (under
+    #: grouped-query attention a key/value head's, which its formula names).
+    attends: ClassVar[bool] = False
+    #: A product that reads its second input transposed (S = Q K^T): its views and shape line
+    #: write B^T. A step may say so in its details instead ("transposed", latent attention's parts).
+    transposes_second: ClassVar[bool] = False
 
     def enabled(self, problem) -> bool:
         """Whether this kind runs for the problem (start, scale, mask settings, ...)."""
@@ -286,6 +303,13 @@ class Kind:
         steps in it (`steps`: of the head being diagnosed first); {} when it has none to give."""
         return {}
 
+    def report_params(self, steps) -> dict[str, Any]:
+        """What a report's introduction says about this kind's `steps` in a trace, as variables of
+        its templates (whether the scores are masked, the d_k they are scaled by, RoPE's layout,
+        the block's arrangement); {} when it says nothing. A variable two kinds give is taken
+        from the kind whose step comes first in the trace."""
+        return {}
+
     def accepts(self, step, values, truth, right) -> str | None:
         """A remark code when the student's values (float64, the step's shape), wrong against
         `truth`, are still accepted as right (masked scores written as a huge negative number
@@ -315,6 +339,11 @@ class Kind:
         (a formula tree, Q K^T at first) when the trace has its `steps` (e.g. ALiBi adds + B).
         Default: none."""
         return term
+
+    def flow_line(self, trace, step) -> Node:
+        """The step's line of a Transformer block's data flow (the report's opening equations):
+        its formula's matrix form, unless its line holds steps `folded_in_flow`."""
+        return first_part(step.expr)
 
     def json_details(self, details) -> dict[str, Any]:
         """Extra fields of the step in the JSON export (beyond id, head, shape, inputs, formula)."""

@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from attntrace.kinds.base import Kind, Mistake, place
-from attntrace.model.formula import Frac, Func, Num, Op, Paren, Parts, Power, Sqrt, Space, node, sym
+from attntrace.model.formula import (Frac, Func, Juxt, Node, Num, Op, Paren, Parts, Power, Sqrt, Space, after_lhs, first_factor,
+                                     node, substitute, sym)
 from attntrace.inputs.blockspec import ARRANGEMENTS, BLOCK_OPERANDS
 from attntrace.kinds.exactsize import check_exact_size
 from attntrace.model.errors import BadInput
@@ -37,6 +38,22 @@ class Linear(Kind):
         self.letter, self.entry, self.symbol = node(letter), node(entry), entry
         self.weights, self.bias, self.swiglu_only = weights, bias, swiglu_only
         self.mistakes = ()
+
+    def flow_line(self, trace, step):
+        """The network's output in one line, F = act(N W_1 + b_1) W_2 + b_2 (or SwiGLU's), from the
+        network's own formulas: it holds the hidden, up and activation steps (`folded_in_flow`)."""
+        if self is not FFN_OUT:
+            return super().flow_line(trace, step)
+        steps = {s.id: s for s in trace.steps if s.id.startswith("ffn_")}
+        hidden = after_lhs(steps[FFN_HIDDEN.id].expr)
+        act = steps[FFN_ACT.id].details.get("activation")
+        if act in ("swiglu", "geglu"):  # the gated networks: SiLU or GELU of the gate
+            gate = "SiLU" if act == "swiglu" else "GELU"
+            inner: Node = Paren(Op("hadamard", Func(gate, (hidden,)), after_lhs(steps[FFN_UP.id].expr)), sized=True)
+        else:
+            inner = Juxt((Func({"relu": "ReLU", "gelu": "GELU", "gelu_tanh": "GELU"}[act], (hidden,)), Space()))
+        # the activation's matrix G in F = G W_2 + b_2 becomes the activation itself
+        return substitute(step.expr, {first_factor(after_lhs(step.expr)): inner})
 
     def carry(self, iv, step, args, mistake):
         """N W (+ b) from the student's values."""
@@ -77,6 +94,7 @@ class Activation(Kind):
     reads, writes = ("H",), "G"
     letter, entry, symbol = sym("H", accent="tilde"), sym("h", accent="tilde"), "\\tilde{h}"
     view, prose = "activation", "ffn"
+    folded_in_flow = True
     view_module = "blockview"
     elementwise = "hadamard"
     mistakes = (Mistake("gelu_relu_confused", when=lambda steps: any(s.details.get("activation") in _CONFUSED for s in steps)),)
@@ -155,3 +173,4 @@ FFN_UP = place(Linear("ffn_up", "ffn_in", "U", "U", "u", ("W_up", "W_up"), None,
                after=("ffn_hidden",))
 FFN_ACT = place(Activation(), "block_post", ARRANGEMENTS, after=("ffn_up",))
 FFN_OUT = place(Linear("ffn_out", "G", "F", "F", "f", ("W_2", "W_down"), "b_2"), "block_post", ARRANGEMENTS, after=("ffn_act",))
+FFN_HIDDEN.folded_in_flow = FFN_UP.folded_in_flow = True  # F = act(N W_1 + b_1) W_2 + b_2 holds them

@@ -28,7 +28,11 @@ class Concat(Kind):
     letter, entry = "Z", "z"
     answer_letter = sym("Z", Word("concat"))
     view, prose = "concat", "heads"
+    joins_heads = True
     mistakes = (Mistake("concat_rows"), Mistake("head_order", plant=_head_orders))
+
+    def report_params(self, steps):
+        return {"has_concat": True}
 
     def carry(self, iv, step, args, mistake):
         """The heads' Z side by side; concat_rows: stacked as rows; head_order: in the planted order."""
@@ -80,6 +84,9 @@ class Output(Kind):
     letter, entry, symbol = "O", "o", "o"
     view, prose = "product", "heads"
     mistakes = (Mistake("forgot_output_projection"), Mistake("output_weights_transposed"))
+
+    def report_params(self, steps):
+        return {"has_output": True}
 
     def carry(self, iv, step, args, mistake):
         """Z W_O (+ b_O); forgot_output_projection: Z; output_weights_transposed: Z W_O^T."""

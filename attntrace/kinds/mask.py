@@ -83,6 +83,9 @@ class Masked(Kind):
         return ctx.emit(self, head, [t.ref], formula, result, t.shape, details)
 
     # -- the checker ---------------------------------------------------------------------------
+    def report_params(self, steps):
+        return {"masked": True}
+
     def carry(self, iv, step, args, mistake):
         """T where the mask keeps, -inf elsewhere; mask_ignored: T; mask_wrong_triangle: the
         transposed mask; mask_not_infinite: 0 instead of -inf; window_off_by_one: a window of

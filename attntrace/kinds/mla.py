@@ -65,6 +65,7 @@ class MlaKind(Kind):
     starts = ("X",)
     prose = "mla"
     explained_by_view = True  # C_Q and C_KV, their norms, the two rotations: said once each
+    one_of_many = True
     pipeline = "head"
     layer = False  # True: computed once for all heads (head None)
     #: A further condition of the spec (the query LoRA's steps run only when it has one).

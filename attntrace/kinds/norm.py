@@ -30,6 +30,9 @@ class Norm(Kind):
     mistakes = (Mistake("norm_unbiased_variance", also=("norm2",), when=lambda steps: any(s.details.get("norm") == "layer" for s in steps)),
                 Mistake("norm_wrong_axis", also=("norm2",)))
 
+    def report_params(self, steps):
+        return {"norm_kind": steps[0].details.get("norm")}
+
     def carry(self, iv, step, args, mistake):
         """LayerNorm / RMSNorm of the student's rows (`iv.norm`, a valid enclosure); its mistakes
         likewise: the variance over d - 1 (norm_unbiased_variance) or each column over the tokens

@@ -20,8 +20,12 @@ class PosEnc(Kind):
     reads, writes = ("X",), "P"
     letter, entry, symbol = "P", "p", None  # constants: symbolic mode keeps sin(...) and cos(...)
     view, prose = "posenc", "position"
+    folded_in_flow = True
     view_module = "blockview"
     mistakes = (Mistake("posenc_sin_cos_swapped"),)
+
+    def report_params(self, steps):
+        return {"position": "sinusoidal"}
 
     def carry(self, iv, step, args, mistake):
         """The table at its true value (it depends on nothing the student wrote);
@@ -66,6 +70,9 @@ class Embed(Kind):
     view_module = "blockview"
     elementwise = "add"  # X + P
     mistakes = (Mistake("posenc_not_added"),)
+
+    def report_params(self, steps):
+        return {"position": "learned"}
 
     def carry(self, iv, step, args, mistake):
         """E = X + P; posenc_not_added: X alone."""

@@ -95,6 +95,9 @@ class Projection(Kind):
         self.after = {"Q": (), "K": ("Q",), "V": ("K",)}[which]
         self.mistakes = {"Q": (SAME_WEIGHTS,), "K": (SAME_WEIGHTS, KV_FROM_QUERIES), "V": (SAME_WEIGHTS, "kv_from_queries")}[which]
 
+    def report_params(self, steps):
+        return {"has_projections": True}
+
     def carry(self, iv, step, args, mistake):
         """X W (+ b) from the student's values (same_weights, kv_from_queries: the checker
         reads the other input, `Planting.swap`)."""

@@ -16,7 +16,12 @@ class Residual(Kind):
     view_module = "blockview"
     elementwise = "add"
     explained_by_prose = True
+    one_of_many = True
     mistakes = (Mistake("forgot_residual", also=("residual2",)),)
+
+    def report_params(self, steps):
+        """The first residual names the block's arrangement; the second, that the feed-forward sublayer ran."""
+        return {"block": steps[0].details.get("block") or ""} if self.attention_sublayer else {"ffn_sublayer": True}
 
     def carry(self, iv, step, args, mistake):
         """The input plus the sublayer's output; forgot_residual: the output alone."""

@@ -121,6 +121,9 @@ class Rope(Kind):
                 out.append(Symbol(sym("mu"), "yarn_mu", "scalar"))
         return out
 
+    def report_params(self, steps):
+        return {"rope_layout": steps[0].details["layout"]}
+
     def intro(self, term, steps):
         """The scores read the rotated Q-tilde and K-tilde."""
         return sym("Q", accent="tilde") * sym("K", accent="tilde").T() if self.which == "Q" else term

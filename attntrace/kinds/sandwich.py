@@ -39,6 +39,9 @@ class OutputNorm(Norm):
     elementwise = "hadamard"  # its shapes line: (n x d) o (1 x d), the gain broadcast, not a product
     mistakes = (Mistake("post_norm_skipped", also=()),)
 
+    def report_params(self, steps):
+        return {}  # the report names the block's norm by its first two
+
     def carry(self, iv, step, args, mistake):
         """RMSNorm of the student's sublayer output (times 1 + gamma with Gemma's offset);
         post_norm_skipped: the output as it is."""

@@ -36,6 +36,12 @@ class Scaled(Kind):
     mistakes = (Mistake("missing_scale"), Mistake("scaled_by_dk", when=_by_sqrt_dk),
                 Mistake("wrong_dk", plant=_with_d_model("wrong_dk")), Mistake("scaled_by_dmodel", plant=_with_d_model("scaled_by_dmodel")))
 
+    def report_params(self, steps):
+        """Whether the scores are divided by sqrt(d_k) or by a number the spec gives (`scale_given`), and each head's d_k."""
+        return {"scaled": True, "by_sqrt": any(s.details.get("by_sqrt_dk", True) for s in steps),
+                "scale_given": any(s.details.get("by_sqrt_dk") is False for s in steps),
+                "d_k": ", ".join(sorted({str(s.details["d_k"]) for s in steps if s.details.get("d_k") is not None}))}
+
     def carry(self, iv, step, args, mistake):
         """S / factor; missing_scale: 1; scaled_by_dk: d_k; wrong_dk: sqrt(d_model); scaled_by_dmodel: d_model."""
         factor = float(step.details["factor"])

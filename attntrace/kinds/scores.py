@@ -41,6 +41,8 @@ class Scores(Kind):
     starts = ("X", "QKV")
     letter, entry, symbol = "S", "s", "s"
     view, prose = "product", "attention"
+    transposes_second = True
+    attends = True
     mistakes = (Mistake("transposed_scores"), Mistake("no_transpose"),
                 Mistake("kv_head_mapping", also=("Z",), plant=_kv_head_mapping, rewire=_rewire_kv))
     transposable = False  # the transposed scores are transposed_scores

@@ -45,6 +45,9 @@ class Weights(Kind):
                 Mistake("rows_not_normalised", planted=False, read_off=_rows_not_normalised))
     _OWN = ("skipped_softmax", "column_softmax", "softmax_without_exp")
 
+    def report_params(self, steps):
+        return {"has_weights": True}
+
     def carry(self, iv, step, args, mistake):
         """softmax of each row; skipped_softmax: T itself; column_softmax: down each column;
         softmax_without_exp: each row divided by its sum. Logit columns with no value (a kind

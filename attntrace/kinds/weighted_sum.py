@@ -23,6 +23,7 @@ class WeightedSum(Kind):
     starts = ("X", "QKV", "scores", "weights")
     letter, entry, symbol = "Z", "z", "z"
     view, prose = "product", "attention"
+    attends = True
     full_width_answer = True
     mistakes = (Mistake("values_first"), "kv_head_mapping", Mistake("rope_rotated_values", plant=_rotated_values))
 

@@ -511,3 +511,9 @@ def after_lhs(formula: Node) -> Node:
 def first_part(formula: Node) -> Node:
     """The matrix form of a formula with entry-wise parts (A = softmax(T) of A = softmax(T), a_ij = ...)."""
     return formula.items[0] if isinstance(formula, Parts) else formula
+
+
+def first_factor(product: Node) -> Node:
+    """X of X W_Q + b_Q (or of X W_Q)."""
+    product = product.terms[0] if isinstance(product, Add) else product
+    return product.factors[0] if isinstance(product, Juxt) else product

@@ -15,11 +15,12 @@ import math
 
 import numpy as np
 
+from attntrace.kinds import kind_of
 from attntrace.model import formula as F
 from attntrace.rendering.layout import Seq
 from attntrace.rendering.printing import reproducing_digits
 from attntrace.rendering.stepview import register_view
-from attntrace.rendering.viewparts import entry_columns, block, resolve, rows_to_expand, vector_entry
+from attntrace.rendering.viewparts import entry_columns, block, report_params, resolve, rows_to_expand, vector_entry
 
 
 def _rhs(sv, vm) -> str:
@@ -371,42 +372,20 @@ def split_block(trace) -> tuple[list, list]:
     return pre, post
 
 
-def _first_factor(product: F.Node) -> F.Node:
-    """X of X W_Q + b_Q (or of X W_Q)."""
-    product = product.terms[0] if isinstance(product, F.Add) else product
-    return product.factors[0] if isinstance(product, F.Juxt) else product
-
-
-def _ffn_line(trace) -> F.Node | None:
-    """F = act(N W_1 + b_1) W_2 + b_2 (or SwiGLU's), from the FFN steps' own formulas."""
-    steps = {s.id: s for s in trace.steps if s.id.startswith("ffn_")}
-    if "ffn_out" not in steps:
-        return None
-    hidden = F.after_lhs(steps["ffn_hidden"].expr)
-    act = steps["ffn_act"].details.get("activation")
-    if act in ("swiglu", "geglu"):  # the gated networks: SiLU or GELU of the gate
-        gate = "SiLU" if act == "swiglu" else "GELU"
-        inner: F.Node = F.Paren(F.Op("hadamard", F.Func(gate, (hidden,)), F.after_lhs(steps["ffn_up"].expr)), sized=True)
-    else:
-        inner = F.Juxt((F.Func({"relu": "ReLU", "gelu": "GELU", "gelu_tanh": "GELU"}[act], (hidden,)), F.Space()))
-    # the activation's matrix G in F = G W_2 + b_2 becomes the activation itself
-    return F.substitute(steps["ffn_out"].expr, {_first_factor(F.after_lhs(steps["ffn_out"].expr)): inner})
-
-
 def block_flow(trace, out) -> list[str]:
     """The block's data flow, one equation per line (aligned at =): what the report derives."""
     lines: list[str] = []
     attention_done = False
     for s in trace.steps:
         if s.id in BLOCK_IDS:
-            if s.id in ("pos_enc", "ffn_hidden", "ffn_up", "ffn_act"):
+            if kind_of(s.id).folded_in_flow:
                 continue
-            tree = (_ffn_line(trace) if s.id == "ffn_out" else None) or F.first_part(s.expr)
+            tree = kind_of(s.id).flow_line(trace, s)
             lines.append(out.math(tree))
         elif not attention_done and s.id in ("Q", "Z", "output"):
             if s.id == "Q":
-                x = _first_factor(F.after_lhs(s.expr))
-                out_letter = "O" if any(t.id == "output" for t in trace.steps) else "Z"
+                x = F.first_factor(F.after_lhs(s.expr))
+                out_letter = "O" if report_params(trace).get("has_output") else "Z"
                 name = "MultiHead" if trace.num_heads > 1 else "Attention"
                 lines.append(out.math(F.sym(out_letter).eq(F.Func(name, (x,)))))
                 attention_done = True

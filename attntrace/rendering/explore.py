@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from attntrace.kinds import kind_of
 from attntrace.model.trace import Step, Trace
 from attntrace.rendering.printing import plain_number
 
@@ -105,7 +106,7 @@ def product_explorer(trace: Trace, step: Step, precision: int) -> dict | None:
 def softmax_explorer(trace: Trace, step: Step, precision: int) -> dict | None:
     """Data of the weights step's explorer: each row's scores, maximum, exponentials, sum."""
     d = step.details
-    if step.id != "weights" or step.value is None or not {"row_max", "exp", "row_sum"} <= set(d):
+    if kind_of(step.id).view != "softmax" or step.value is None or not {"row_max", "exp", "row_sum"} <= set(d):
         return None
     value = np.asarray(step.value, dtype=float)
     source = _matrix(trace, step.inputs[0], step.head)
@@ -162,7 +163,7 @@ def heatmaps(trace: Trace, precision: int, cell: int = 44) -> list[dict]:
         return []
     out = []
     for step in trace.steps:
-        if step.id != "weights" or step.value is None:
+        if kind_of(step.id).view != "softmax" or step.value is None:
             continue
         a = np.asarray(step.value, dtype=float)
         if a.ndim != 2 or max(a.shape) > MAX_SIDE:

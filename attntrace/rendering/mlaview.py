@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from attntrace.model import formula as F
 from attntrace.rendering.stepview import register_view
-from attntrace.rendering.viewparts import SHAPE_LINES, block, resolve
+from attntrace.rendering.viewparts import SHAPE_LINES, block, report_params, resolve
 
 
 def _stack_shapes(step, out) -> str:
@@ -28,7 +28,7 @@ def build_stack(sv, vm) -> None:
     first, second = s.details["parts"]
     a, b = (resolve(sv.t, n, s.head) for n in s.inputs)
     vm["extra"].update(first=sv.mname(a), second=sv.mname(b), first_cols=first, second_cols=second, width=first + second,
-                       scale_given=any(t.id == "scaled" and t.details.get("by_sqrt_dk") is False for t in sv.t.steps))
+                       scale_given=report_params(sv.t).get("scale_given", False))
     lhs = sv.named(sv.ref)
     matrix = o.rule_after(o.matrix(s.value, s.shape, sv.budget(lhs)), first)
     vm["main"] = [block(sv.fit(lhs, [o.math(F.after_lhs(s.expr)), matrix]))]

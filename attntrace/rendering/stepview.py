@@ -202,7 +202,7 @@ class StepView(SoftmaxView):
         a = resolve(t, s.inputs[0], s.head)
         b = resolve(t, s.inputs[1], s.head)
         bias = resolve(t, s.inputs[2], s.head) if len(s.inputs) > 2 else None
-        return a, b, s.id == "scores" or bool(s.details.get("transposed")), bias
+        return a, b, kind_of(s.id).transposes_second or bool(s.details.get("transposed")), bias
 
     def shown(self, ref: Ref, budget: float, transpose: bool = False) -> str:
         o = self.out

@@ -23,7 +23,7 @@ from attntrace.model import formula as F
 from attntrace.rendering.printing import PlainOut, TexOut
 from attntrace.rendering.stepview import StepView
 from attntrace.kinds.registry import BLOCK_KINDS
-from attntrace.rendering.viewparts import block, operand_ref, pack, resolve, shape_dims
+from attntrace.rendering.viewparts import block, operand_ref, pack, report_params, resolve, shape_dims
 
 #: Step ids of the Transformer block's kinds (their own report sections).
 BLOCK_IDS = frozenset(k.id for k in BLOCK_KINDS)
@@ -67,7 +67,7 @@ def shape_rows(trace, out) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     seen: dict[tuple, dict[str, Any]] = {}
     for step in trace.steps:
-        key = (step.id, step.shape, tuple(resolve(trace, n, step.head).shape for n in step.inputs) if step.id != "concat" else ())
+        key = (step.id, step.shape, tuple(resolve(trace, n, step.head).shape for n in step.inputs) if not kind_of(step.id).joins_heads else ())
         if step.head is not None and key in seen:
             seen[key]["last"] = step.head
             continue
@@ -147,27 +147,24 @@ def report_view(trace, fmt: str, precision: int, max_size: int, figures: list[di
         if not multi:
             sections, combined = [{"head": 0, "steps": combined}], []
     block_pre, block_post, flow = [], [], []
-    arrangement = next((s.details.get("block") for s in trace.steps if s.id == "residual1"), None) or ""
+    told = report_params(trace)
+    arrangement = told.get("block", "")
     if any(s.id in BLOCK_IDS for s in trace.steps):  # the block's view module, only for a block
         from attntrace.rendering.blockview import block_flow, split_block
 
         block_pre, block_post = split_block(trace) if not shape_mode else ([], [])
         flow = block_flow(trace, out) if arrangement else []
-    d_ks = sorted({str(s.details["d_k"]) for s in trace.steps if s.id == "scaled" and s.details.get("d_k") is not None})
     given_order = in_order_of_use(trace)
     operands = [operand_chain(trace, op, out) for op in given_order]
-    by_sqrt = any(s.id == "scaled" and s.details.get("by_sqrt_dk", True) for s in trace.steps)
-    scaled = any(s.id == "scaled" for s in trace.steps)
     view = {
         "formula_block": block(flow) if flow else block([out.math(intro_formula(trace))]),
         # the Transformer block (attntrace.rendering.blockview): its arrangement, steps before and after attention
         "block": arrangement,
-        "block_part": "self_attention" if arrangement and not any(s.id == "residual2" for s in trace.steps) else "",
+        "block_part": "self_attention" if arrangement and not told.get("ffn_sublayer") else "",
         "block_pre": [StepView(trace, s, out, rows, esc).build() for s in block_pre],
         "shared_steps": shared,
         "block_post": [StepView(trace, s, out, rows, esc).build() for s in block_post],
-        "position": next((("sinusoidal" if s.id == "pos_enc" else "learned") for s in trace.steps if s.id in ("pos_enc", "embed")), ""),
-        "norm_kind": next((s.details.get("norm") for s in trace.steps if s.id in ("norm1", "norm2")), ""),
+        "position": told.get("position", ""), "norm_kind": told.get("norm_kind", ""),
         # user text: $...$ spans through the whitelist parser, everything else escaped
         "title": format_user_text(trace.localized("title", lang) or "", fmt, inline_math=inline_math_for(fmt, math_delimiters), escape=esc),
         # the same title as plain text for the heading: math in a heading ends up raw in navigation,
@@ -179,14 +176,13 @@ def report_view(trace, fmt: str, precision: int, max_size: int, figures: list[di
         "kv_tokens": [esc(t) for t in settings.get("kv_tokens") or ()],
         "mode": trace.mode, "num_heads": trace.num_heads, "multi": multi,
         "start": settings.get("start", ""), "cross": bool(settings.get("cross")),
-        "masked": any(s.id == "masked" for s in trace.steps), "mask_kind": settings.get("mask") or "",
-        "scaled": any(s.id == "scaled" for s in trace.steps), "by_sqrt": by_sqrt,
-        "has_weights": any(s.id == "weights" for s in trace.steps),
-        "has_projections": any(s.id in ("Q", "K", "V") for s in trace.steps),
-        "rope_layout": next((s.details["layout"] for s in trace.steps if s.id == "Q_rope"), ""),
-        "alibi": any(s.id == "biased" for s in trace.steps),
-        "has_concat": any(s.id == "concat" for s in trace.steps), "has_output": any(s.id == "output" for s in trace.steps),
-        "d_k": ", ".join(d_ks), "precision": precision, "max_size": max_size,
+        # what the trace's kinds tell the introduction (`Kind.report_params`)
+        "masked": told.get("masked", False), "mask_kind": settings.get("mask") or "",
+        "scaled": told.get("scaled", False), "by_sqrt": told.get("by_sqrt", False),
+        "has_weights": told.get("has_weights", False), "has_projections": told.get("has_projections", False),
+        "rope_layout": told.get("rope_layout", ""), "alibi": told.get("alibi", False),
+        "has_concat": told.get("has_concat", False), "has_output": told.get("has_output", False),
+        "d_k": told.get("d_k", ""), "precision": precision, "max_size": max_size,
         "elided": not shape_mode and any(max(o.shape) > max_size for o in trace.operands) or any(max(s.shape) > max_size for s in trace.steps),
         "operands": [{"name": n, "lines": lines} for n, lines in operands],
         # a reordered Given (a block's, latent attention's): a row vector (a gain) may fill an earlier line
@@ -317,7 +313,7 @@ def intro_formula(trace) -> F.Node:
     if start == "Z":
         z = F.sym("Z")
         cat = F.Func("Concat", (F.Seq((z.head(1), F.Dots(), z.head(F.sym("h")))),))
-        return F.sym("O").eq(cat * F.Space() * F.sym("W", "O")) if any(s.id == "output" for s in trace.steps) else z.eq(cat)
+        return F.sym("O").eq(cat * F.Space() * F.sym("W", "O")) if report_params(trace).get("has_output") else z.eq(cat)
     by_id: dict[str, list] = {}
     for s in trace.steps:
         by_id.setdefault(s.id, []).append(s)
@@ -444,14 +440,14 @@ def mark_repeats(view: dict[str, Any]) -> None:
                 # the first, and these differ only in their numbers and gain (Gemma 2's four norms took a page)
                 vm["entries"], vm["formula_block"] = [], None
             norm_entry_shown = norm_entry_shown or bool(vm.get("entries"))
-        if many and vm["kind"] in ("scores", "Z") and ("Q" in by_kind or "C_Q" in by_kind):
+        if many and _attends(vm) and ("Q" in by_kind or "C_Q" in by_kind):
             # attention is one part of many, and its products were written out for Q (latent attention: for C^Q)
             _one_entry(vm)
         if many and vm.get("view") == "elementwise" and vm.get("entries") and "scaled" in by_kind:
             # a function applied entry by entry (the soft cap) in a report of many parts: one entry shows it
             _one_entry(vm, telling=True)
-        if vm["kind"] == "ffn_act" and vm.get("entries") and "ffn_hidden" in by_kind:
-            # the activation after the products of a block: one entry shows the formula at work
+        if vm.get("view") == "activation" and vm.get("entries"):
+            # the activation after the products of a block (it reads the hidden layer's): one entry shows the formula at work
             _one_entry(vm, telling=True)
         if vm.get("view") == "grad" and vm.get("entries") and vm["entries"][0].get("chains"):
             # the backward pass's products: the first writes its row out, later ones one entry (as K after Q)
@@ -486,7 +482,7 @@ def group_repeats(view: dict[str, Any], out, gqa: bool = False) -> None:
                 shown = [vm for vm in run if vm.get("view") != "stack"]
                 # name = value; under GQA the scores and the weighted sum keep their formula, which tells
                 # which key/value head they read (S^(4) = Q~^(4) K^(2)T)
-                lines = [b["lines"] if out.plain or (gqa and vm["kind"] in ("scores", "Z")) else [_name_and_value(b["lines"][0])]
+                lines = [b["lines"] if out.plain or (gqa and _attends(vm)) else [_name_and_value(b["lines"][0])]
                          for vm in shown for b in vm["main"]]
                 grouped.append({"kind": "head_repeats", "view": "head_repeats", "head": sec["head"], "again": run[0]["again"],
                                 "main": [block(b) for b in pack(lines, out)], "extra": {},
@@ -507,6 +503,12 @@ def group_repeats(view: dict[str, Any], out, gqa: bool = False) -> None:
                 grouped.append(vm)
         flush()
         sec["steps"] = grouped
+
+
+def _attends(vm) -> bool:
+    """The view of one of attention's two products (`Kind.attends`: S = Q K^T, Z = A V)."""
+    kind = KINDS.get(vm["kind"])
+    return kind is not None and kind.attends
 
 
 def _name_and_value(line: str) -> str:

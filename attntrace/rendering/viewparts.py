@@ -31,12 +31,25 @@ ENTRY_COLUMNS = 4
 BLOCK_ENTRY_COLUMNS = 3
 
 
+def report_params(trace) -> dict[str, Any]:
+    """What the trace's kinds tell a report's introduction (`Kind.report_params`, each kind from
+    its steps): a variable two kinds give comes from the kind whose step is first in the trace."""
+    by_id: dict[str, list] = {}
+    for s in trace.steps:
+        by_id.setdefault(s.id, []).append(s)
+    told: dict[str, Any] = {}
+    for step_id, steps in by_id.items():
+        for key, value in kind_of(step_id).report_params(steps).items():
+            told.setdefault(key, value)
+    return told
+
+
 def in_block(sv) -> bool:
     """Whether the step belongs to a report where attention is one part of many: a Transformer
     block's (it has a residual step) or multi-head latent attention's (it has the latent C^KV)."""
     found = getattr(sv, "_in_block", None)
     if found is None:
-        found = sv._in_block = any(s.id in ("residual1", "C_KV") for s in sv.t.steps)
+        found = sv._in_block = any(kind_of(s.id).one_of_many for s in sv.t.steps)
     return found
 
 
@@ -191,7 +204,7 @@ def shape_dims(trace, step, out, short: bool = False) -> str:
     if line is not None:
         return line
     made = shape_of(step.shape)
-    if step.id == "concat":
+    if kind_of(step.id).joins_heads:
         refs = [resolve(trace, n, None) for n in step.inputs]
         if len({r.shape for r in refs}) == 1 and not short:  # the article's (n, d_v h): h heads of (n, d_v)
             h, (n, d) = len(refs), refs[0].shape
@@ -201,7 +214,7 @@ def shape_dims(trace, step, out, short: bool = False) -> str:
         return out.math(to(Seq(tuple(shape_of(r.shape) for r in refs), sep="semi"), made))
     ins = [resolve(trace, n, step.head) for n in step.inputs]
     shapes = [r.shape for r in ins]
-    if step.id == "scores" or step.details.get("transposed"):  # A B^T
+    if kind_of(step.id).transposes_second or step.details.get("transposed"):  # A B^T
         shapes[1] = shapes[1][::-1]
     op = kind_of(step.id).elementwise  # two inputs that meet entry by entry: (4 x 6) + (4 x 6) -> (4 x 6)
     if op is not None and len(shapes) == 2:  # an addition or an entrywise product, not a matrix product
