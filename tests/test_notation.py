@@ -79,6 +79,8 @@ def test_no_renamed_overload_comes_back(name, traces):
     assert not re.search(r"(?<![\\{a-zA-Z])O\^\{\(\d\)\}", math), name
     # a gain or a bias is a row vector written gamma_j, b_j by its formula: no gamma_{11} (read as gamma_{1j}) in its entries
     assert not re.search(r"\\gamma(\^\{[^{}]*\})?_\{1,?\d+\}", math), name
+    # T is the scaled scores: the set of experts a token chose is a calligraphic T_i (Switch Transformer)
+    assert not re.search(r"(?<![{\\a-zA-Z])T_\{?(i|\d+)\}?\s*=\s*\\\{|\\in T_", math), name
     # M is the mask: no projection index M (sum over M in {Q, K, V}, M = Q, K, V) in the backward pass
     assert not re.search(r"M\s*(\\in|=)\s*\\?\{?\s*[QK]\b", math), name
 

@@ -35,7 +35,9 @@ from attntrace.inputs.options import SpecOption
 from attntrace.kinds.base import Kind, Mistake, Symbol
 from attntrace.model.formula import Cases, Frac, Func, Hcat, Neg, Op, Paren, Parts, Power, Sum, Value, Word, node, sym
 
-_T = sym("T", "i")  # T_i: the experts token i chose
+#: the experts token i chose: a set, calligraphic as the Switch Transformer and Shazeer et al. write
+#: the top-k indices (a bare T_i is a row of the scaled scores T)
+_T = sym("T", "i", style="calligraphic")
 _WR = sym("W", "r")
 from attntrace.kinds.exactsize import check_exact_size
 from attntrace.model.errors import BadInput
@@ -197,6 +199,7 @@ class RouterGates(MoeKind):
     letter, entry, symbol = sym("G"), sym("g", sup="r"), "g^{r}"  # g alone is a gradient's entry
     view = "routing"
     view_module = "moeview"
+    symbols = ((_T, "moe_chosen", "index_set"),)
     #: the chosen weights not divided by their sum: Mixtral's softmax over all E experts kept at
     #: the top k, DeepSeek-V3's sigmoid scores as they are (times the scaling)
     mistakes = (Mistake("moe_weights_not_renormalised",
