@@ -81,6 +81,8 @@ def test_no_renamed_overload_comes_back(name, traces):
     assert not re.search(r"\\gamma(\^\{[^{}]*\})?_\{1,?\d+\}", math), name
     # T is the scaled scores: the set of experts a token chose is a calligraphic T_i (Switch Transformer)
     assert not re.search(r"(?<![{\\a-zA-Z])T_\{?(i|\d+)\}?\s*=\s*\\\{|\\in T_", math), name
+    # the mask is one matrix for every head, M as the table lists it: no M^{(2)} per head
+    assert not re.search(r"(?<![\\a-zA-Z])M\^\{\(", math), name
     # M is the mask: no projection index M (sum over M in {Q, K, V}, M = Q, K, V) in the backward pass
     assert not re.search(r"M\s*(\\in|=)\s*\\?\{?\s*[QK]\b", math), name
 
@@ -140,7 +142,7 @@ def test_multi_head_input_gradient_has_no_index_m_beside_the_mask():
     trace = attntrace.run(spec)
     for lang in ("en", "zh"):
         math = _math(attntrace.render(trace, format="md", lang=lang))
-        assert "M^{(1)}" in math  # the mask is there
+        assert "M_{ij}" in math  # the mask is there, one for both heads
         assert "\\sum_{\\eta} \\left(\\mathrm{d}Q^{(\\eta)} W_Q^{(\\eta)\\top} + \\mathrm{d}K^{(\\eta)} W_K^{(\\eta)\\top}" in math
         assert not re.search(r"M\s*(\\in|=)\s*\\?\{?\s*[QK]\b", math) and "W_M" not in math and "W_{M}" not in math
 
