@@ -71,6 +71,9 @@ def test_no_renamed_overload_comes_back(name, traces):
     # m is the row maximum (m_i, FlashAttention-2's running m): no slope -m (i - j), no RoPE angle m theta
     assert not re.search(r"-m(\^\{\(\d\)\})?\s*\\,\s*\(i", math), name
     assert "m\\theta" not in math and "m_r\\theta" not in math, name
+    # i is the row index (q_{ij}) and the imaginary unit of RoPE's complex form: RoPE's pair is r (theta_r, c_r),
+    # its row i (q_{i,r}, the angle p_i theta_r), never theta_i nor a row r
+    assert not re.search(r"\\(theta|gamma|lambda|kappa)_\{?i\b|(?<![a-zA-Z\\])c_\{?i\b|p_\{?r\b|_\{r,", math), name
     # g is a gradient's entries (g^{Z}_{ij}): no bare g_{ij} or g_{11} (an RMSNorm gain, an activation)
     assert not re.search(r"(?<![\\a-zA-Z])g_\{", math), name
     # the chain rule is written on Z = A V, not on a C = A B beside the weights A
