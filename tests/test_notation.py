@@ -84,6 +84,8 @@ def test_no_renamed_overload_comes_back(name, traces):
     assert not re.search(r"\\gamma(\^\{[^{}]*\})?_\{1,?\d+\}", math), name
     # T is the scaled scores: the set of experts a token chose is a calligraphic T_i (Switch Transformer)
     assert not re.search(r"(?<![{\\a-zA-Z])T_\{?(i|\d+)\}?\s*=\s*\\\{|\\in T_", math), name
+    # e is Euler's number (the router's e^{l_ij}) and the embedding's entries e_ij: the expert index is xi
+    assert not re.search(r"\^\{\(e\)\}|_\{i,?e\}|\\sum_\{e\b", math), name
     # the mask is one matrix for every head, M as the table lists it: no M^{(2)} per head
     assert not re.search(r"(?<![\\a-zA-Z])M\^\{\(", math), name
     # M is the mask: no projection index M (sum over M in {Q, K, V}, M = Q, K, V) in the backward pass
@@ -160,3 +162,23 @@ def test_every_row_has_its_own_words(lang, given, traces):
         text = attntrace.render(trace, format="text", lang=lang)
         section = text[text.index(heading):].split("\n\n")[1]
         assert not [line for line in section.splitlines() if given in line], (name, section)
+
+
+def test_an_expert_index_beside_the_embedding_is_its_own_letter():
+    """A Llama block with sinusoidal positions and a mixture of experts shows the embedding
+    E = X + P (entries e_ij) and the experts in one report: the expert is numbered xi (Y^{(xi)}),
+    listed in the table, so neither e_ij nor Euler's e^{l_ij} shares its letter."""
+    import tomllib
+
+    from attntrace.resources import examples_dir
+
+    spec = tomllib.loads((examples_dir() / "moe-tiny.toml").read_text(encoding="utf-8"))
+    spec["position"] = "sinusoidal"
+    trace = attntrace.run(spec)
+    table = notation_of(trace)
+    assert table.clashes == ()
+    assert {"\\xi": "expert_index", "E": "embed"}.items() <= {r.tex: r.meaning for r in table.rows}.items()
+    for lang in ("en", "zh"):
+        math = _math(attntrace.render(trace, format="md", lang=lang))
+        assert "e_{ij}" in math and "Y^{(\\xi)}" in math and "\\sum_{\\xi \\in \\mathcal{T}_i}" in math
+        assert not re.search(r"\^\{\(e\)\}|_\{i,?e\}|\\sum_\{e\b", math)
