@@ -128,3 +128,14 @@ def test_the_views_options_print_as_their_hand_written_strings_did(katex):
         root = ET.fromstring(mathml(tree, display=True))
         assert {e.tag for e in root.iter()} <= MATHML_CORE
     assert katex([(t, True) for _, t, _ in expected]) == []
+
+
+def test_a_calligraphic_set_prints_apart_from_its_letter():
+    """The chosen experts 𝒯_i (a set) print \\mathcal in TeX, script in MathML and a word in plain
+    text, so none of them reads as the scaled scores T."""
+    from attntrace.model.formula import sym
+
+    chosen = sym("T", "i", style="calligraphic")
+    assert chosen.text("tex") == "\\mathcal{T}_i"
+    assert chosen.text("plain") == "TopK_i"
+    assert '<mi mathvariant="script">T</mi>' in chosen.text("mathml")

@@ -69,7 +69,9 @@ def test_modes_formats_languages(mode, router):
             out = attntrace.render(t, format=fmt, lang=lang)
             assert re.search(r"\^\{[^{}]*\}\^", out) is None
             if mode != "shape":
-                assert ("T_{1}" in out or "T_1 =" in out)
+                # the chosen experts are a set, calligraphic (a bare T_1 is a row of the scaled scores T)
+                assert ("\\mathcal{T}_{1}" in out or "TopK_1 =" in out)
+                assert "\\in T_" not in out and "in T_" not in out
     assert t.to_dict()["steps"]
 
 

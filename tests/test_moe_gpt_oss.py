@@ -188,14 +188,14 @@ def test_bad_specs_one_line(change, message):
 @pytest.mark.parametrize("lang, given", [("en", "given"), ("zh", "给定")])
 def test_the_notation_section_names_every_symbol_of_the_mixture(lang, given):
     """Every operand of the mixture (router weights and bias, each expert's weights and biases)
-    and every symbol of its formulas (Y^(e), and the clamped rule's H^(e), U^(e)) has a row with
+    and every symbol of its formulas (the expert index xi, Y^(xi), and the clamped rule's H^(xi), U^(xi)) has a row with
     its own words (moe.j2's `words`), in en and zh: none falls back to "given"."""
     from attntrace.kinds.notation import notation_of
 
     t = attntrace.run(small_spec())
     rows = {r.plain: r.meaning for r in notation_of(t).rows}
-    assert {"Y^(e)", "H^(e)", "U^(e)", "W_r", "b^r", "W_gate", "b_gate"} <= set(rows), rows
+    assert {"xi", "Y(xi)", "H(xi)", "U(xi)", "W_r", "b^r", "W_gate", "b_gate"} <= set(rows), rows
     text = attntrace.render(t, format="text", lang=lang)
     section = text.split("Notation" if lang == "en" else "符号", 1)[1].split("\n\n")[1]
     assert given not in section, section
-    assert ("output of expert e" if lang == "en" else "专家 e 的输出") in section
+    assert ("output of one expert" if lang == "en" else "一个专家的输出") in section

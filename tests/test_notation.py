@@ -71,6 +71,9 @@ def test_no_renamed_overload_comes_back(name, traces):
     # m is the row maximum (m_i, FlashAttention-2's running m): no slope -m (i - j), no RoPE angle m theta
     assert not re.search(r"-m(\^\{\(\d\)\})?\s*\\,\s*\(i", math), name
     assert "m\\theta" not in math and "m_r\\theta" not in math, name
+    # i is the row index (q_{ij}) and the imaginary unit of RoPE's complex form: RoPE's pair is r (theta_r, c_r),
+    # its row i (q_{i,r}, the angle p_i theta_r), never theta_i nor a row r
+    assert not re.search(r"\\(theta|gamma|lambda|kappa)_\{?i\b|(?<![a-zA-Z\\])c_\{?i\b|p_\{?r\b|_\{r,", math), name
     # g is a gradient's entries (g^{Z}_{ij}): no bare g_{ij} or g_{11} (an RMSNorm gain, an activation)
     assert not re.search(r"(?<![\\a-zA-Z])g_\{", math), name
     # the chain rule is written on Z = A V, not on a C = A B beside the weights A
@@ -79,6 +82,12 @@ def test_no_renamed_overload_comes_back(name, traces):
     assert not re.search(r"(?<![\\{a-zA-Z])O\^\{\(\d\)\}", math), name
     # a gain or a bias is a row vector written gamma_j, b_j by its formula: no gamma_{11} (read as gamma_{1j}) in its entries
     assert not re.search(r"\\gamma(\^\{[^{}]*\})?_\{1,?\d+\}", math), name
+    # T is the scaled scores: the set of experts a token chose is a calligraphic T_i (Switch Transformer)
+    assert not re.search(r"(?<![{\\a-zA-Z])T_\{?(i|\d+)\}?\s*=\s*\\\{|\\in T_", math), name
+    # e is Euler's number (the router's e^{l_ij}) and the embedding's entries e_ij: the expert index is xi
+    assert not re.search(r"\^\{\(e\)\}|_\{i,?e\}|\\sum_\{e\b", math), name
+    # the mask is one matrix for every head, M as the table lists it: no M^{(2)} per head
+    assert not re.search(r"(?<![\\a-zA-Z])M\^\{\(", math), name
     # M is the mask: no projection index M (sum over M in {Q, K, V}, M = Q, K, V) in the backward pass
     assert not re.search(r"M\s*(\\in|=)\s*\\?\{?\s*[QK]\b", math), name
 
@@ -138,7 +147,7 @@ def test_multi_head_input_gradient_has_no_index_m_beside_the_mask():
     trace = attntrace.run(spec)
     for lang in ("en", "zh"):
         math = _math(attntrace.render(trace, format="md", lang=lang))
-        assert "M^{(1)}" in math  # the mask is there
+        assert "M_{ij}" in math  # the mask is there, one for both heads
         assert "\\sum_{\\eta} \\left(\\mathrm{d}Q^{(\\eta)} W_Q^{(\\eta)\\top} + \\mathrm{d}K^{(\\eta)} W_K^{(\\eta)\\top}" in math
         assert not re.search(r"M\s*(\\in|=)\s*\\?\{?\s*[QK]\b", math) and "W_M" not in math and "W_{M}" not in math
 
@@ -169,3 +178,23 @@ def test_a_per_head_row_is_the_tree_with_the_head_in_it(traces):
     assert (w.tex, w.entry_tex) == ("W_Q^{(\\eta)}", "w^{Q}_{ij}")
     uq = next(r for r in notation_of(traces["mla-tiny"]).rows if r.meaning == "W_UQ")
     assert (uq.tex, uq.plain) == ("W^{UQ(\\eta)}", "W^UQ(eta)")
+
+
+def test_an_expert_index_beside_the_embedding_is_its_own_letter():
+    """A Llama block with sinusoidal positions and a mixture of experts shows the embedding
+    E = X + P (entries e_ij) and the experts in one report: the expert is numbered xi (Y^{(xi)}),
+    listed in the table, so neither e_ij nor Euler's e^{l_ij} shares its letter."""
+    import tomllib
+
+    from attntrace.resources import examples_dir
+
+    spec = tomllib.loads((examples_dir() / "moe-tiny.toml").read_text(encoding="utf-8"))
+    spec["position"] = "sinusoidal"
+    trace = attntrace.run(spec)
+    table = notation_of(trace)
+    assert table.clashes == ()
+    assert {"\\xi": "expert_index", "E": "embed"}.items() <= {r.tex: r.meaning for r in table.rows}.items()
+    for lang in ("en", "zh"):
+        math = _math(attntrace.render(trace, format="md", lang=lang))
+        assert "e_{ij}" in math and "Y^{(\\xi)}" in math and "\\sum_{\\xi \\in \\mathcal{T}_i}" in math
+        assert not re.search(r"\^\{\(e\)\}|_\{i,?e\}|\\sum_\{e\b", math)

@@ -242,3 +242,31 @@ def test_no_long_paragraph_twice(name, lang, traces):
             seen[p] = seen.get(p, 0) + 1
     twice = [p[:80] for p, n in seen.items() if n > 1]
     assert not twice, f"{name} {lang}: said again: {twice}"
+
+
+#: a matrix entry or a vector entry in scientific notation at float64's noise level (1e-13 to 1e-20)
+_NOISE_ENTRY = re.compile(r"(?:&|\{r+\}|\\left\(|,\\ )\s*-?\d(?:\.\d+)? \\cdot 10\^\{-(?:1[3-9]|20)\}")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_float_noise_prints_as_zero(name, traces):
+    """An entry that is 0 in exact arithmetic and float noise in the trace (MLA's S^C: -9.3e-17
+    beside entries near 1; a softmax shift of a score equal to the maximum: -4.4e-16) prints as 0
+    (attntrace.rendering.printing.NOISE); true tiny values (underflowed weights) keep theirs."""
+    for rows in (None, "all"):
+        md = render(traces[name], format="md", lang="en", **({"rows": rows} if rows else {}))
+        assert not _NOISE_ENTRY.search(md), f"{name}: {_NOISE_ENTRY.search(md).group(0)}"
+
+
+def test_float_noise_is_zero_in_print_only(traces):
+    """The trace keeps its floats: the noise is dropped where a matrix is formatted."""
+    import numpy as np
+
+    from attntrace.rendering.printing import without_noise
+
+    step = next(s for s in traces["mla-tiny"].steps if s.id == "scores_C" and s.head == 2)
+    value = np.asarray(step.value, dtype=float)
+    assert 0 < np.abs(value[1, 1]) < 1e-15  # -9.3e-17 in the trace
+    assert without_noise(value)[1, 1] == 0 and without_noise(value)[0, 0] == value[0, 0]
+    tiny = np.array([[1.0, 1e-11]])
+    assert without_noise(tiny) is tiny  # above the tolerance: a value, printed in scientific notation

@@ -242,7 +242,7 @@ def test_rope_renders_everywhere_and_its_math_parses(mode, katex):
         assert "tilde" not in text and "\\" not in text.replace("\\n", "")
         assert attntrace.render(t, format="tex", lang=lang)
     if mode != "shape":
-        assert "\\theta_i = 10000^{-2(i-1)/4}" in md
+        assert "\\theta_r = 10000^{-2(r-1)/4}" in md  # pair r: i is the row (q_{ij}) and the imaginary unit
         assert "(1, 2),\\ (3, 4)" in attntrace.render(t, format="md")
 
 

@@ -77,7 +77,7 @@ class Masked(Kind):
         result = ctx.alg.mask(t.value, keep)
         details = {"keep": keep, "kind": mask_kind(ctx.p.mask), "window": opts.get("window"),
                    "key_padding": opts.get("key_padding"), "offset": offset(ctx.p.mask, t.shape)}
-        m = sym("M").head(head).at("i", "j")
+        m = sym("M").at("i", "j")  # one mask for every head (it depends on positions only), as the table lists it
         cases = Cases(((t.letter.head(head).at("i", "j"), m.eq(1)), (Neg(Infinity()), m.eq(0))))
         formula = self.letter.head(head).at("i", "j").eq(cases)
         return ctx.emit(self, head, [t.ref], formula, result, t.shape, details)

@@ -198,7 +198,7 @@ class MlaRope(MlaKind):
         pairs = rope_pairs(rope["layout"], d)
         scaling = rope.get("scaling")
         factors = mu = None
-        if scaling is not None:  # DeepSeek-V3's YaRN on the decoupled parts: pair i turns by p c_i theta_i, times mu
+        if scaling is not None:  # DeepSeek-V3's YaRN on the decoupled parts: pair r turns by p c_r theta_r, times mu
             from attntrace.kinds.ropescaling import attention_factor, frequency_factors
 
             exact = ctx.alg.mode in ("exact", "symbolic")
@@ -211,9 +211,9 @@ class MlaRope(MlaKind):
         base = rope["base"]
         from attntrace.kinds.rope import base_text
 
-        angle = Power(Num(base_text(base)), Frac(-(Num(2) * Paren(Add((sym("i"), Neg(Num(1))), tight=True))), sym("d", "k"), inline=True))
+        angle = Power(Num(base_text(base)), Frac(-(Num(2) * Paren(Add((sym("r"), Neg(Num(1))), tight=True))), sym("d", "k"), inline=True))
         rotated = Func("RoPE", (x.letter.head(h),))
-        formula = Parts((self.letter.head(h).eq(sym("mu") * rotated if mu is not None and mu != 1 else rotated), sym("theta", "i").eq(angle)))
+        formula = Parts((self.letter.head(h).eq(sym("mu") * rotated if mu is not None and mu != 1 else rotated), sym("theta", "r").eq(angle)))
         details = {"layout": rope["layout"], "base": base, "positions": positions, "pairs": pairs, "angles": angles, "d": d}
         if scaling is not None:
             details.update(scaling=scaling, factors=factors, mu=mu)

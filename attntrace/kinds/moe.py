@@ -1,7 +1,7 @@
 """A mixture of experts in place of the llama block's feed-forward network.
 
 With N^f (n, d_model) the rows of the tokens after the block's second RMSNorm and E experts,
-each a SwiGLU network E_e(x) = (SiLU(x W_gate^(e)) ⊙ x W_up^(e)) W_down^(e):
+each a SwiGLU network E_xi(x) = (SiLU(x W_gate^(xi)) ⊙ x W_up^(xi)) W_down^(xi):
 
     L = N^f W_r                                   router logits (n, E)
     Mixtral (Jiang et al. 2024, eq. 2):  G_i = softmax over the top-k logits of row i; the
@@ -14,7 +14,7 @@ each a SwiGLU network E_e(x) = (SiLU(x W_gate^(e)) ⊙ x W_up^(e)) W_down^(e):
     Y = [E_1(N^f) | ... | E_E(N^f)]                every expert on every token (a derivation shows
         the matrices whole; a model runs each expert only on its tokens, which the gates select)
     Y^s = E_s(N^f)                                 the shared expert (DeepSeek-V3), every token
-    F = sum_e G[:, e] ⊙ Y_e (+ Y^s)               each token's weighted sum of its experts
+    F = sum_xi G[:, xi] ⊙ Y^(xi) (+ Y^s)             each token's weighted sum of its experts
 
 gpt-oss (its model card; HF's GptOssExperts): the router's logits have a bias, L = N W_r + b_r,
 and each expert is a clamped SwiGLU with biases (moe.activation = "clamped_swiglu"):
@@ -35,7 +35,15 @@ from attntrace.inputs.options import SpecOption
 from attntrace.kinds.base import Kind, Mistake, Symbol
 from attntrace.model.formula import Cases, Frac, Func, Hcat, Neg, Op, Paren, Parts, Power, Sum, Value, Word, node, sym
 
-_T = sym("T", "i")  # T_i: the experts token i chose
+#: The number of an expert: Y^{(xi)}, W_gate^{(xi)}, the sum over xi in T_i. GShard writes e, but e is
+#: Euler's number in the router's own formulas (e^{l_ij}, 1 / (1 + e^{-x})) and the embedding's
+#: entries e_ij (E = X + P) in a block with positions; j is the column of G, and a superscript (j)
+#: is the online softmax's block; every Latin letter free of those is some matrix's entries
+#: (attntrace.kinds.base.HEAD_INDEX). xi, as eta numbers the heads: x for eXpert.
+EXPERT_INDEX = sym("xi")
+#: the experts token i chose: a set, calligraphic as the Switch Transformer and Shazeer et al. write
+#: the top-k indices (a bare T_i is a row of the scaled scores T)
+_T = sym("T", "i", style="calligraphic")
 _WR = sym("W", "r")
 from attntrace.kinds.exactsize import check_exact_size
 from attntrace.model.errors import BadInput
@@ -197,6 +205,7 @@ class RouterGates(MoeKind):
     letter, entry, symbol = sym("G"), sym("g", sup="r"), "g^{r}"  # g alone is a gradient's entry
     view = "routing"
     view_module = "moeview"
+    symbols = ((_T, "moe_chosen", "index_set"),)
     #: the chosen weights not divided by their sum: Mixtral's softmax over all E experts kept at
     #: the top k, DeepSeek-V3's sigmoid scores as they are (times the scaling)
     mistakes = (Mistake("moe_weights_not_renormalised",
@@ -354,16 +363,18 @@ class Experts(MoeKind):
     #: gpt-oss's clamps left out: the gate not limited above, the up projection not clipped
     mistakes = (Mistake("moe_clamp_ignored", when=lambda steps: any(s.details.get("clamped") for s in steps)),)
     #: the symbols of its formula (`notation` gives their shapes): an expert's output, and gpt-oss's clamped gate and up projection
-    symbols = ((sym("Y", sup="(e)"), "moe_expert_out", "expert"), (sym("H", sup="(e)"), "moe_gate_clamped", "hidden"),
-               (sym("U", sup="(e)"), "moe_up_clamped", "hidden"))
+    added_meanings = ("expert_index",)  # `notation`: the expert index xi
+    symbols = ((sym("Y").head(EXPERT_INDEX), "moe_expert_out", "expert"), (sym("H").head(EXPERT_INDEX), "moe_gate_clamped", "hidden"),
+               (sym("U").head(EXPERT_INDEX), "moe_up_clamped", "hidden"))
 
     def notation(self, step):
-        """Y with its entries, Y^(e) (n, d), and with the clamped rule H^(e) and U^(e) (n, d_ff)."""
+        """Y with its entries, Y^(xi) (n, d), and with the clamped rule H^(xi) and U^(xi) (n, d_ff)."""
         rows = super().notation(step)[:1]
         n, d = step.shape[0], step.details["width"]
         shapes = {"expert": (n, d), "hidden": (n, step.details.get("hidden", d))}
         clamped = step.details.get("activation") == "clamped_swiglu"
-        return rows + [Symbol.of(s, key, shapes[shape]) for s, key, shape in self.symbols if clamped or shape == "expert"]
+        return (rows + [Symbol.of(EXPERT_INDEX, "expert_index", "index")]
+                + [Symbol.of(s, key, shapes[shape]) for s, key, shape in self.symbols if clamped or shape == "expert"])
 
     def exact_size(self, problem, sizes):
         """Each expert's entry (`_expert_size`); the experts are alike."""
@@ -425,16 +436,16 @@ def _expert_size(problem, x: int, gate: str) -> int:
 
 
 def _expert_rules(x, clamp, biases) -> tuple:
-    """Y^(e) = (SiLU(X W_gate) ⊙ X W_up) W_down, or gpt-oss's clamped rule in three lines."""
-    w = lambda part: sym("W", Word(part, roman=True), "(e)")  # noqa: E731
-    b = lambda part: sym("b", Word(part, roman=True), "(e)")  # noqa: E731
+    """Y^(xi) = (SiLU(X W_gate) ⊙ X W_up) W_down, or gpt-oss's clamped rule in three lines."""
+    w = lambda part: sym("W", Word(part, roman=True)).head(EXPERT_INDEX)  # noqa: E731
+    b = lambda part: sym("b", Word(part, roman=True)).head(EXPERT_INDEX)  # noqa: E731
     lin = lambda part: x * w(part) + b(part) if biases else x * w(part)  # noqa: E731
-    y_e = sym("Y", sup="(e)")
+    y_e = sym("Y").head(EXPERT_INDEX)
     if clamp is None:
         out = Paren(Op("hadamard", Func("SiLU", (lin("gate"),)), lin("up"))) * w("down")
         return (y_e.eq(out + b("down") if biases else out),)
     alpha, limit = (node(int(float(c)) if float(c).is_integer() else float(c)) for c in clamp)
-    h, u = sym("H", sup="(e)"), sym("U", sup="(e)")
+    h, u = sym("H").head(EXPERT_INDEX), sym("U").head(EXPERT_INDEX)
     glu = Op("hadamard", Op("hadamard", Paren(u + 1), h), sym("sigma") * Paren(alpha * h))
     out = Paren(glu, sized=True) * w("down")
     return (h.eq(Func("min", (lin("gate"), limit))), u.eq(Func("max", (Func("min", (lin("up"), limit)), Neg(limit)))),
@@ -494,7 +505,7 @@ class SharedExpert(MoeKind):
 
 
 class MoeOut(MoeKind):
-    """F = sum_e G[:, e] ⊙ Y^(e) (+ Y^s): each token's weighted sum of its experts' outputs."""
+    """F = sum_xi G[:, xi] ⊙ Y^(xi) (+ Y^s): each token's weighted sum of its experts' outputs."""
 
     id = "moe_out"
     reads, writes = ("router_G", "moe_Y"), "F"
@@ -522,8 +533,7 @@ class MoeOut(MoeKind):
             if ys is not None:
                 total = alg.plus(total, ys.value)
         check_exact_size(ctx, self.id, total)
-        e = sym("e")
-        row = Sum(Op("in", e, _T), sym("g", sup="r").at("i", "e") * sym("y", sup="(e)").at("i"))
+        row = Sum(Op("in", EXPERT_INDEX, _T), sym("g", sup="r").at("i", EXPERT_INDEX) * sym("y").head(EXPERT_INDEX).at("i"))
         if ys is not None:
             row = row + sym("y", sup="s").at("i")
         formula = sym("f").at("i").eq(row)
@@ -533,7 +543,7 @@ class MoeOut(MoeKind):
                         {"chosen": gates.details["chosen"], "experts": n_exp, "width": d, "shared": ys is not None})
 
     def carry(self, iv, step, args, mistake):
-        """sum_e G[:, e] ⊙ Y^(e) (+ Y^s) from the student's gates and expert outputs."""
+        """sum_xi G[:, xi] ⊙ Y^(xi) (+ Y^s) from the student's gates and expert outputs."""
         g, y = args[0], args[1]
         n_exp, d = details_of(step)
         if y.shape != (g.shape[0], n_exp * d) or g.shape[1] != n_exp:

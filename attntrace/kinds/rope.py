@@ -1,9 +1,11 @@
 """Rotary position embeddings: Q-tilde and K-tilde, the queries and keys turned by their positions.
 
-RoPE (Su et al., RoFormer) splits a head's d_k columns into d_k/2 pairs and turns pair i of
-the token at position p by the angle p theta_i, theta_i = base^(-2(i-1)/d_k), i = 1..d_k/2.
-Which columns pair up is the layout: "interleaved" pairs adjacent columns (2i-1, 2i), as the
-paper and Meta's reference code (complex numbers); "half" pairs column i with i + d_k/2, as
+RoPE (Su et al., RoFormer) splits a head's d_k columns into d_k/2 pairs and turns pair r of
+the token at position p by the angle p theta_r, theta_r = base^(-2(r-1)/d_k), r = 1..d_k/2.
+The paper writes theta_i; here i is the row index of every step (q_{ij}) and the imaginary unit
+of the complex form, so the pair is r. Which columns pair up is the layout: "interleaved" pairs
+adjacent columns (2r-1, 2r), as the
+paper and Meta's reference code (complex numbers); "half" pairs column r with r + d_k/2, as
 Hugging Face Llama's rotate_half. Both give the same scores up to a fixed permutation of the
 columns. A rotation preserves lengths, and q_p . k_p' after rotation depends on p - p' only:
 that is why RoPE encodes relative positions. V is never rotated.
@@ -60,7 +62,7 @@ class Rope(Kind):
     starts = ("X", "QKV")
     mistakes = (Mistake("rope_wrong_layout", also=("K_rope",)),
                 Mistake("rope_positions_from_1", also=("K_rope",), when=lambda steps: any(list(s.details["positions"])[:1] == [0] for s in steps)))
-    symbols = ((sym("theta", "i"), "rope_frequency", "pairs"), (sym("p"), "position", "scalar"))
+    symbols = ((sym("theta", "r"), "rope_frequency", "pairs"), (sym("p"), "position", "scalar"))
     added_meanings = ("rope_factor", "yarn_mu")  # with RoPE scaling (`notation`)
 
     def __init__(self, which: str):
@@ -100,11 +102,11 @@ class Rope(Kind):
         grouped = self.which == "K" and ctx.p.extra.get("num_kv_heads") is not None and own is not None
         if grouped:  # the report shows it with the first query head of its group, as K
             details["query_heads"] = tuple(i for i in range(1, len(ctx.p.heads) + 1) if kv_head(ctx.p, i) == own)
-        angle = Power(Num(base_text(rope["base"])), Frac(-(Num(2) * Paren(Add((sym("i"), Neg(Num(1))), tight=True))), sym("d", "k"), inline=True))
+        angle = Power(Num(base_text(rope["base"])), Frac(-(Num(2) * Paren(Add((sym("r"), Neg(Num(1))), tight=True))), sym("d", "k"), inline=True))
         rotated = Func("RoPE", (x.letter.head(own),))
         if mu is not None and mu != 1:  # YaRN's attention factor
             rotated = sym("mu") * rotated
-        formula = Parts((self.letter.head(own).eq(rotated), sym("theta", "i").eq(angle)))
+        formula = Parts((self.letter.head(own).eq(rotated), sym("theta", "r").eq(angle)))
         flow = ctx.emit(self, own, [x.ref], formula, result, x.shape, details)
         if grouped:
             flow.ref = f"{self.id}@{own}"  # read by every query head of the group, as K@j
@@ -112,10 +114,10 @@ class Rope(Kind):
         return flow
 
     def notation(self, step):
-        """With RoPE scaling also the factors c_i and, for YaRN, the attention factor mu."""
+        """With RoPE scaling also the factors c_r and, for YaRN, the attention factor mu."""
         out = super().notation(step)
         if step.details.get("factors") is not None:
-            out.append(Symbol(sym("c", "i"), "rope_factor", (1, step.shape[1] // 2)))
+            out.append(Symbol(sym("c", "r"), "rope_factor", (1, step.shape[1] // 2)))
             mu = step.details.get("mu")
             if mu is not None and mu != 1:
                 out.append(Symbol(sym("mu"), "yarn_mu", "scalar"))

@@ -1,21 +1,22 @@
-"""RoPE scaling: the per-frequency factors c_i of Llama 3.1's rule and of YaRN, and YaRN's mu.
+"""RoPE scaling: the per-frequency factors c_r of Llama 3.1's rule and of YaRN, and YaRN's mu.
 
 A model trained with contexts of L tokens (original_max_position_embeddings) stretches its
 rotary frequencies to read s times longer contexts (s = factor). Both rules leave the fast
 pairs alone (their wavelength is far below L: they never saw all their angles anyway), divide
 the slow pairs' frequencies by s (position interpolation: a position s L turns them as far as
-L did), and blend in between. The angle of pair i at position m becomes m c_i theta_i.
+L did), and blend in between. The angle of pair r at position p becomes p c_r theta_r
+(r numbers the pairs: i is the reports' row).
 
-- llama3 (Meta's Llama 3.1 reference code, `apply_scaling`): the wavelength of pair i is
-  lambda_i = 2 pi / theta_i. lambda_i < L / high_freq_factor: c_i = 1; lambda_i > L /
-  low_freq_factor: c_i = 1 / s; else, with kappa_i = (L / lambda_i - low) / (high - low),
-  c_i = (1 - kappa_i) / s + kappa_i.
+- llama3 (Meta's Llama 3.1 reference code, `apply_scaling`): the wavelength of pair r is
+  lambda_r = 2 pi / theta_r. lambda_r < L / high_freq_factor: c_r = 1; lambda_r > L /
+  low_freq_factor: c_r = 1 / s; else, with kappa_r = (L / lambda_r - low) / (high - low),
+  c_r = (1 - kappa_r) / s + kappa_r.
 - yarn (Peng et al., YaRN, arXiv 2309.00071, "NTK-by-parts"; the ramp as in the authors'
-  code, which the models were trained with): the pair index at which a wavelength makes r
-  turns in L tokens is d ln(L / (2 pi r)) / (2 ln b); the indices of beta_fast and beta_slow
+  code, which the models were trained with): the pair index at which a wavelength makes beta
+  turns in L tokens is d ln(L / (2 pi beta)) / (2 ln b); the indices of beta_fast and beta_slow
   turns (floored and ceiled unless truncate = false, kept within 0..d-1) bound a ramp
-  gamma_i = clamp((i - lo) / (hi - lo), 0, 1) over the 0-based pair index i, and c_i =
-  gamma_i / s + (1 - gamma_i). YaRN also sharpens the softmax: q and k are multiplied by the
+  gamma_r = clamp((r - lo) / (hi - lo), 0, 1) over the 0-based pair index r, and c_r =
+  gamma_r / s + (1 - gamma_r). YaRN also sharpens the softmax: q and k are multiplied by the
   attention factor mu = 0.1 ln s + 1 (the paper's sqrt(1/t)), so the scores get mu^2; with
   mscale and mscale_all_dim (DeepSeek) mu = g(s, mscale) / g(s, mscale_all_dim), g(s, a) =
   0.1 a ln s + 1; an explicit attention_factor wins.
@@ -43,7 +44,7 @@ def _ops(exact: bool):
 
 
 def frequency_factors(scaling: dict, base, d: int, exact: bool = False) -> tuple:
-    """c_i for the d/2 pairs (i = 0..d/2-1): the angle of pair i at position m is m c_i theta_i."""
+    """c_r for the d/2 pairs (index r - 1 = 0..d/2-1): the angle of pair r at position p is p c_r theta_r."""
     o = _ops(exact)
     b, s, L = o.num(base), o.num(scaling["factor"]), o.num(scaling["original_max_position_embeddings"])
     half = d // 2

@@ -178,8 +178,9 @@ class Sym(Node):
     """A letter or a name: T, d_k (sub "k"), R^f (sup "f"), gamma_1, K_cache (sub a Word).
 
     name: Latin letters, or a Greek letter's name (ell, theta, gamma, mu, nu, sigma, varepsilon, pi).
-    accent: "tilde" or "hat"; style: "roman" (an upright name such as the differential d)
-    or "bold" (the ones vector)."""
+    accent: "tilde" or "hat"; style: "roman" (an upright name such as the differential d),
+    "bold" (the ones vector) or "calligraphic" (a set: the chosen experts \\mathcal{T}_i, as the
+    Switch Transformer writes them; plain text spells it as a word, `formulatext.CALLIGRAPHIC`)."""
 
     name: str
     sub: Node | str | None = None

@@ -30,6 +30,9 @@ GREEK = {"ell": ("\\ell", "l", "ℓ"), "theta": ("\\theta", "theta", "θ"), "gam
 GREEK.update({name: (f"\\{name}", name, char) for name, char in (
     ("lambda", "λ"), ("eta", "η"), ("zeta", "ζ"), ("iota", "ι"), ("kappa", "κ"), ("xi", "ξ"), ("rho", "ρ"), ("tau", "τ"),
     ("phi", "φ"), ("chi", "χ"), ("psi", "ψ"), ("omega", "ω"), ("epsilon", "ϵ"), ("upsilon", "υ"))})
+#: Plain-text spellings of calligraphic letters (sets): a terminal's fonts have no script T, and
+#: a bare T would read as the scaled scores T, so the set of chosen experts is spelled TopK_i.
+CALLIGRAPHIC = {"T": "TopK"}
 #: Functions LaTeX knows by name (\max, \log); the others are \operatorname{...}.
 TEX_FUNCTIONS = {"max", "min", "exp", "log", "ln", "sin", "cos", "tanh"}
 #: Binary operators of `Op`: LaTeX, plain, MathML.
@@ -106,6 +109,8 @@ class TexPrinter(Printer):
             base = f"\\mathrm{{{base}}}"
         elif s.style == "bold":
             base = f"\\mathbf{{{base}}}"
+        elif s.style == "calligraphic":
+            base = f"\\mathcal{{{base}}}"
         if s.accent:
             base = f"{ACCENTS[s.accent][0]}{{{base}}}"
         if s.sub is not None:
@@ -258,6 +263,8 @@ class PlainPrinter(Printer):
 
     def _print_Sym(self, s: F.Sym) -> str:
         base = GREEK[s.name][1] if s.name in GREEK else s.name
+        if s.style == "calligraphic":
+            base = CALLIGRAPHIC[base]
         if s.accent:
             base += ACCENTS[s.accent][1]
         if s.sub is not None:
@@ -413,7 +420,10 @@ class MathMLPrinter(Printer):
 
     def _print_Sym(self, s: F.Sym) -> str:
         text = GREEK[s.name][2] if s.name in GREEK else s.name
-        base = f'<mi mathvariant="bold">{escape(text)}</mi>' if s.style == "bold" else self.mi(text, s.style == "roman")
+        if s.style in ("bold", "calligraphic"):
+            base = f'<mi mathvariant="{ {"bold": "bold", "calligraphic": "script"}[s.style]}">{escape(text)}</mi>'
+        else:
+            base = self.mi(text, s.style == "roman")
         if s.name.isdigit():
             base = f"<mn>{text}</mn>" if s.style != "bold" else f'<mn mathvariant="bold">{text}</mn>'
         if s.accent:

@@ -1,6 +1,6 @@
 """The views of the mixture-of-experts steps (attntrace.kinds.moe).
 
-"routing": the gates G, then for the first tokens the chosen experts T_i and their weights
+"routing": the gates G, then for the first tokens the chosen experts 𝒯_i and their weights
 written out (the names, the numbers, the result). "experts": each expert's output matrix
 Y^(e) on its own line. "moe_sum": F, then for the first tokens f_i as the weighted sum of the
 rows of the experts it chose (and the shared expert's row), which is all a token computes.
@@ -22,8 +22,8 @@ TOKENS_SHOWN = 2
 
 
 def _chosen(chosen) -> list[F.Node]:
-    """T_i = {experts token i chose}, 1-based."""
-    return [F.sym("T").at(i + 1).eq(F.Seq(tuple(F.Num(e + 1) for e in sorted(es)), braces=True)) for i, es in enumerate(chosen)]
+    """𝒯_i = {experts token i chose}, 1-based (calligraphic: a set, not a row of the scaled scores T)."""
+    return [F.sym("T", style="calligraphic").at(i + 1).eq(F.Seq(tuple(F.Num(e + 1) for e in sorted(es)), braces=True)) for i, es in enumerate(chosen)]
 
 
 def _tokens(sv, n: int) -> list[int]:

@@ -26,6 +26,25 @@ STATS = {"entries": 0}
 
 _NAME = re.compile(r"([A-Za-z]+)(.*)$", re.S)
 
+#: An entry of a float matrix at most this fraction of the matrix's largest |entry| is float
+#: noise and prints as 0: float64 keeps ~16 significant digits, and a sum of products that is 0
+#: in exact arithmetic (MLA's S^C of a latent orthogonal to the query: -9.3e-17 beside entries
+#: near 1) ends a few ulps of its terms (about 1e-16 of them) away from 0. 1e-12 leaves four
+#: orders of magnitude for those ulps and for terms larger than the result, and is far below
+#: anything the reports' 4 to 6 decimals could show. Only the printed copy changes: the trace
+#: keeps its floats. Matrices with a `true_log10` (softmax weights, whose tiny entries are true
+#: exponentials such as e^-40, never a cancellation) are printed as they are.
+NOISE = 1e-12
+
+
+def without_noise(value: np.ndarray) -> np.ndarray:
+    """`value` with its float-noise entries (`NOISE`) set to 0; `value` itself when it has none."""
+    finite = np.abs(value[np.isfinite(value)])
+    if not finite.size:
+        return value
+    noise = (np.abs(value) <= NOISE * finite.max()) & (value != 0)
+    return np.where(noise, 0.0, value) if noise.any() else value
+
 
 @lru_cache(maxsize=None)
 def printer_classes() -> tuple[type, type]:
@@ -396,8 +415,10 @@ class _Out:
         `precision`); an exact zero prints as 0 and a nonzero entry that would round to 0
         in scientific notation, so the two never look alike. `true_log10(i, j)` gives, for
         an entry whose float is not its true value (an exponential that underflowed to 0,
-        a weight of 1 - 1e-30), log10 of the true value, else None."""
+        a weight of 1 - 1e-30), log10 of the true value, else None. Float noise prints as 0 (`NOISE`)."""
         ri = pick(shape[0], self.max_size)
+        if true_log10 is None and value.dtype.kind == "f":
+            value = without_noise(value)
         memo: dict = {}  # (i, j, decimals, padded) -> the cell: `widest` builds several column counts
 
         def build(limit: int) -> tuple[str, int, int]:

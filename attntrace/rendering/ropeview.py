@@ -1,11 +1,15 @@
 """The view of a RoPE step (Q_rope, K_rope): the rule, the angles, the result, pair by pair.
 
-What a textbook shows for rotary embeddings: the frequencies theta_i and the general 2x2
+What a textbook shows for rotary embeddings: the frequencies theta_r and the general 2x2
 rotation of one pair (which columns pair up is the layout), the positions and the table of
-angles p_r theta_i, the rotated matrix, and for the chosen rows each pair turned by its 2x2
+angles p_i theta_r, the rotated matrix, and for the chosen rows each pair turned by its 2x2
 rotation, written out with the numbers. By default the rows are row 1 and, when row 1 sits
 at position 0 (no rotation at all), the first row that really turns. Text output writes
 each rotated entry as a line (x cos - y sin) instead of 2x2 matrices.
+
+The pair index is r and the row index i, as in every other step (q_{ij}): RoFormer writes
+theta_i for pair i, but here i is the row, and the complex form of a pair turns by e^{i p theta}
+with i the imaginary unit.
 """
 
 from __future__ import annotations
@@ -69,19 +73,19 @@ class _Rotation:
         sv, o, s = self.sv, self.o, self.s
         base = F.Num(base_text(s.details["base"]))
         half = self.d // 2
-        theta_i, i = F.sym("theta", "i"), F.sym("i")
+        theta_i, i = F.sym("theta", "r"), F.sym("r")
         ids = (1, 2) if half == 2 else (1,) if half == 1 else (1, F.Dots(), half)
         rule = (F.Parts((theta_i.eq(F.Power(base, F.Frac(-(2 * F.Paren(F.Add((i, F.Neg(F.Num(1))), tight=True))), F.Num(self.d), inline=True))),
                          i.eq(F.Seq(tuple(F.node(x) for x in ids))))) if half > 1
-                else F.sym("theta", "1").eq(F.Power(base, F.Num(0)), 1))  # one pair: no formula over i
+                else F.sym("theta", "1").eq(F.Power(base, F.Num(0)), 1))  # one pair: no formula over r
         theta = o.math(rule)
-        c_i = (F.sym("c", "i"),) if self.factors is not None else ()
-        angle = F.Juxt((F.sym("p", "r"), *c_i, theta_i))
+        c_i = (F.sym("c", "r"),) if self.factors is not None else ()
+        angle = F.Juxt((F.sym("p", "i"), *c_i, theta_i))
         cos, sin = (F.Func(fn, (angle,), bare=True) for fn in ("cos", "sin"))
         a, b = self.index()
         out_e, in_e = sv.ref.symbol, self.src.symbol
         mu = F.sym("mu")
-        at = lambda e, i: F.Index(e, (F.sym("r"), i), comma=True)  # noqa: E731  (p_{r,i} beside p_{r,i+2}: both with a comma)
+        at = lambda e, c: F.Index(e, (F.sym("i"), c), comma=True)  # noqa: E731  (q_{i,r} beside q_{i,r+2}: both with a comma)
         if o.plain:  # each rotated entry as a line: y_a = x_a cos - x_b sin, y_b = x_a sin + x_b cos
             x_a, x_b = (at(in_e, i) for i in (a, b))
             turned = (x_a * cos - x_b * sin, x_a * sin + x_b * cos)
@@ -107,11 +111,11 @@ class _Rotation:
         sc = self.s.details["scaling"]
         L, s_ = sc["original_max_position_embeddings"], sc["factor"]
         num = lambda v: o.num(float(v)) if self.numeric else o.expr(v)  # noqa: E731
-        c_i, s_f, i = F.sym("c", "i"), F.Num(s_), F.sym("i")
+        c_i, s_f, i = F.sym("c", "r"), F.Num(s_), F.sym("r")
         slash = lambda a, b: F.Frac(F.node(a), F.node(b), small=True, inline=True)  # noqa: E731  (L/4, 1/s: a slash)
         if sc["type"] == "llama3":
             lo, hi = F.Num(sc["low_freq_factor"]), F.Num(sc["high_freq_factor"])
-            lam, kappa, theta = F.sym("lambda", "i"), F.sym("kappa", "i"), F.sym("theta", "i")
+            lam, kappa, theta = F.sym("lambda", "r"), F.sym("kappa", "r"), F.sym("theta", "r")
             rule = [c_i.eq(F.Cases(((F.Num(1), F.Rel((lam, slash(L, hi)), ("lt",))),
                                     (slash(1, s_f), F.Rel((lam, slash(L, lo)), ("gt",))),
                                     (slash(F.Paren(1 - kappa), s_f) + kappa, F.Word("otherwise"))))),
@@ -122,7 +126,7 @@ class _Rotation:
 
             lo, hi = yarn_range(sc, self.s.details["base"], self.d, not self.numeric)
             starts_at_0 = bool(lo == 0)
-            gamma, lo, hi = F.sym("gamma", "i"), F.Num(num(lo)), F.Num(num(hi))  # the ramp's ends, printed for this output
+            gamma, lo, hi = F.sym("gamma", "r"), F.Num(num(lo)), F.Num(num(hi))  # the ramp's ends, printed for this output
             ramp = F.Frac(i - 1, hi) if starts_at_0 else F.Frac(i - 1 - lo, hi - lo)  # not (i - 1 - 0) / (2 - 0)
             clamp = F.Func("min", (F.Num(1), F.Func("max", (F.Num(0), ramp), sized=True)), sized=True)
             rule = [F.Parts((c_i.eq(F.Frac(gamma, s_f) + F.Paren(1 - gamma)), gamma.eq(clamp)))]
@@ -146,8 +150,8 @@ class _Rotation:
         return blocks
 
     def index(self) -> tuple[F.Node, F.Node]:
-        """The columns of pair i: 2i-1 and 2i (interleaved), or i and i + d/2 (halves)."""
-        i = F.sym("i")
+        """The columns of pair r: 2r-1 and 2r (interleaved), or r and r + d/2 (halves)."""
+        i = F.sym("r")
         if self.s.details["layout"] == "interleaved":
             two_i = F.Juxt((F.Num(2), i), tight=True)
             return F.Add((two_i, F.Neg(F.Num(1))), tight=True), two_i
@@ -177,9 +181,9 @@ class _Rotation:
         chains = [sv.fit(o.row(names), [sv.vector_tex(vals)])] if half > 1 else []
         pos = [dots if r is None else str(self.positions[r]) for r in pick(len(self.positions), o.max_size)]
         chains.append(sv.fit("p", [sv.vector_tex(pos)]))
-        lhs = o.math(F.Hcat((F.sym("p", "r") * F.sym("theta", "i"),)))
+        lhs = o.math(F.Hcat((F.sym("p", "i") * F.sym("theta", "r"),)))
         if self.factors is not None:
-            lhs = o.math(F.Hcat((F.sym("p", "r") * F.sym("c", "i") * F.sym("theta", "i"),)))
+            lhs = o.math(F.Hcat((F.sym("p", "i") * F.sym("c", "r") * F.sym("theta", "r"),)))
         if self.angles is not None:
             chains.append(sv.fit(lhs, [o.matrix(self.angles, self.angles.shape, sv.budget(lhs))]))
         return [block(c) for c in pack(chains, o)]

@@ -403,7 +403,7 @@ class StepView(SoftmaxView):
         vm["formula_block"] = self.fit_formula(vm["formula"]) if not o.plain else [vm["formula"]]
         blocks = []
         if keep is not None:
-            letter = o.math(sym("M").head(s.head))
+            letter = o.math(sym("M"))  # one mask for every head: M, as the notation table writes it
             mlhs = o.named(letter, s.shape)
             blocks.append(self.fit(mlhs, [o.matrix_of(s.shape[0], s.shape[1], lambda i, j: "1" if keep[i, j] else "0", self.budget(mlhs))]))
         lhs = self.named(self.ref)
