@@ -28,7 +28,7 @@ _NAME = re.compile(r"([A-Za-z]+)(.*)$", re.S)
 
 #: An entry of a float matrix at most this fraction of the matrix's largest |entry| is float
 #: noise and prints as 0: float64 keeps ~16 significant digits, and a sum of products that is 0
-#: in exact arithmetic (MLA's S^C of a latent orthogonal to the query: -9.3e-17 beside entries
+#: in exact arithmetic (latent attention's S^C of a latent orthogonal to the query: -9.3e-17 beside entries
 #: near 1) ends a few ulps of its terms (about 1e-16 of them) away from 0. 1e-12 leaves four
 #: orders of magnitude for those ulps and for terms larger than the result, and is far below
 #: anything the reports' 4 to 6 decimals could show. Only the printed copy changes: the trace
