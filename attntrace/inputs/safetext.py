@@ -38,7 +38,6 @@ Exceptions, and why:
 from __future__ import annotations
 
 import re
-import unicodedata
 from functools import lru_cache
 
 from attntrace.inputs.expr import MAX_LENGTH
@@ -76,6 +75,8 @@ def char_kind(c: str) -> str:
         return SPACE
     if c in _KEPT:
         return KEEP
+    import unicodedata  # a C extension of 3M instructions to load: only text with a suspect character needs it
+
     category = unicodedata.category(c)
     if category == "Cs":
         return SURROGATE

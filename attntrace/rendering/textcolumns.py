@@ -6,12 +6,15 @@ none, so padding by `len` shifts every column after a Chinese word; these count 
 
 from __future__ import annotations
 
-import unicodedata
 from typing import Any, Iterable
 
 
 def display_width(text: str) -> int:
     """Terminal cells `text` takes: wide CJK characters 2, combining marks 0, the rest 1."""
+    if text.isascii():  # one cell a character; unicodedata (a C extension to load) only for other text
+        return len(text)
+    import unicodedata
+
     return sum(2 if unicodedata.east_asian_width(c) in ("W", "F") else 0 if unicodedata.combining(c) else 1 for c in text)
 
 
