@@ -52,9 +52,10 @@ _LINE_BREAKS = frozenset("\n\r\x0b\x0c\x85\u2028\u2029")
 #: whitespace controls that do not (str.split splits at FS..US too): a space in both
 _SPACES = frozenset("\t\x1c\x1d\x1e\x1f")
 _TAGS = range(0xE0000, 0xE0080)
-#: runs of characters that may need a look (everything but printable ASCII)
-_SUSPECT = re.compile(r"[^\x20-\x7e]+")
-_SUSPECT_IN_LINES = re.compile(r"[^\x20-\x7e\n]+")
+#: runs of characters that may need a look (everything but printable ASCII); compiled (and cached) by
+#: `re` when text is not all printable, which most text is
+_SUSPECT = r"[^\x20-\x7e]+"
+_SUSPECT_IN_LINES = r"[^\x20-\x7e\n]+"
 
 KEEP, DROP, SPACE, BREAK, SURROGATE = "keep", "drop", "space", "break", "surrogate"
 
@@ -109,7 +110,7 @@ def clean_text(text) -> str:
     text = "" if text is None else str(text)
     if text.isprintable():
         return text  # the common case, fast (every character that is cleaned is unprintable)
-    return _SUSPECT.sub(lambda m: _clean_run(m.group(0), False), text)
+    return re.sub(_SUSPECT, lambda m: _clean_run(m.group(0), False), text)
 
 
 def _is_clean(text: str, tabs: bool) -> bool:
@@ -134,7 +135,7 @@ def clean_output(text: str) -> str:
         return text
     if "\r" in text:
         text = text.replace("\r\n", "\n")
-    return _SUSPECT_IN_LINES.sub(lambda m: _clean_run(m.group(0), True), text)
+    return re.sub(_SUSPECT_IN_LINES, lambda m: _clean_run(m.group(0), True), text)
 
 
 def has_unsafe_chars(text: str) -> bool:
@@ -165,7 +166,7 @@ def one_line(text) -> str:
     text = "" if text is None else str(text)
     if text.isprintable():
         return text
-    return _SUSPECT.sub(lambda m: _show_run(m.group(0)), text)
+    return re.sub(_SUSPECT, lambda m: _show_run(m.group(0)), text)
 
 
 def _json_escape(c: str) -> str:
@@ -189,7 +190,7 @@ def json_safe(text: str) -> str:
     strings (json escapes the C0 controls there itself), so the result is the same JSON value."""
     if _is_clean(text, tabs=False):
         return text
-    return _SUSPECT_IN_LINES.sub(lambda m: _json_run(m.group(0)), text)
+    return re.sub(_SUSPECT_IN_LINES, lambda m: _json_run(m.group(0)), text)
 
 
 # ----------------------------------------------------------------------------- SymPy input

@@ -78,8 +78,8 @@ def _shown(p: Path) -> str:
     return text if text.isprintable() else repr(text)[1:-1]
 
 
-_JSON_STRINGS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
-_TOML_STRINGS = re.compile(r'"""(?:[^\\]|\\.)*?"""|\'\'\'[\s\S]*?\'\'\'|"[^"\\\n]*(?:\\.[^"\\\n]*)*"|\'[^\'\n]*\'|#[^\n]*')
+_JSON_STRINGS = r'"[^"\\]*(?:\\.[^"\\]*)*"'  # compiled by `re` when a JSON spec is read
+_TOML_STRINGS = r'"""(?:[^\\]|\\.)*?"""|\'\'\'[\s\S]*?\'\'\'|"[^"\\\n]*(?:\\.[^"\\\n]*)*"|\'[^\'\n]*\'|#[^\n]*'
 _BRACKET_STEP = np.zeros(256, dtype=np.int8)
 _BRACKET_STEP[[ord("["), ord("{")]] = 1
 _BRACKET_STEP[[ord("]"), ord("}")]] = -1
@@ -93,7 +93,7 @@ def _check_structure(text: str, is_json: bool, name: str, what: str) -> None:
     to convert integers of more than 4300 digits. Strings and comments are blanked first so
     that brackets, dots and digits inside them do not count.
     """
-    code = (_JSON_STRINGS if is_json else _TOML_STRINGS).sub('""', text)
+    code = re.sub(_JSON_STRINGS if is_json else _TOML_STRINGS, '""', text)
     depth_limit = limits.get("depth")
     steps = _BRACKET_STEP[np.frombuffer(code.encode("utf-8"), dtype=np.uint8)]
     if steps.size:

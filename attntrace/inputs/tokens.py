@@ -32,12 +32,14 @@ GREEK = frozenset(_GREEK_LOWER + tuple(g.capitalize() for g in _GREEK_LOWER))
 #: A number: mantissa (group 1), optional decimal exponent (group 2).
 NUMBER = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE]([+-]?[0-9]+))?", re.ASCII)
 WORD = re.compile(r"[A-Za-z]+", re.ASCII)
-_SUP_LETTER = re.compile(r"\^([A-Za-z])(?![A-Za-z0-9])", re.ASCII)
+# Patterns only some names need are strings, compiled by `re` (and cached there) on first use:
+# a report whose names have no superscript letter or subscript list never compiles them.
+_SUP_LETTER = r"(?a)\^([A-Za-z])(?![A-Za-z0-9])"
 _SUP_CONTENT = re.compile(r"[A-Za-z0-9(),]+", re.ASCII)
-_SUB_DIGITS = re.compile(r"_([0-9]+)", re.ASCII)
-_SUB_DIGIT_LIST = re.compile(r"[0-9]+(?:,[0-9]+)*", re.ASCII)
-_SUB_WORD = re.compile(r"_([0-9]+|[A-Za-z][A-Za-z0-9]*)", re.ASCII)
-_SUB_WORD_LIST = re.compile(r"[A-Za-z0-9]+(?:,[A-Za-z0-9]+)*", re.ASCII)
+_SUB_DIGITS = r"(?a)_([0-9]+)"
+_SUB_DIGIT_LIST = r"(?a)[0-9]+(?:,[0-9]+)*"
+_SUB_WORD = r"(?a)_([0-9]+|[A-Za-z][A-Za-z0-9]*)"
+_SUB_WORD_LIST = r"(?a)[A-Za-z0-9]+(?:,[A-Za-z0-9]+)*"
 
 
 class TokenError(Exception):
@@ -119,7 +121,7 @@ def read_scripts(text: str, pos: int, base: str, letter_subscripts: bool) -> tup
                                      f"write a power as {base}^{content} or {base}**{content}")
                 end = close + 1
             else:
-                m = _SUP_LETTER.match(text, pos)
+                m = re.compile(_SUP_LETTER).match(text, pos)
                 if not m:
                     break  # a power operator, not a superscript
                 content, end = m.group(1), m.end()
@@ -132,12 +134,12 @@ def read_scripts(text: str, pos: int, base: str, letter_subscripts: bool) -> tup
                 if close < 0:
                     raise TokenError("unclosed '{' in subscript", pos + 1)
                 content = text[pos + 2 : close]
-                if not (_SUB_WORD_LIST if letter_subscripts else _SUB_DIGIT_LIST).fullmatch(content):
+                if not re.compile(_SUB_WORD_LIST if letter_subscripts else _SUB_DIGIT_LIST).fullmatch(content):
                     raise TokenError(f"bad subscript {show('{' + content + '}')}", pos,
                                      "letters, digits and commas only" if letter_subscripts else "digits and commas only")
                 end = close + 1
             else:
-                m = (_SUB_WORD if letter_subscripts else _SUB_DIGITS).match(text, pos)
+                m = re.compile(_SUB_WORD if letter_subscripts else _SUB_DIGITS).match(text, pos)
                 if not m:
                     raise TokenError("bad subscript", pos, "write v_1 or v_{1,2}")
                 content, end = m.group(1), m.end()

@@ -130,12 +130,12 @@ def greek_name(name: str) -> str:
 
 #: How an accent over a letter is written in plain text, after the letter: T~, T', Tbar.
 PLAIN_ACCENTS = {"tilde": "~", "hat": "'", "bar": "bar", "check": "check"}
-_ACCENTED = re.compile(r"\\(" + "|".join(PLAIN_ACCENTS) + r")\{(\w)\}")
+_ACCENTED = r"\\(" + "|".join(PLAIN_ACCENTS) + r")\{(\w)\}"  # compiled by `re` on first use
 
 
 def plain_accents(name: str) -> str:
     """Each accented letter of a LaTeX name in plain text: \\tilde{q}_{11} -> q~_{11}."""
-    return _ACCENTED.sub(lambda m: m.group(2) + PLAIN_ACCENTS[m.group(1)], name)
+    return re.sub(_ACCENTED, lambda m: m.group(2) + PLAIN_ACCENTS[m.group(1)], name)
 
 
 def plain_name(name: str) -> str:
@@ -694,7 +694,7 @@ class TexOut(_Out):
     def head_name(self, letter: str, head: int | None, transpose: bool = False) -> str:
         """K^{(2)\\top}: one superscript holding both the head and the transpose."""
         sup = ("" if head is None else f"({head})") + ("\\top" if transpose else "")
-        if sup and _ENDS_IN_SUP.search(letter):  # Q^{C} -> Q^{C(2)}: one superscript, never two
+        if sup and re.search(_ENDS_IN_SUP, letter):  # Q^{C} -> Q^{C(2)}: one superscript, never two
             return f"{letter[:-1]}{sup}}}"
         return f"{letter}^{{{sup}}}" if sup else letter
 
@@ -815,7 +815,7 @@ class PlainOut(_Out):
 
 
 #: A name that ends in a superscript group without nested braces (Q^{C}, \\tilde{Q}^{R}).
-_ENDS_IN_SUP = re.compile(r"\^\{[^{}]*\}$")
+_ENDS_IN_SUP = r"\^\{[^{}]*\}$"  # compiled by `re` on first use
 
 
 def latex_expr(e: Any, precision: int = 4) -> str:

@@ -203,13 +203,13 @@ def bounded_join(items: Any, sep: str = "") -> str:
     return sep.join(parts)
 
 
-_PERCENT_SPEC = re.compile(r"%(?:\([^)]*\))?[-#0 +]*(\*|\d*)(?:\.(\*|\d*))?[hlL]?([a-zA-Z%])")
+_PERCENT_SPEC = r"%(?:\([^)]*\))?[-#0 +]*(\*|\d*)(?:\.(\*|\d*))?[hlL]?([a-zA-Z%])"  # compiled by `re` on first use
 
 
 def _check_percent(fmt: str, args: Any) -> None:
     """``fmt % args``: widths and precisions (none may be `*`) and the arguments' sizes."""
     need = len(fmt)
-    for m in _PERCENT_SPEC.finditer(fmt):
+    for m in re.finditer(_PERCENT_SPEC, fmt):
         for number in m.group(1, 2):
             if number == "*":
                 raise TemplateLimit("a * width in %-formatting is not allowed in a template")

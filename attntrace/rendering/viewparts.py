@@ -99,13 +99,13 @@ def vector_entry(name: str) -> str:
     return re.sub(r"_\{1,?(\d+)\}$", r"_{\1}", re.sub(r"_1,?(\d+)$", r"_\1", name))
 
 
-_ENTRY_NAME = re.compile(r"(?:\\(" + "|".join(ACCENTS) + r")\{(\w)\}|(\w))(?:\^\{\((\d+)\)\})?_\{[\d,]+\}")
+_ENTRY_NAME = r"(?:\\(" + "|".join(ACCENTS) + r")\{(\w)\}|(\w))(?:\^\{\((\d+)\)\})?_\{[\d,]+\}"  # compiled by `re` on first use
 
 
 def entry_base(name: str) -> Node:
     """The base of a SymPy entry name as a formula symbol: t^{(2)}_{11} -> t with head 2,
     \\tilde{t}_{11} -> t-tilde (also hat, bar); another name is kept whole."""
-    m = _ENTRY_NAME.fullmatch(name)
+    m = re.fullmatch(_ENTRY_NAME, name)
     if m is None:
         return sym(name.rsplit("_", 1)[0])
     accent, accented, letter, head = m.groups()
