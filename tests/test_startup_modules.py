@@ -39,9 +39,10 @@ attntrace.rendering.textcolumns attntrace.rendering.texwidth attntrace.rendering
 """.split())
 
 #: Standard modules only some specs or formats use, imported where they are used: `fractions`
-#: (and `decimal`, which it imports) for exact input and ALiBi slopes, `html` for HTML reports.
+#: (and `decimal`, which it imports) for exact input and ALiBi slopes, `html` for HTML reports,
+#: `unicodedata` for text that is not all printable ASCII (cleaning, terminal columns).
 #: None of them is imported by `python -c "import numpy, jinja2"`, the start-up reference.
-LAZY_STDLIB = frozenset({"fractions", "decimal", "html"})
+LAZY_STDLIB = frozenset({"fractions", "decimal", "html", "unicodedata"})
 
 
 def _loaded(args: list[str]) -> dict:
@@ -84,3 +85,16 @@ def test_the_pinned_set_leaves_out_what_the_sentence_does_not_use():
                  "attntrace.algebra.symbolic", "attntrace.rendering.html", "attntrace.rendering.figures",
                  "attntrace.rendering.gradview", "attntrace.rendering.blockview", "attntrace.rendering.ropeview"):
         assert not any(m == name or m.startswith(name + ".") for m in SENTENCE_MODULES), name
+
+
+def test_the_garbage_collector_is_left_alone_when_main_is_called_with_arguments():
+    """The command as a process turns the collector off and freezes at exit (start-up cost);
+    a caller that passes argv (a test, a script, a notebook) keeps its own setting."""
+    import gc
+
+    from attntrace.cli import main
+
+    assert gc.isenabled()
+    frozen = gc.get_freeze_count()
+    assert main(["run", "sentence-4x6", "--format", "md", "-o", os.devnull]) == 0
+    assert gc.isenabled() and gc.get_freeze_count() == frozen
