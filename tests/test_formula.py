@@ -16,7 +16,8 @@ import pytest
 
 import attntrace
 from attntrace.model import formula as F
-from attntrace.rendering.formulatext import MathMLPrinter, TexPrinter, mathml, plain, tex
+from attntrace.model.errors import BadInput
+from attntrace.rendering.formulatext import MathMLPrinter, TexPrinter, headed, mathml, plain, tex
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 MATHML_CORE = {"math", "mrow", "mi", "mn", "mo", "msub", "msup", "msubsup", "mfrac", "msqrt", "mover", "munder",
@@ -139,3 +140,13 @@ def test_a_calligraphic_set_prints_apart_from_its_letter():
     assert chosen.text("tex") == "\\mathcal{T}_i"
     assert chosen.text("plain") == "TopK_i"
     assert '<mi mathvariant="script">T</mi>' in chosen.text("mathml")
+
+
+def test_head_filter_prints_a_name_of_one_head_from_its_tree():
+    """The prose templates' `head` filter: the head superscript comes from the printers, as in
+    the step formulas (Q^{(2)} beside Q(2)); a single-head step (head 0) keeps the bare name."""
+    assert (headed("Q", 2), headed("Q", 2, "plain")) == ("Q^{(2)}", "Q(2)")
+    assert (headed("W_K", 1), headed("\\lambda", 3), headed("s", 0)) == ("W_K^{(1)}", "\\lambda^{(3)}", "s")
+    for bad in (("Q^{(2)}", 1, "tex"), ("Q", -1, "tex"), ("Q", 1, "mathml"), ("Q", True, "tex")):
+        with pytest.raises(BadInput, match="^head: expected"):
+            headed(*bad)

@@ -10,7 +10,7 @@ those modules with `ast` and fails on such a literal.
 
 Not formulas, so not flagged:
 - docstrings;
-- regular expressions and their replacements (arguments of `re.*`);
+- regular expressions and their replacements (arguments of `re.*`, or a module constant passed to `re.*`);
 - SymPy names: the argument of `sp.Symbol(...)`, and a kind's entry base name (a small letter
   or a Greek one, perhaps accented, perhaps with a superscript group: `g^{O}`, `\\hat{c}^{Q}`,
   `\\gamma^{q}`), one string that SymPy prints in each notation.
@@ -36,15 +36,13 @@ LATEX = re.compile(r"\\[A-Za-z]+|\\[,;:! {}|]|\^\{|_\{")
 SYMPY_BASE = re.compile(r"(?:\\(?:hat|tilde|bar|check)\{[a-z]\}|[a-z]|\\[a-z]+)(?:\^\{[A-Za-z]+\})?")
 
 #: (module, literal as judged): why it is not a tree yet. Keep this tiny.
-ALLOWED: dict[tuple[str, str], str] = {
-    ("stepview.py", "^{(x)}"): "the head superscript the prose templates glue to a name (vm.sup beside vm.psup): "
-                               "it goes when the templates take their math from macros of trees",
-}
+ALLOWED: dict[tuple[str, str], str] = {}
 
 
 def _exempt_nodes(tree: ast.AST) -> set[int]:
     """ids of the string constants that are docstrings, regular expressions or SymPy names."""
     out: set[int] = set()
+    patterns: set[str] = set()  # names passed to re.*: a pattern kept as a string, compiled on first use
     for n in ast.walk(tree):
         if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             if n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant):
@@ -56,6 +54,11 @@ def _exempt_nodes(tree: ast.AST) -> set[int]:
             if owner == "re" or (owner in ("sp", "sympy") and name == "Symbol"):
                 for arg in n.args:
                     out.update(id(c) for c in ast.walk(arg) if isinstance(c, ast.Constant))
+                    if owner == "re" and isinstance(arg, ast.Name):
+                        patterns.add(arg.id)
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id in patterns for t in n.targets):
+            out.update(id(c) for c in ast.walk(n.value) if isinstance(c, ast.Constant))
     return out
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from attntrace.model import formula as F
+from attntrace.model.errors import BadInput
 
 
 def escape(text: str) -> str:
@@ -578,3 +579,16 @@ def mathml(tree: F.Node, display: bool = False) -> str:
 
 #: The printer of each notation, as `attntrace.model.formula.PRINTERS` names them.
 PRINTER_OF = {"tex": tex, "plain": plain, "mathml": mathml}
+
+
+def headed(name: str, head: int | None, notation: str = "tex") -> str:
+    """The template filter `head`: a name of one head, `name` with the head's superscript, printed
+    from its tree in `notation` ("tex" or "plain"): "Q" | head(2) is Q^{(2)}, Q(2) in plain; a
+    head of 0 or None (a single-head step) leaves the name bare. A name is a letter or a Greek
+    one (\\lambda), perhaps with a subscript of letters (W_Q), as the prose glues a head to."""
+    base, _, sub = name.removeprefix("\\").partition("_")
+    if notation not in ("tex", "plain") or not base.isalpha() or not (sub == "" or sub.isalpha()) or (
+            head is not None and (isinstance(head, bool) or not isinstance(head, int) or head < 0)):
+        raise BadInput(f"head: expected a letter name (Q, W_Q, \\lambda), a head number and tex or plain, "
+                       f"not {name!r}, {head!r}, {notation!r}")
+    return PRINTER_OF[notation](F.sym(base, sub or None).head(head or None))

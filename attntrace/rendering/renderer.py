@@ -25,6 +25,7 @@ from attntrace.model.errors import BadInput
 from attntrace.inputs.safetext import clean_output
 from attntrace.rendering.layout import parse_width
 from attntrace.rendering.jinja_env import cached_environment, user_template_errors
+from attntrace.rendering.formulatext import headed
 from attntrace.rendering.textcolumns import text_table
 from attntrace.resources import templates_dir
 from attntrace.model.trace import Step, Trace
@@ -99,6 +100,7 @@ def environment(template_dir: str | os.PathLike | None = None) -> jinja2.Environ
     folders = [template_dir] if template_dir is not None else []
     env = cached_environment([*folders, templates_dir()], undefined=jinja2.StrictUndefined)
     env.filters["text_table"] = text_table  # text notation table: columns by display width (CJK counts 2)
+    env.filters["head"] = headed  # "Q" | head(vm.head): a name with its head superscript, printed from its tree
     return env
 
 

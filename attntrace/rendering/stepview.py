@@ -127,10 +127,8 @@ class StepView(SoftmaxView):
     # -- the view -------------------------------------------------------------------
     def build(self) -> dict[str, Any]:
         s, o = self.s, self.out
-        sup = "" if s.head is None else f"^{{({s.head})}}"
         vm: dict[str, Any] = {
-            "kind": s.id, "view": kind_of(s.id).view, "prose": kind_of(s.id).prose, "key": s.key, "head": s.head or 0, "mode": self.mode, "sup": sup,
-            "psup": "" if s.head is None else f"({s.head})",
+            "kind": s.id, "view": kind_of(s.id).view, "prose": kind_of(s.id).prose, "key": s.key, "head": s.head or 0, "mode": self.mode,
             "name": self.mname(self.ref),
             "formula": o.math(s.expr),
             "shape": o.shape(s.shape), "rows": s.shape[0], "cols": s.shape[1],
