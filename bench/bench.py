@@ -854,10 +854,13 @@ def _grade_class(spec: Path, answers: Path, jobs: int) -> int:
 
 
 def _peak_rss_mb(spec: Path, answers: Path, jobs: int) -> float:
-    """Peak resident memory (MB) of the command itself, grading to /dev/null."""
-    code = ("import resource, sys\nfrom attntrace.cli import main\n"
+    """Peak resident memory (MB) of the command itself, grading to /dev/null: the process's own
+    high-water mark (VmHWM). Not ru_maxrss: Linux carries it over from the parent through fork and
+    exec, so after the Llama layer the class's row reported this script's 1.7-2.7 GB."""
+    code = ("import os, re, resource, sys\nfrom attntrace.cli import main\n"
             f"main(['check', {str(spec)!r}, {str(answers)!r}, '--format', 'csv', '--jobs', '{jobs}', '-o', '/dev/null'])\n"
-            "sys.stdout.write(str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))\n")
+            "hwm = re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()) if os.path.exists('/proc/self/status') else None\n"
+            "sys.stdout.write(hwm.group(1) if hwm else str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), check=True).stdout
     return int(out.strip().splitlines()[-1]) / 1024
 
