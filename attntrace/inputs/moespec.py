@@ -68,11 +68,22 @@ def _expert(table: Any, what: str, prefix: str, index, mode: str, operand: Calla
         name = f"{prefix}_{k[2:]}"
         out[name] = operand(table[k], name, mode, index, MOE_OPERANDS[name][1])
     for k in (b for b in _BIASES if b in table):
-        raw = table[k]
-        raw = [raw] if isinstance(raw, list) and raw and not isinstance(raw[0], (list, dict)) else raw
         name = f"{prefix}b_{k[2:]}"
-        out[name] = operand(raw, name, mode, index, MOE_OPERANDS[name][1])
+        out[name] = operand(_as_row(table[k]), name, mode, index, MOE_OPERANDS[name][1])
     return out
+
+
+def _as_row(raw: Any) -> Any:
+    """A bias written as a flat list ([0.1, -0.2]) is one row."""
+    return [raw] if isinstance(raw, list) and raw and not isinstance(raw[0], (list, dict)) else raw
+
+
+def _per_expert(table: Mapping, key: str, name: str, n_exp: int, mode: str, operand: Callable):
+    """moe.<key>: one number per expert, a (1, n_exp) row."""
+    op = operand(_as_row(table[key]), name, mode, None, MOE_OPERANDS[name][1])
+    if op.shape != (1, n_exp):
+        raise BadInput(f"moe.{key} has shape {op.shape}, expected (1, {n_exp}): one per expert")
+    return op
 
 
 def parse_moe(table: Any, reader: OptionReader) -> dict[str, Any]:
@@ -155,18 +166,10 @@ def _moe_options(table: Any, data: Mapping[str, Any], mode: str, operand: Callab
         scaling = real_number(table.get("scaling", 1.0), "moe.scaling", "a positive number")
         extra.update(n_group=n_group, topk_group=topk_group, normalize=normalize, scaling=scaling)
         if "bias" in table:
-            raw = table["bias"]
-            raw = [raw] if isinstance(raw, list) and raw and not isinstance(raw[0], (list, dict)) else raw
-            ops["router_bias"] = operand(raw, "router_bias", mode, None, MOE_OPERANDS["router_bias"][1])
-            if ops["router_bias"].shape != (1, n_exp):
-                raise BadInput(f"moe.bias has shape {ops['router_bias'].shape}, expected (1, {n_exp}): one per expert")
+            ops["router_bias"] = _per_expert(table, "bias", "router_bias", n_exp, mode, operand)
     else:
         if "logit_bias" in table:
-            raw = table["logit_bias"]
-            raw = [raw] if isinstance(raw, list) and raw and not isinstance(raw[0], (list, dict)) else raw
-            ops["logit_bias"] = operand(raw, "logit_bias", mode, None, MOE_OPERANDS["logit_bias"][1])
-            if ops["logit_bias"].shape != (1, n_exp):
-                raise BadInput(f"moe.logit_bias has shape {ops['logit_bias'].shape}, expected (1, {n_exp}): one per expert")
+            ops["logit_bias"] = _per_expert(table, "logit_bias", "logit_bias", n_exp, mode, operand)
         for key in ("bias", "n_group", "topk_group", "normalize", "scaling"):
             if key in table:
                 raise BadInput(f"moe.{key} belongs to the sigmoid router (DeepSeek-V3); the softmax router (Mixtral) renormalises over its top-k")
