@@ -238,3 +238,50 @@ def test_the_torch_bridge_copies_once_and_still_owns_its_arrays():
     assert np.array_equal(trace.output, before)
     assert all(not o.value.flags.writeable for o in trace.operands if isinstance(o.value, np.ndarray))
     assert all(not s.value.flags.writeable for s in trace.steps)
+
+
+def test_the_copies_of_a_large_spec_go_into_one_allocation():
+    """A spec whose copies add up to 4 MB or more has them carved out of one allocation
+    (`matrices.copies_in_one`: one mapping, huge pages, instead of a page fault per 4 KB of
+    each fresh copy); each is still its own read-only matrix equal to its input, the 1-D bias
+    read as one row, and the trace does not follow later changes of the inputs."""
+    p = _layer(n=64, d=384, h=4)  # four 384 x 384 weights: 4.7 MB
+    p["b_Q"] = np.linspace(-1, 1, 384)  # 1-D: one row
+    p["W_V"] = p["W_V"].astype(np.float32)  # converted into its place
+    given = {k: v.copy() for k, v in p.items() if isinstance(v, np.ndarray)}
+    trace = at.run(p)
+    bases = {id(_operand(trace, k)) for k in ("X", "W_Q", "W_K", "W_V", "W_O", "b_Q")}
+    assert len(bases) == 1
+    for name, value in given.items():
+        blocks = [o.value for o in sorted((o for o in trace.operands if o.name == name), key=lambda o: o.head or 0)]
+        whole = np.hstack(blocks)  # the heads' column blocks, side by side
+        assert all(b.dtype == np.float64 and not b.flags.writeable and not np.shares_memory(b, p[name]) for b in blocks)
+        assert np.array_equal(whole, np.asarray(value, dtype=np.float64).reshape(whole.shape)), name
+    before = trace.output.copy()
+    for v in p.values():
+        if isinstance(v, np.ndarray):
+            v += 1
+    assert np.array_equal(trace.output, before)
+    ref = {k: np.asarray(v, dtype=np.float64) for k, v in given.items()}
+    X, h = ref["X"], 4
+    Q = X @ ref["W_Q"] + ref["b_Q"]
+    K, V = X @ ref["W_K"], X @ ref["W_V"]
+    zs = []
+    for i in range(h):
+        c = slice(i * 96, (i + 1) * 96)
+        T = Q[:, c] @ K[:, c].T / math.sqrt(96)
+        E = np.exp(T - T.max(axis=1, keepdims=True))
+        zs.append(E / E.sum(axis=1, keepdims=True) @ V[:, c])
+    out = np.hstack(zs) @ ref["W_O"]
+    assert np.allclose(trace.output, out, atol=1e-12)
+
+
+def test_a_small_spec_and_a_non_finite_input_in_one_allocation():
+    # below 4 MB in all: each copy is its own array
+    trace = at.run(_layer())
+    assert len({id(_operand(trace, k)) for k in ("W_Q", "W_K")}) == 2
+    # the entry of a large spec that is not finite is still named
+    p = _layer(n=64, d=384, h=4)
+    p["W_O"][383, 0] = np.inf
+    with pytest.raises(BadInput, match=r"^W_O\[384,1\] is inf; inputs must be finite"):
+        at.run(p)

@@ -21,7 +21,7 @@ import numpy as np
 from attntrace.inputs import limits
 from attntrace.model.errors import BadInput
 from attntrace.inputs.safetext import clean_text
-from attntrace.inputs.matrices import to_matrix
+from attntrace.inputs.matrices import copies_in_one, to_matrix
 from attntrace.inputs.numbers import shown, whole_number
 from attntrace.inputs.blockspec import BLOCK_KEYS, block_options, check_block
 from attntrace.inputs.positional import positive_number
@@ -250,7 +250,16 @@ def load_spec(spec: Any, *, mode: str | None = None, options: tuple[SpecOption, 
     `options`: the spec keys the step kinds declare (`attntrace.kinds.registry.SPEC_OPTIONS`,
     passed by the tracer); each parsed value goes to `Problem.extra` under its key.
     copy=False: writable float64 arrays are kept as read-only views instead of copied (the
-    caller promises not to change them while the trace lives; `matrices.to_matrix`)."""
+    caller promises not to change them while the trace lives; `matrices.to_matrix`).
+    The arrays of a dict spec that numeric mode copies are copied into one allocation
+    (`matrices.copies_in_one`)."""
+    if isinstance(spec, Mapping) and (mode or spec.get("mode") or "numeric") == "numeric":
+        with copies_in_one(spec, copy):
+            return _load_spec(spec, mode, options, copy, overrides)
+    return _load_spec(spec, mode, options, copy, overrides)
+
+
+def _load_spec(spec: Any, mode: str | None, options: tuple[SpecOption, ...], copy: bool, overrides: dict) -> Problem:
     source = None
     if isinstance(spec, (str, Path)):
         source = str(spec)
