@@ -21,7 +21,7 @@ them name them with their head: scores@i has inputs ("Q", "K@j") and Z@i ("weigh
 
 from __future__ import annotations
 
-from attntrace.kinds.base import Flow, Kind, Mistake, Planting, label
+from attntrace.kinds.base import Flow, Kind, Mistake, Planting, formula_once, label
 from attntrace.kinds.context import check_finite, sum_finite
 from attntrace.model.formula import Word, sym
 
@@ -124,8 +124,8 @@ class Projection(Kind):
             result, shape = ctx.product(self.id, head, x, ctx.operand(w_op))
             result = ctx.add_bias(self.id, head, result, shape, bias)
         inputs = [x.ref, w_name] + ([b_name] if bias else [])
-        product = (sym("X", Word("kv", roman=True)) if src == "X_kv" else x.letter) * sym("W", self.which).head(own)
-        formula = sym(self.which).head(own).eq(product + sym("b", self.which).head(own) if bias else product)
+        formula = formula_once((self.id, own, x.letter, src, bias is not None),
+                               lambda: self._formula(own, x.letter, src == "X_kv", bias is not None))
         details = {"bias": bias.name} if bias else {}
         if shared_kv:
             details["query_heads"] = tuple(i for i in range(1, len(ctx.p.heads) + 1) if kv_head(ctx.p, i) == own)
@@ -134,6 +134,11 @@ class Projection(Kind):
             flow.ref = f"{self.which}@{own}"
         made[own] = flow
         return flow
+
+    def _formula(self, own, letter, kv: bool, bias: bool):
+        """Q^(i) = X W_Q^(i) (+ b_Q^(i)); X_kv for the keys and values of cross-attention."""
+        product = (sym("X", Word("kv", roman=True)) if kv else letter) * sym("W", self.which).head(own)
+        return sym(self.which).head(own).eq(product + sym("b", self.which).head(own) if bias else product)
 
     def _block(self, ctx, head, own, x: Flow, w_full, b_full, width: int, made: dict):
         """Block `own` (1-based) of the full-width product X W (+ b), computed on first use."""

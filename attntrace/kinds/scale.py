@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from attntrace.kinds.base import Kind, Mistake, Planting, Symbol
+from attntrace.kinds.base import Kind, Mistake, Planting, Symbol, formula_once
 from attntrace.model.errors import BadInput
 from attntrace.model.formula import Frac, Sqrt, sym
 
@@ -76,8 +76,8 @@ class Scaled(Kind):
         factor = ctx.alg.factor(d_k, number)
         result = ctx.alg.divide(s.value, factor)
         details = {"d_k": d_k, "factor": factor, "by_sqrt_dk": number is None}
-        divisor = Sqrt(sym("d", "k")) if number is None else sym("c")
-        formula = sym("T").head(head).eq(s.letter.head(head) / divisor)
+        formula = formula_once((self.id, head, s.letter, number is None),
+                               lambda: sym("T").head(head).eq(s.letter.head(head) / (Sqrt(sym("d", "k")) if number is None else sym("c"))))
         return ctx.emit(self, head, [s.ref], formula, result, s.shape, details)
 
     def intro(self, term, steps):

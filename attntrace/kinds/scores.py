@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from attntrace.kinds.base import Kind, Mistake, Planting, label
+from attntrace.kinds.base import Kind, Mistake, Planting, formula_once, label
 from attntrace.kinds.projection import kv_head
 from attntrace.model.errors import BadInput
 from attntrace.model.formula import sym
@@ -62,7 +62,7 @@ class Scores(Kind):
             raise BadInput(f"d_k = {ctx.p.d_k} but the keys of {label('K', head)} are {d_k} wide")
         state["d_k"] = d_k
         j = kv_head(ctx.p, head)  # grouped-query attention: the key head this query head shares
-        formula = sym("S").head(head).eq(q.letter.head(head) * k.letter.head(j).T())
+        formula = formula_once((self.id, head, j, q.letter, k.letter), lambda: sym("S").head(head).eq(q.letter.head(head) * k.letter.head(j).T()))
         return ctx.emit(self, head, [q.ref, k.ref], formula, result, shape)
 
 

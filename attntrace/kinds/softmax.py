@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attntrace.kinds.base import Kind, Mistake, Symbol
+from attntrace.kinds.base import Kind, Mistake, Symbol, formula_once
 from attntrace.model.formula import Frac, Func, Num, Parts, Power, Rel, Slice, Sum, sym
 from attntrace.kinds.context import sum_finite
 from attntrace.model.errors import BadInput
@@ -89,18 +89,25 @@ class Weights(Kind):
             result = ctx.alg.columns(result, 0, shape[1])
         if ctx.numeric and ctx.float_trouble():  # NumPy reported an overflow (kinds.context.FloatWatch)
             _check_shift(ctx, head, t.value, details["shifted"])
-        e, t_entry = sym("e"), t.entry.head(head)
-        softmax = Func("softmax", (t.letter.head(head),), sized=True)
-        if extra:  # the keys' columns of the softmax; the extra column's exponential is the denominator's last term
-            keys = Rel((sym("k"), Num(shape[1])), ("le",))  # k <= n_k: the keys' columns, then the extra one
-            denominator = Sum(keys, Power(e, t_entry.at("i", "k"))) + Power(e, t_entry.at("i", Num(t.shape[1])))
-            formula = Parts((sym("A").head(head).eq(Slice(softmax, None, (1, shape[1]))),
-                             sym("a").head(head).at("i", "j").eq(Power(e, t_entry.at("i", "j")) / denominator)))
-        else:
-            entry = Power(e, t_entry.at("i", "j")) / Sum(sym("k"), Power(e, t_entry.at("i", "k")))
-            formula = Parts((sym("A").head(head).eq(softmax), sym("a").head(head).at("i", "j").eq(entry)))
+        keys = (shape[1], t.shape[1]) if extra else None
+        formula = formula_once((self.id, head, t.letter, t.entry, keys), lambda: _formula(head, t.letter, t.entry, keys))
         # weights of finite shifted scores lie in [0, 1]: no overflow check needed
         return ctx.emit(self, head, [t.ref], formula, result, shape, details, checked=True)
+
+
+def _formula(head, letter, entry, keys):
+    """A = softmax(T), a_ij = e^{t_ij} / sum_k e^{t_ik}; with `keys` = (n_k, columns) the
+    softmax runs over more columns than there are keys (a logit column with no value) and A
+    keeps the keys' columns: the extra column's exponential is the denominator's last term."""
+    e, t_entry = sym("e"), entry.head(head)
+    softmax = Func("softmax", (letter.head(head),), sized=True)
+    if keys:
+        within = Rel((sym("k"), Num(keys[0])), ("le",))  # k <= n_k: the keys' columns, then the extra one
+        denominator = Sum(within, Power(e, t_entry.at("i", "k"))) + Power(e, t_entry.at("i", Num(keys[1])))
+        return Parts((sym("A").head(head).eq(Slice(softmax, None, (1, keys[0]))),
+                      sym("a").head(head).at("i", "j").eq(Power(e, t_entry.at("i", "j")) / denominator)))
+    entry_ij = Power(e, t_entry.at("i", "j")) / Sum(sym("k"), Power(e, t_entry.at("i", "k")))
+    return Parts((sym("A").head(head).eq(softmax), sym("a").head(head).at("i", "j").eq(entry_ij)))
 
 
 def _check_shift(ctx, head, t, shifted) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from attntrace.kinds.base import Kind, Mistake, Planting
+from attntrace.kinds.base import Kind, Mistake, Planting, formula_once
 from attntrace.kinds.projection import kv_head
 from attntrace.kinds.rope import rotate_rows
 from attntrace.model.formula import sym
@@ -46,7 +46,7 @@ class WeightedSum(Kind):
             return None
         result, shape = ctx.product(self.id, head, a, v)
         j = kv_head(ctx.p, head)  # grouped-query attention: the value head this query head shares
-        formula = sym("Z").head(head).eq(sym("A").head(head) * v.letter.head(j))
+        formula = formula_once((self.id, head, j, v.letter), lambda: sym("Z").head(head).eq(sym("A").head(head) * v.letter.head(j)))
         return ctx.emit(self, head, [a.ref, v.ref], formula, result, shape)
 
 
