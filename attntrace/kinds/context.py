@@ -107,11 +107,11 @@ class Context:
             if not kind.infinite_ok and not checked and self.float_trouble():
                 check_finite(value, label(kind.id, head), kind.overflow_how(inputs, details))
             self.watch.raised, self._products = False, self.alg.products
-        key = kind.id if head is None else f"{kind.id}@{head}"
-        self.last_kept = self.keep is None or kind.id in self.keep or key in self.keep
+        keep = self.keep
+        key = None if keep is None else kind.id if head is None else f"{kind.id}@{head}"
+        self.last_kept = keep is None or kind.id in keep or key in keep
         if self.last_kept:
-            self.steps.append(Step(id=kind.id, head=head, inputs=tuple(inputs), expr=formula, value=value, shape=tuple(shape),
-                                   symbol=kind.symbol, expansion=expansion, details=details))
+            self.steps.append(Step(kind.id, head, tuple(inputs), formula, value, tuple(shape), kind.symbol, expansion, details))
         else:
             self.not_kept.append(key)
             self.not_kept_shapes.append(tuple(shape))

@@ -29,10 +29,16 @@ MODES = ("numeric", "exact", "symbolic", "shape")
 PRESENTERS: dict[str, Callable[..., Any]] = {}
 
 
+#: The details of a step that has none (most steps): one read-only mapping serves them all.
+_NO_DETAILS: Mapping[str, Any] = MappingProxyType({})
+
+
 def _frozen(mapping: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    if not mapping:
+        return _NO_DETAILS
     if getattr(mapping, "immutable", False):  # e.g. softmax details that compute a matrix when read
         return mapping
-    return MappingProxyType(dict(mapping or {}))
+    return MappingProxyType(dict(mapping))
 
 
 def block_address(step: "Step") -> str | None:
