@@ -285,3 +285,31 @@ def test_a_small_spec_and_a_non_finite_input_in_one_allocation():
     p["W_O"][383, 0] = np.inf
     with pytest.raises(BadInput, match=r"^W_O\[384,1\] is inf; inputs must be finite"):
         at.run(p)
+
+
+def test_products_bounded_by_their_factors_are_not_scanned(monkeypatch):
+    """The scores and Z of a head whose factors carry norm bounds (a block of a full-width
+    projection; attention weights, rows summing to 1) cannot overflow: emit does not sum them.
+    The concatenated heads carry no bound, so the output product is still summed once."""
+    from attntrace.kinds import context
+
+    calls = []
+    real = context.sum_finite
+    monkeypatch.setattr(context, "sum_finite", lambda a: calls.append(a.shape) or real(a))
+    p = _layer(n=6, d=8, h=4)
+    trace = at.run(p)
+    assert calls == [(6, 8)]  # the output, not the 4 heads' scores (6x6) and Z (6x2)
+    assert np.allclose(trace.output, _numpy_output(p), atol=1e-12)
+
+
+def test_an_overflow_of_the_scores_is_caught_when_the_projections_have_no_bound():
+    # Q's entry of 1e160: its square overflows, so the projection gives no bound, and the scores
+    # (1e320) are scanned and refused, naming the head
+    x = np.eye(4)
+    x[0, 0] = 1e160
+    p = {"X": x, "W_Q": np.eye(4), "W_K": np.eye(4), "W_V": np.eye(4), "num_heads": 2}
+    with pytest.raises(BadInput, match=r"^step scores \(head 1\): entry \(1, 1\) overflows float64"):
+        at.run(p)
+    # 1e150: squares 1e300 are finite, the bound 1e300 is not below SAFE_PRODUCT: scanned, finite, traced
+    x[0, 0] = 1e150
+    assert np.isfinite(at.run(p).step("scores", 1).value).all()

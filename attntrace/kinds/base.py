@@ -101,14 +101,19 @@ def formula_once(key: tuple, build: Callable[[], Node]) -> Node:
 
 class Flow:
     """A value in flight between kinds: the algebra's value, its shape, the id of the step
-    or operand that made it, and the names its matrix and entries go by in formulas."""
+    or operand that made it, and the names its matrix and entries go by in formulas.
 
-    __slots__ = ("value", "shape", "ref", "letter", "entry")
+    `norm`: an upper bound on the value's Frobenius norm when the kind that made it knows one
+    (a head's block of a full-width projection, attention weights), else None; a product of
+    two bounded values that cannot overflow is not scanned for overflow (`Context.product`)."""
+
+    __slots__ = ("value", "shape", "ref", "letter", "entry", "norm")
 
     def __init__(self, value, shape, ref: str, letter: Expr, entry: Expr | None = None):
         self.value, self.shape, self.ref = value, tuple(shape), ref
         self.letter: Node = node(letter)
         self.entry: Node | None = None if entry is None else node(entry)
+        self.norm: float | None = None
 
 
 class Planting(str):

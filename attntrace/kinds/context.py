@@ -11,7 +11,11 @@ to `FloatWatch` as it happens, and `emit` scans a value only when something was 
 BLAS products are the exception: with several BLAS threads, an overflow in a worker thread
 never reaches this thread's floating-point flags, so a step that ran a product
 (`NumericAlgebra.products` moved) sums its result once, which is O(output), small next to
-the product's O(output x inner width).
+the product's O(output x inner width). Unless the product cannot overflow: when both factors
+carry a bound on their Frobenius norm (`Flow.norm`: a head's block of a full-width projection,
+whose sum of squares checked it; attention weights, whose rows sum to 1) and the bounds
+multiply to less than `SAFE_PRODUCT`, every entry of the product and every partial sum of it
+is below that (Cauchy-Schwarz: |sum_l a_il b_lj| <= |a_i| |b_j|), so the step is not scanned.
 """
 
 from __future__ import annotations
@@ -27,6 +31,11 @@ from attntrace.model.trace import Operand, Step
 
 #: Matrix and entry names, in formulas, of the operands that stand in for a step (a trace that starts mid-way).
 _OPERAND_NAMES = {"Q": ("Q", "q"), "K": ("K", "k"), "V": ("V", "v"), "scores": ("S", "s"), "weights": ("A", "a"), "Z": ("Z", "z")}
+
+
+#: A product whose factors' norm bounds multiply to less than this cannot overflow float64
+#: (1.8e308), rounding of the partial sums included.
+SAFE_PRODUCT = 1e300
 
 
 def sum_finite(a: np.ndarray) -> bool:
@@ -130,7 +139,10 @@ class Context:
             b_desc = f"{b.ref}^T {b.shape[::-1]}" if b_transposed else f"{b.ref} {b.shape}"
             raise BadInput(f"step {label(id, head)}: cannot multiply {a.ref} {a.shape} by {b_desc}: {a.shape[1]} != {inner_b}")
         shape = (a.shape[0], b.shape[0] if b_transposed else b.shape[1])
+        ran = getattr(self.alg, "products", 0)
         result = self.alg.matmul_t(a.value, b.value) if b_transposed else self.alg.matmul(a.value, b.value)
+        if self.numeric and a.norm is not None and b.norm is not None and a.norm * b.norm < SAFE_PRODUCT:
+            self._products += self.alg.products - ran  # bounded: this product is no reason to scan the step
         return result, shape
 
     def add_bias(self, id, head, result, shape, bias: Operand | None):

@@ -21,6 +21,10 @@ them name them with their head: scores@i has inputs ("Q", "K@j") and Z@i ("weigh
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
+
 from attntrace.kinds.base import Flow, Kind, Mistake, Planting, formula_once, label
 from attntrace.kinds.context import check_finite, sum_finite
 from attntrace.model.formula import Word, sym
@@ -132,6 +136,8 @@ class Projection(Kind):
         flow = ctx.emit(self, own, inputs, formula, result, shape, details or None, checked=checked)
         if shared_kv:
             flow.ref = f"{self.which}@{own}"
+        if checked:  # a block of the full-width product: bounded by the product's norm
+            flow.norm = made.get("norm")
         made[own] = flow
         return flow
 
@@ -148,7 +154,7 @@ class Projection(Kind):
             made["full"] = ctx.add_bias(self.id, head, result, shape, b_full)
             if ctx.numeric:
                 how = self.overflow_how([x.ref, w_full.name] + ([b_full.name] if b_full else []), {})
-                _check_blocks(made["full"], width, self.id, how)
+                made["norm"] = _check_blocks(made["full"], width, self.id, how)
         first = (own - 1) * width
         return ctx.alg.columns(made["full"], first, first + width), (x.shape[0], width)
 
@@ -157,14 +163,21 @@ class Projection(Kind):
         return {"query_heads": list(details["query_heads"])} if "query_heads" in details else {}
 
 
-def _check_blocks(full, width: int, step: str, how: str) -> None:
-    """Overflow of a full-width product, checked in one pass over it; when it overflowed, the
-    message names the first head (key/value head in grouped-query attention) whose block did,
-    and the entry within that block, as a per-head product would have."""
+def _check_blocks(full, width: int, step: str, how: str) -> float | None:
+    """Overflow of a full-width product, checked in one pass over it: the sum of its squares
+    (a BLAS dot), finite only when every entry is. Returns the product's Frobenius norm, which
+    bounds every head's block (`Flow.norm`), or None when the squares overflow (entries beyond
+    1e154): then the sum decides, and when it overflowed, the message names the first head
+    (key/value head in grouped-query attention) whose block did, and the entry within that
+    block, as a per-head product would have."""
+    squares = float(np.vdot(full, full))
+    if math.isfinite(squares):
+        return math.sqrt(squares)
     if sum_finite(full):
-        return
+        return None
     for i in range(full.shape[1] // width):
         check_finite(full[:, i * width:(i + 1) * width], label(step, i + 1), how)
+    return None
 
 
 Q, K, V = Projection("Q"), Projection("K"), Projection("V")

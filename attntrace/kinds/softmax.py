@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from attntrace.kinds.base import Kind, Mistake, Symbol, formula_once
@@ -92,7 +94,9 @@ class Weights(Kind):
         keys = (shape[1], t.shape[1]) if extra else None
         formula = formula_once((self.id, head, t.letter, t.entry, keys), lambda: _formula(head, t.letter, t.entry, keys))
         # weights of finite shifted scores lie in [0, 1]: no overflow check needed
-        return ctx.emit(self, head, [t.ref], formula, result, shape, details, checked=True)
+        flow = ctx.emit(self, head, [t.ref], formula, result, shape, details, checked=True)
+        flow.norm = math.sqrt(shape[0])  # each row is >= 0 and sums to at most 1: its length is at most 1
+        return flow
 
 
 def _formula(head, letter, entry, keys):
