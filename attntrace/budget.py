@@ -323,7 +323,7 @@ def _position_work(p: Problem, n: int, m: int, d: int, dk: int) -> int:
     - RoPE: each rotated entry is q cos(m theta) + q' sin(m theta), a different angle per
       position and pair, and every score is rewritten over the angle differences (cos(a - b)):
       about (2 d_k)^2 work per score (6 tokens, d_k = 6: 50 s before this estimate refused it);
-    - sinusoidal positions: E = X + P puts a different sin or cos in every entry, and every
+    - sinusoidal positions: X-tilde = X + P puts a different sin or cos in every entry, and every
       later product and softmax carries them all (4 tokens, d = 4: 17 s).
     """
     work = 0

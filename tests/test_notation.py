@@ -84,7 +84,7 @@ def test_no_renamed_overload_comes_back(name, traces):
     assert not re.search(r"\\gamma(\^\{[^{}]*\})?_\{1,?\d+\}", math), name
     # T is the scaled scores: the set of experts a token chose is a calligraphic T_i (Switch Transformer)
     assert not re.search(r"(?<![{\\a-zA-Z])T_\{?(i|\d+)\}?\s*=\s*\\\{|\\in T_", math), name
-    # e is Euler's number (the router's e^{l_ij}) and the embedding's entries e_ij: the expert index is xi
+    # e is Euler's number (the softmax's e^{t_ij}, the router's e^{l_ij}): the expert index is xi, the embedding X-tilde
     assert not re.search(r"\^\{\(e\)\}|_\{i,?e\}|\\sum_\{e\b", math), name
     # the mask is one matrix for every head, M as the table lists it: no M^{(2)} per head
     assert not re.search(r"(?<![\\a-zA-Z])M\^\{\(", math), name
@@ -124,6 +124,9 @@ def test_a_clash_is_found(traces):
     trace = traces["sentence-4x6"]
     clashing = dataclasses.replace(trace, operands=trace.operands + (Operand("m", None, None, (1, 1)),))
     assert notation_of(clashing).clashes == (("m", "m", "row_max"),)
+    # Euler's number is no row of the table, but the softmax writes it: entries e_ij beside e^{t_ij} are a clash
+    euler = dataclasses.replace(trace, operands=trace.operands + (Operand("E", None, None, (4, 6), "e"),))
+    assert notation_of(euler).clashes == (("e", "euler", "entry:E"),)
     assert letter_of("q^{(i)}_{ij}") == "q^{(i)}" and letter_of("m^{(j)}") == "m" and letter_of("W_Q") == "W_Q"
 
 
@@ -182,8 +185,8 @@ def test_a_per_head_row_is_the_tree_with_the_head_in_it(traces):
 
 def test_an_expert_index_beside_the_embedding_is_its_own_letter():
     """A Llama block with sinusoidal positions and a mixture of experts shows the embedding
-    E = X + P (entries e_ij) and the experts in one report: the expert is numbered xi (Y^{(xi)}),
-    listed in the table, so neither e_ij nor Euler's e^{l_ij} shares its letter."""
+    X-tilde = X + P (entries x-tilde_ij, not e_ij beside Euler's e^{l_ij}) and the experts in one
+    report: the expert is numbered xi (Y^{(xi)}), listed in the table, not e."""
     import tomllib
 
     from attntrace.resources import examples_dir
@@ -193,8 +196,9 @@ def test_an_expert_index_beside_the_embedding_is_its_own_letter():
     trace = attntrace.run(spec)
     table = notation_of(trace)
     assert table.clashes == ()
-    assert {"\\xi": "expert_index", "E": "embed"}.items() <= {r.tex: r.meaning for r in table.rows}.items()
+    assert {"\\xi": "expert_index", "\\tilde{X}": "embed"}.items() <= {r.tex: r.meaning for r in table.rows}.items()
     for lang in ("en", "zh"):
         math = _math(attntrace.render(trace, format="md", lang=lang))
-        assert "e_{ij}" in math and "Y^{(\\xi)}" in math and "\\sum_{\\xi \\in \\mathcal{T}_i}" in math
+        assert "\\tilde{x}_{ij}" in math and "Y^{(\\xi)}" in math and "\\sum_{\\xi \\in \\mathcal{T}_i}" in math
         assert not re.search(r"\^\{\(e\)\}|_\{i,?e\}|\\sum_\{e\b", math)
+

@@ -44,7 +44,7 @@ class Toolkit:
 
     @staticmethod
     def sum_same_shape(a: Box, b: Box) -> Box:
-        """a + b entry by entry (a residual, E = X + P), Impossible when the shapes differ (no
+        """a + b entry by entry (a residual, X-tilde = X + P), Impossible when the shapes differ (no
         broadcasting: a student's row of the wrong width is not a bias)."""
         if a.shape != b.shape:
             raise Impossible()

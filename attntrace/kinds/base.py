@@ -222,7 +222,7 @@ class Kind:
     one_of_many: ClassVar[bool] = False
 
     #: A block step whose matrix a later step's line of the block's data flow holds (the report's
-    #: opening equations): P in E = X + P, the feed-forward network's H, U and act(H) in its line.
+    #: opening equations): P in X-tilde = X + P, the feed-forward network's H, U and act(H) in its line.
     folded_in_flow: ClassVar[bool] = False
 
     #: The step id in traces, JSON and answer files (stable contract).

@@ -1,7 +1,7 @@
 """The Transformer block around attention: its norms and residual additions in each arrangement.
 
 Four arrangements (the spec's `block`), each a pair (PRE, POST) of pipelines over one
-layer state whose roles are X (the residual stream: the input, or E = X + P), attn_in (what
+layer state whose roles are X (the residual stream: the input, or X-tilde = X + P), attn_in (what
 the projections read), O (attention's output: O, or Z without W_O), R1, ffn_in, H, U, G, F,
 R2, Y:
 

@@ -94,7 +94,7 @@ class Context:
         self._products = getattr(self.alg, "products", 0)
         #: what a kind computes once and reuses across heads (full-width projections, shared K/V heads)
         self.cache: dict = {}
-        #: inputs the block's PRE pipeline replaced (X -> E = X + P, or its pre-LN norm): see `source`
+        #: inputs the block's PRE pipeline replaced (X -> X-tilde = X + P, or its pre-LN norm): see `source`
         self.sources: dict[str, Flow] = {}
 
     def source(self, name: str) -> Flow:

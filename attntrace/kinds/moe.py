@@ -36,8 +36,7 @@ from attntrace.kinds.base import Kind, Mistake, Symbol
 from attntrace.model.formula import Cases, Frac, Func, Hcat, Neg, Op, Paren, Parts, Power, Sum, Value, Word, node, sym
 
 #: The number of an expert: Y^{(xi)}, W_gate^{(xi)}, the sum over xi in T_i. GShard writes e, but e is
-#: Euler's number in the router's own formulas (e^{l_ij}, 1 / (1 + e^{-x})) and the embedding's
-#: entries e_ij (E = X + P) in a block with positions; j is the column of G, and a superscript (j)
+#: Euler's number in the router's own formulas (e^{l_ij}, 1 / (1 + e^{-x})); j is the column of G, and a superscript (j)
 #: is the online softmax's block; every Latin letter free of those is some matrix's entries
 #: (attntrace.kinds.base.HEAD_INDEX). xi, as eta numbers the heads: x for eXpert.
 EXPERT_INDEX = sym("xi")

@@ -22,7 +22,7 @@ from attntrace.inputs.spec import KV_KEYS
 from attntrace.kinds import kind_of
 from attntrace.kinds.base import HEAD_INDEX, KV_HEAD_INDEX, Kind, Symbol, base_sym
 from attntrace.kinds.registry import MODULES
-from attntrace.model.formula import Index, Sym, Word, node, substitute, sym
+from attntrace.model.formula import Index, Sym, Word, node, nodes, substitute, sym
 from attntrace.model.record import record
 
 #: operand name -> its entries' base name in symbolic mode; its symbol in formulas (the reports use these)
@@ -87,6 +87,19 @@ def _with_head(row: Symbol, index=HEAD_INDEX) -> Symbol:
     return dataclasses.replace(row, symbol=row.symbol.head(index), entry=entry)
 
 
+#: Constants the formulas write, letter -> meaning: no row of the table (a reader knows e), but a
+#: matrix or entry named with that letter in the same trace is a clash (entries e_ij beside the
+#: softmax's e^{t_ij})
+CONSTANTS = {"e": "euler"}
+
+
+def _constants(trace) -> dict[str, str]:
+    """The constants of `CONSTANTS` some step's formula writes (Euler's e: a softmax, a sigmoid)."""
+    names = {n.name for step in trace.steps if step.expr is not None
+             for n in nodes(step.expr) if isinstance(n, Sym) and n.sub is None and n.sup is None}
+    return {letter: meaning for letter, meaning in CONSTANTS.items() if letter in names}
+
+
 def _index_row(index, meaning: str) -> Symbol:
     return Symbol(index, meaning, "index")
 
@@ -102,7 +115,7 @@ def notation_of(trace) -> Notation:
     """The notation table of `trace`: operands first, then every step's symbols in trace order."""
     multi = trace.num_heads > 1
     rows: list[Symbol] = []
-    seen: dict[str, str] = {}  # letter -> meaning key (entries: "entry of" + the matrix's meaning)
+    seen: dict[str, str] = _constants(trace)  # letter -> meaning key (entries: "entry of" + the matrix's meaning)
     clashes: list[tuple[str, str, str]] = []
 
     def add(sym: Symbol) -> None:

@@ -1,5 +1,5 @@
 """Position encodings before attention: the sinusoidal table P (Vaswani et al. 2017, 3.5) and
-the embedded input E = X + P (P sinusoidal, or a learned table given as the spec's `P`).
+the embedded input X-tilde = X + P (P sinusoidal, or a learned table given as the spec's `P`).
 
 Row i of X is the token at position i - 1 (positions count from 0, as in the paper's
 formula), so the first row of the sinusoidal table is sin 0 = 0, cos 0 = 1.
@@ -65,7 +65,9 @@ class Embed(Kind):
     id = "embed"
     per_head = False
     reads, writes = ("X", "P"), "X"
-    letter, entry, symbol = "E", "e", "e"
+    # X-tilde, the input with its positions (a tilde marks a matrix changed in place, as Q-tilde): E with
+    # entries e_ij would read as Euler's number beside the softmax's e^{t_ij}
+    letter, entry, symbol = sym("X", accent="tilde"), sym("x", accent="tilde"), "\\tilde{x}"
     view, prose = "sum", "position"
     view_module = "blockview"
     elementwise = "add"  # X + P
@@ -75,7 +77,7 @@ class Embed(Kind):
         return {"position": "learned"}
 
     def carry(self, iv, step, args, mistake):
-        """E = X + P; posenc_not_added: X alone."""
+        """X-tilde = X + P; posenc_not_added: X alone."""
         a, b = args
         if mistake == "posenc_not_added":
             return a
@@ -90,7 +92,7 @@ class Embed(Kind):
         if p.shape != x.shape:
             raise BadInput(f"step embed: the position table P is {p.shape} but X is {x.shape}; give one row per token, d_model columns")
         result = ctx.alg.plus(x.value, p.value)
-        return ctx.emit(self, None, [x.ref, p.ref], sym("E").eq(sym("X") + sym("P")), result, x.shape)
+        return ctx.emit(self, None, [x.ref, p.ref], sym("X", accent="tilde").eq(sym("X") + sym("P")), result, x.shape)
 
 
 # before attention in every arrangement, and in a trace without a block

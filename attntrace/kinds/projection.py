@@ -118,7 +118,7 @@ class Projection(Kind):
         if own in made:  # a key/value head shared by several query heads: computed once
             return made[own]
         src = self.source(ctx)
-        x = ctx.source(src)  # the operand, or the block's E = X + P / pre-LN norm (attntrace.kinds.block)
+        x = ctx.source(src)  # the operand, or the block's X-tilde = X + P / pre-LN norm (attntrace.kinds.block)
         w_op, bias = state[w_name], state.get(b_name)
         full = ctx.p.extra.get("full_width") or {}
         checked = w_name in full

@@ -1,4 +1,4 @@
-"""Views of the Transformer block's kinds: sums (E = X + P, residuals), norms, activations and
+"""Views of the Transformer block's kinds: sums (X-tilde = X + P, residuals), norms, activations and
 the sinusoidal position table. The FFN's products use StepView's product view.
 
 Each view writes the step like the attention steps: the general formula, the matrices
@@ -135,7 +135,7 @@ def _lay_out(sv, vm, sides: list, entry, default_rows: int = 1, before=None, fir
         vm["entries"][0]["lead"] = lead or 0
 
 
-# -- sums: E = X + P, R = E + O, R^f = N + F ------------------------------------------------
+# -- sums: X-tilde = X + P, R = X-tilde + O, R^f = N + F ------------------------------------------------
 @register_view("sum")
 def build_sum(sv, vm) -> None:
     s, o = sv.s, sv.out
@@ -160,7 +160,7 @@ def build_sum(sv, vm) -> None:
             nums = Seq((o.entry(a.value, i, j), "+ " + o.factor(b.value, i, j)), " ")
         return [names, nums] + result
 
-    # E = X + P: row 1 adds sin 0 = 0 and cos 0 = 1; row 2 shows a position at work
+    # X-tilde = X + P: row 1 adds sin 0 = 0 and cos 0 = 1; row 2 shows a position at work
     _lay_out(sv, vm, sides, entry, first_row=1 if s.id == "embed" and s.inputs[1] == "pos_enc" else 0, entry_has_result=True)
 
 

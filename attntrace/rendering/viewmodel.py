@@ -455,7 +455,7 @@ def mark_repeats(view: dict[str, Any]) -> None:
                 _one_entry(vm)
             grad_lines_seen = True
         if vm.get("view") == "sum":
-            # an addition entry by entry (E = X + P, a residual): one entry shows it
+            # an addition entry by entry (X-tilde = X + P, a residual): one entry shows it
             _one_entry(vm)
         if vm.get("view") == "product" and vm["kind"] in LATER_PRODUCTS and ("projection" in first or many):
             # the feed-forward and output products after the projections were written out
