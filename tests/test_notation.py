@@ -202,3 +202,22 @@ def test_an_expert_index_beside_the_embedding_is_its_own_letter():
         assert "\\tilde{x}_{ij}" in math and "Y^{(\\xi)}" in math and "\\sum_{\\xi \\in \\mathcal{T}_i}" in math
         assert not re.search(r"\^\{\(e\)\}|_\{i,?e\}|\\sum_\{e\b", math)
 
+
+def test_yarn_ramp_is_no_norm_gain():
+    """A Llama block with YaRN: the ramp over the pairs (the paper's gamma(r)) is rho_r, listed
+    in the table, because gamma is RMSNorm's gain in the same report."""
+    import tomllib
+
+    from attntrace.resources import examples_dir
+
+    spec = tomllib.loads((examples_dir() / "llama-block-tiny.toml").read_text(encoding="utf-8"))
+    spec["rope"] = {"scaling": {"type": "yarn", "factor": 4, "original_max_position_embeddings": 64, "beta_fast": 8}}
+    trace = attntrace.run(spec)
+    table = notation_of(trace)
+    assert table.clashes == ()
+    meanings = {r.tex: r.meaning for r in table.rows}
+    assert meanings["\\rho_r"] == "yarn_ramp" and meanings["\\gamma"] == "gamma_1", meanings
+    for lang in ("en", "zh"):
+        math = _math(attntrace.render(trace, format="md", lang=lang))
+        assert "\\rho_r" in math and "\\gamma_j" in math
+        assert not re.search(r"\\gamma_\{?r\b", math), lang

@@ -23,7 +23,7 @@ from attntrace.inputs.positional import check_positional, parse_rope
 from attntrace.kinds.base import Kind, Mistake, Symbol
 from attntrace.model.formula import Add, Frac, Func, Neg, Num, Paren, Parts, Power, sym
 from attntrace.kinds.projection import kv_head
-from attntrace.kinds.ropescaling import attention_factor, frequency_factors
+from attntrace.kinds.ropescaling import YARN_RAMP, attention_factor, frequency_factors
 
 #: `rope = true` or {base, layout, positions, kv_positions} (attntrace.inputs.positional), checked
 #: against the problem: Q and K to turn, one position per token, an even head width.
@@ -63,7 +63,7 @@ class Rope(Kind):
     mistakes = (Mistake("rope_wrong_layout", also=("K_rope",)),
                 Mistake("rope_positions_from_1", also=("K_rope",), when=lambda steps: any(list(s.details["positions"])[:1] == [0] for s in steps)))
     symbols = ((sym("theta", "r"), "rope_frequency", "pairs"), (sym("p"), "position", "scalar"))
-    added_meanings = ("rope_factor", "yarn_mu")  # with RoPE scaling (`notation`)
+    added_meanings = ("rope_factor", "yarn_ramp", "yarn_mu")  # with RoPE scaling (`notation`)
 
     def __init__(self, which: str):
         self.which = which
@@ -114,10 +114,13 @@ class Rope(Kind):
         return flow
 
     def notation(self, step):
-        """With RoPE scaling also the factors c_r and, for YaRN, the attention factor mu."""
+        """With RoPE scaling also the factors c_r and, for YaRN, its ramp rho_r and attention factor mu.
+        The paper writes the ramp gamma(r); gamma is a norm's gain in the blocks that use YaRN (RMSNorm)."""
         out = super().notation(step)
         if step.details.get("factors") is not None:
             out.append(Symbol(sym("c", "r"), "rope_factor", (1, step.shape[1] // 2)))
+            if step.details["scaling"]["type"] == "yarn":
+                out.append(Symbol(YARN_RAMP, "yarn_ramp", (1, step.shape[1] // 2)))
             mu = step.details.get("mu")
             if mu is not None and mu != 1:
                 out.append(Symbol(sym("mu"), "yarn_mu", "scalar"))

@@ -15,8 +15,8 @@ L did), and blend in between. The angle of pair r at position p becomes p c_r th
   code, which the models were trained with): the pair index at which a wavelength makes beta
   turns in L tokens is d ln(L / (2 pi beta)) / (2 ln b); the indices of beta_fast and beta_slow
   turns (floored and ceiled unless truncate = false, kept within 0..d-1) bound a ramp
-  gamma_r = clamp((r - lo) / (hi - lo), 0, 1) over the 0-based pair index r, and c_r =
-  gamma_r / s + (1 - gamma_r). YaRN also sharpens the softmax: q and k are multiplied by the
+  rho_r = clamp((r - lo) / (hi - lo), 0, 1) over the 0-based pair index r, and c_r =
+  rho_r / s + (1 - rho_r) (the paper's gamma(r): gamma is the norms' gain in the same blocks). YaRN also sharpens the softmax: q and k are multiplied by the
   attention factor mu = 0.1 ln s + 1 (the paper's sqrt(1/t)), so the scores get mu^2; with
   mscale and mscale_all_dim (DeepSeek) mu = g(s, mscale) / g(s, mscale_all_dim), g(s, a) =
   0.1 a ln s + 1; an explicit attention_factor wins.
@@ -29,6 +29,11 @@ from __future__ import annotations
 
 import math
 from types import SimpleNamespace
+
+from attntrace.model.formula import sym
+
+#: YaRN's ramp over the pairs, rho_r: the paper's gamma(r), but gamma is RMSNorm's gain in the blocks that use YaRN
+YARN_RAMP = sym("rho", "r")
 
 def _ops(exact: bool):
     if not exact:

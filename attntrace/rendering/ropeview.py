@@ -122,11 +122,11 @@ class _Rotation:
                     F.Parts((lam.eq(F.Frac(F.Juxt((F.Num(2), F.sym("pi"))), theta)),
                              kappa.eq(F.Frac(slash(L, lam) - lo, hi - lo))))]
         else:
-            from attntrace.kinds.ropescaling import yarn_range
+            from attntrace.kinds.ropescaling import YARN_RAMP, yarn_range
 
             lo, hi = yarn_range(sc, self.s.details["base"], self.d, not self.numeric)
             starts_at_0 = bool(lo == 0)
-            gamma, lo, hi = F.sym("gamma", "r"), F.Num(num(lo)), F.Num(num(hi))  # the ramp's ends, printed for this output
+            gamma, lo, hi = YARN_RAMP, F.Num(num(lo)), F.Num(num(hi))  # the ramp's ends, printed for this output
             ramp = F.Frac(i - 1, hi) if starts_at_0 else F.Frac(i - 1 - lo, hi - lo)  # not (i - 1 - 0) / (2 - 0)
             clamp = F.Func("min", (F.Num(1), F.Func("max", (F.Num(0), ramp), sized=True)), sized=True)
             rule = [F.Parts((c_i.eq(F.Frac(gamma, s_f) + F.Paren(1 - gamma)), gamma.eq(clamp)))]
