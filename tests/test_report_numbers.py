@@ -246,16 +246,22 @@ def test_no_long_paragraph_twice(name, lang, traces):
 
 #: a matrix entry or a vector entry in scientific notation at float64's noise level (1e-13 to 1e-20)
 _NOISE_ENTRY = re.compile(r"(?:&|\{r+\}|\\left\(|,\\ )\s*-?\d(?:\.\d+)? \\cdot 10\^\{-(?:1[3-9]|20)\}")
+#: a number of the prose in Python's e-notation at float64's noise level (MLA's "differs by at most 4.4e-16")
+_NOISE_WORD = re.compile(r"\d(?:\.\d+)?e-(?:1[3-9]|20)\b")
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_float_noise_prints_as_zero(name, traces):
     """An entry that is 0 in exact arithmetic and float noise in the trace (MLA's S^C: -9.3e-17
     beside entries near 1; a softmax shift of a score equal to the maximum: -4.4e-16) prints as 0
-    (attntrace.rendering.printing.NOISE); true tiny values (underflowed weights) keep theirs."""
+    (attntrace.rendering.printing.NOISE), in a matrix and in the prose; true tiny values (underflowed
+    weights) keep theirs."""
     for rows in (None, "all"):
         md = render(traces[name], format="md", lang="en", **({"rows": rows} if rows else {}))
         assert not _NOISE_ENTRY.search(md), f"{name}: {_NOISE_ENTRY.search(md).group(0)}"
+    for lang in ("en", "zh"):  # nor in a sentence: the absorbed scores equal S up to rounding, not "differ by 4.4e-16"
+        md = render(traces[name], format="md", lang=lang)
+        assert not _NOISE_WORD.search(md), f"{name} ({lang}): {_NOISE_WORD.search(md).group(0)}"
 
 
 def test_float_noise_is_zero_in_print_only(traces):

@@ -8,7 +8,10 @@ prose reports (0 in exact mode: the identity; float rounding in numeric mode).
 
 from __future__ import annotations
 
+import numpy as np
+
 from attntrace.model import formula as F
+from attntrace.rendering.printing import NOISE
 from attntrace.rendering.stepview import register_view
 from attntrace.rendering.viewparts import SHAPE_LINES, block, report_params, resolve
 
@@ -39,8 +42,10 @@ def build_absorbed(sv, vm) -> None:
     s, o = sv.s, sv.out
     gap = s.details.get("gap")
     scores = resolve(sv.t, s.details["scores"], s.head)
-    vm["extra"].update(scores=sv.mname(scores), gap=None if gap is None else ("0" if gap == 0 else f"{gap:.1e}"),
-                       exact=sv.mode == "exact")
+    # a gap within float noise of the scores (`printing.NOISE`: 4.4e-16 beside scores near 1) is 0, as its matrices print it
+    noise = gap is not None and 0 < gap <= NOISE * max(float(np.max(np.abs(np.asarray(scores.value, dtype=float)))), 1.0)
+    vm["extra"].update(scores=sv.mname(scores), gap=None if gap is None else ("0" if gap == 0 or noise else f"{gap:.1e}"),
+                       exact=sv.mode == "exact", rounding=noise)
     lhs = sv.named(sv.ref)
     sides = [o.math(F.after_lhs(s.expr))]
     sides += sv.result_side(s.value, sv.budget(lhs)) if sv.mode != "symbolic" else [o.matrix(sv.expressions(), s.shape, sv.budget(lhs))]
