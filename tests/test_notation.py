@@ -119,6 +119,16 @@ def test_a_head_index_is_no_row_or_column_index(name, traces):
         assert not re.search(r"\(([ij])\)", r.tex + (r.entry_tex or "")), f"{name}: {r.tex} numbers its head like a row or column"
 
 
+@pytest.mark.parametrize("name", MULTI)
+def test_the_mask_is_printed_once(name, traces):
+    """M is one matrix for every head: its 0/1 pattern stands beside head 1's masked scores, not
+    again beside each later head's (llama-block-tiny and mla-tiny printed it per head)."""
+    for lang in ("en", "zh"):
+        for fmt, shown in (("md", r"\\underset\{\(\d+ \\times \d+\)\}\{M\} ="), ("text", r"(?m)^\s*M \(\d+ x \d+\) =")):
+            count = len(re.findall(shown, attntrace.render(traces[name], format=fmt, lang=lang)))
+            assert count <= 1, f"{name} ({fmt}, {lang}): the mask is printed {count} times"
+
+
 def test_a_clash_is_found(traces):
     """The collector is not vacuous: an operand named m beside the softmax's row maximum m_i is a clash."""
     trace = traces["sentence-4x6"]

@@ -400,8 +400,11 @@ class StepView(SoftmaxView):
         vm["extra"]["masked_count"] = int((~np.asarray(keep, dtype=bool)).sum()) if keep is not None else 0
         vm["formula_block"] = self.fit_formula(vm["formula"]) if not o.plain else [vm["formula"]]
         blocks = []
-        if keep is not None:
-            letter = o.math(sym("M"))  # one mask for every head: M, as the notation table writes it
+        # one mask for every head: printed with the first head's masked scores, again only where it differs
+        first = next(x for x in self.t.steps if x.id == s.id)
+        shown = first is not s and np.array_equal(np.asarray(first.details.get("keep"), dtype=bool), np.asarray(keep, dtype=bool))
+        if keep is not None and not shown:
+            letter = o.math(sym("M"))  # M, as the notation table writes it
             mlhs = o.named(letter, s.shape)
             blocks.append(self.fit(mlhs, [o.matrix_of(s.shape[0], s.shape[1], lambda i, j: "1" if keep[i, j] else "0", self.budget(mlhs))]))
         lhs = self.named(self.ref)
