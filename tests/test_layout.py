@@ -224,3 +224,15 @@ def test_a_blocks_given_matrices_come_in_order_of_use():
     assert all(len(n) >= 2 for n in names), names
     flat = [n for line in names for n in line]
     assert flat.index("\\gamma") < flat.index("W_Q^{(1)}") and flat.index("\\gamma^{f}") + 1 == flat.index("W_{\\mathrm{gate}}"), flat
+
+
+@pytest.mark.parametrize("name", ["llama-block-tiny", "gemma2-block-tiny"])
+def test_a_projection_given_per_head_stands_with_its_other_heads(name):
+    """W_Q^(2) stood after W_K^(1) and W_V^(1), on a line with W_O (issue 22): the heads' blocks of
+    one projection come one after the other in Given, W_Q^(2) on W_Q^(1)'s line."""
+    tex = attntrace.render(attntrace.run(name), format="tex")
+    given = tex.split("\\subsection*{Given}", 1)[1].split("\\subsection*", 1)[0]
+    lines = [re.findall(r"\\underset\{\([^)]*\)\}\{(.*?)\} =", d) for d in re.findall(r"\\\[(.*?)\\\]", given, re.S)]
+    flat = [n for line in lines for n in line]
+    assert flat.index("W_Q^{(2)}") == flat.index("W_Q^{(1)}") + 1, flat
+    assert any("W_Q^{(1)}" in line and "W_Q^{(2)}" in line for line in lines), lines

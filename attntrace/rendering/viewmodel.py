@@ -208,12 +208,18 @@ def report_view(trace, fmt: str, precision: int, max_size: int, figures: list[di
     return view
 
 
+#: the given matrices a head reads its queries, keys and values with (`in_order_of_use`)
+_PROJECTIONS = {f"{w}_{m}" for w in "Wb" for m in "QKV"}
+
+
 def in_order_of_use(trace) -> list:
     """The given matrices of a block, or of latent attention, in the order the computation first
     reads them (ties: the trace's order). A block's norm gains then stand beside their
     sublayer's weights (pre-norm: gamma with X, gamma^f with W_gate), not all after W_O, where
     they left W_gate alone on a line; latent attention's shared down-projections come before
-    the heads' matrices. Other traces keep the spec's order (X beside X_kv)."""
+    the heads' matrices. A matrix given per head stands with its other heads' (W_Q^(2) beside
+    W_Q^(1), where it stood after W_V^(1) and beside W_O). Other traces keep the spec's order
+    (X beside X_kv)."""
     first_head = next((k for k, s in enumerate(trace.steps) if s.head is not None), 0)
     if not any(s.id in BLOCK_IDS for s in trace.steps) and first_head == 0:
         return list(trace.operands)
@@ -223,7 +229,16 @@ def in_order_of_use(trace) -> list:
         for ref in step.inputs:
             name, _, head = ref.partition("@")
             first.setdefault((name, int(head) if head else (step.head if name in per_head else None)), k)
-    return sorted(trace.operands, key=lambda op: first.get((op.name, op.head), len(trace.steps)))
+    use = [first.get((op.name, op.head), len(trace.steps)) for op in trace.operands]
+    # the projections' weights and biases of every head (the spec's W_Q split into column blocks): one name's heads
+    # stand together (latent attention's per-head up-projections stay by head: each head's four are read together)
+    together = {op.name for op in trace.operands if op.head is not None and op.name in _PROJECTIONS}
+    name_first: dict[str, int] = {}
+    for op, k in zip(trace.operands, use):
+        if op.name in together:
+            name_first[op.name] = min(name_first.get(op.name, k), k)
+    order = sorted(range(len(use)), key=lambda k: (name_first.get(trace.operands[k].name, use[k]), use[k]))
+    return [trace.operands[k] for k in order]
 
 
 def _numbers(n: int) -> dict[str, str]:
