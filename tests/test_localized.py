@@ -23,6 +23,20 @@ def test_zh_report_has_the_chinese_title(name):
     assert attntrace.render(trace, format="md", lang="en").splitlines()[0] == "# " + escape_md(format_user_text(trace.title, "text"))
 
 
+#: the \text{...} a formula may hold in any language: subscripts of names (d_model, K_cache, beta_fast)
+_NAME_WORDS = {"model", "cache", "past", "ff", "base", "nope", "rope", "fast", "slow", "gate", "up", "down", "kv"}
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_zh_formulas_hold_no_english_words(name):
+    """A formula's words are not translated, so a formula holds none: the router's cases and
+    Llama 3's RoPE rule said "otherwise" in the zh report; they state the condition (j not in T_i),
+    and a list elides with dots, not the text "..."."""
+    md = attntrace.render(attntrace.run(name), format="md", lang="zh")
+    words = set(re.findall(r"\\text\{([^{}]*)\}", md)) - _NAME_WORDS
+    assert not words, f"{name}: {words}"
+
+
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_every_example_compiles_without_missing_glyphs(xelatex, lang):
     for name in EXAMPLES:

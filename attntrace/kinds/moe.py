@@ -33,7 +33,7 @@ from attntrace.inputs.moespec import MOE_OPERANDS as OPERANDS  # noqa: F401 - it
 from attntrace.inputs.moespec import check_route, parse_moe
 from attntrace.inputs.options import SpecOption
 from attntrace.kinds.base import Kind, Mistake, Symbol
-from attntrace.model.formula import Cases, Frac, Func, Hcat, Neg, Op, Paren, Parts, Power, Sum, Value, Word, node, sym
+from attntrace.model.formula import Cases, Dots, Frac, Func, Hcat, Neg, Op, Paren, Parts, Power, Sum, Value, Word, node, sym
 
 #: The number of an expert: Y^{(xi)}, W_gate^{(xi)}, the sum over xi in T_i. GShard writes e, but e is
 #: Euler's number in the router's own formulas (e^{l_ij}, 1 / (1 + e^{-x})); j is the column of G, and a superscript (j)
@@ -298,7 +298,8 @@ class RouterGates(MoeKind):
         else:
             w = Frac(Power(sym("e"), sym("l").at("i", "j")), Sum(Op("in", k, _T), Power(sym("e"), sym("l").at("i", "k"))))
             inputs = [lg.ref]
-        formula = g.eq(Cases(((w, Op("in", sym("j"), _T)), (node(0), Word("otherwise")))))
+        # the condition, not the word "otherwise": a formula's words are not translated (the zh report's too)
+        formula = g.eq(Cases(((w, Op("in", sym("j"), _T)), (node(0), Op("notin", sym("j"), _T)))))
         return ctx.emit(self, None, inputs, formula, result, shape, details)
 
     def json_details(self, details):
@@ -397,7 +398,7 @@ class Experts(MoeKind):
         result = None if parts[0] is None else ctx.alg.hstack(parts)
         check_exact_size(ctx, self.id, result)
         d = x.shape[1]
-        formula = Parts((self.letter.eq(Hcat((sym("Y", sup="(1)"), Word("..."), sym("Y", sup=f"({n_exp})")))),) + _expert_rules(x.letter, clamp, moe.get("biases")))
+        formula = Parts((self.letter.eq(Hcat((sym("Y", sup="(1)"), Dots(), sym("Y", sup=f"({n_exp})")))),) + _expert_rules(x.letter, clamp, moe.get("biases")))
         details = {"experts": n_exp, "width": d, "biases": bool(moe.get("biases")), "activation": moe.get("activation", "swiglu"),
                    "hidden": ctx.p.shared["E_gate@1"].shape[1]}
         if clamp is not None:

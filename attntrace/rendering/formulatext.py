@@ -37,7 +37,7 @@ CALLIGRAPHIC = {"T": "TopK"}
 #: Functions LaTeX knows by name (\max, \log); the others are \operatorname{...}.
 TEX_FUNCTIONS = {"max", "min", "exp", "log", "ln", "sin", "cos", "tanh"}
 #: Binary operators of `Op`: LaTeX, plain, MathML.
-OPERATORS = {"mul": (" \\cdot ", " * ", "⋅"), "hadamard": (" \\odot ", " * ", "⊙"), "circ": (" \\circ ", " o ", "∘"), "in": (" \\in ", " in ", "∈"),
+OPERATORS = {"mul": (" \\cdot ", " * ", "⋅"), "hadamard": (" \\odot ", " * ", "⊙"), "circ": (" \\circ ", " o ", "∘"), "in": (" \\in ", " in ", "∈"), "notin": (" \\notin ", " not in ", "∉"),
              "times": (" \\times ", " x ", "×"), "ntimes": ("{\\times}", " x ", "×"), "cdot": (" \\cdot ", "*", "⋅")}
 #: Relations of `Rel`: LaTeX, plain, MathML.
 RELATIONS = {"eq": (" = ", " = ", "="), "lt": (" < ", " < ", "<"), "gt": (" > ", " > ", ">"), "approx": (" \\approx ", " ~ ", "≈"), "to": (" \\to ", " -> ", "→"),

@@ -118,7 +118,7 @@ class _Rotation:
             lam, kappa, theta = F.sym("lambda", "r"), F.sym("kappa", "r"), F.sym("theta", "r")
             rule = [c_i.eq(F.Cases(((F.Num(1), F.Rel((lam, slash(L, hi)), ("lt",))),
                                     (slash(1, s_f), F.Rel((lam, slash(L, lo)), ("gt",))),
-                                    (slash(F.Paren(1 - kappa), s_f) + kappa, F.Word("otherwise"))))),
+                                    (slash(F.Paren(1 - kappa), s_f) + kappa, F.Rel((slash(L, hi), lam, slash(L, lo)), ("le", "le")))))),
                     F.Parts((lam.eq(F.Frac(F.Juxt((F.Num(2), F.sym("pi"))), theta)),
                              kappa.eq(F.Frac(slash(L, lam) - lo, hi - lo))))]
         else:
