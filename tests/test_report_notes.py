@@ -58,3 +58,12 @@ def test_zh_glossary_token_is_ciyuan(name):
 def test_en_gain_agrees_with_its_verb():
     md = attntrace.render(attntrace.run("llama-block-tiny"), format="md")
     assert "gamma$ are learned" not in md and "the gain $\\gamma$ is learned per feature" in md
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_count_of_one_is_not_written_as_several(lang):
+    """Text written for several items used for one: moe-tiny kept "the best 1 of 2 groups" (保留最好的 1 个)."""
+    md = attntrace.render(attntrace.run("moe-tiny"), format="md", lang=lang)
+    assert not re.search(r"\bbest 1 of\b|最好的 1 个", md)
+    assert ("the better of 2 groups" if lang == "en" else "保留最好的一组") in md
+
