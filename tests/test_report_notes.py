@@ -67,3 +67,13 @@ def test_a_count_of_one_is_not_written_as_several(lang):
     assert not re.search(r"\bbest 1 of\b|最好的 1 个", md)
     assert ("the better of 2 groups" if lang == "en" else "保留最好的一组") in md
 
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+@pytest.mark.parametrize("name, q, k", [("qk-norm-qwen3", "\\tilde{Q}", "\\tilde{K}"), ("llama-block-tiny", "\\tilde{Q}^{(1)}", "\\tilde{K}^{(1)}"),
+                                        ("sentence-4x6", "Q", "K")])
+def test_the_scores_sentence_names_what_the_scores_read(name, q, k, lang):
+    """S = Q~ K~^T after RoPE (and QK-norm), but the sentence said "row i of Q with row j of K":
+    it names the matrices the formula multiplies."""
+    md = attntrace.render(attntrace.run(name), format="md", lang=lang)
+    said = f"row $i$ of ${q}$ with row $j$ of ${k}$" if lang == "en" else f"${q}$ 的第 $i$ 行与 ${k}$ 的第 $j$ 行的点积"
+    assert said in md

@@ -137,6 +137,8 @@ class StepView(SoftmaxView):
         }
         if s.id == "scaled":
             self.scale_facts(vm)
+        if s.id == "scores" and len(s.inputs) == 2:  # the queries and keys it reads: rotated, normed or a key/value head's
+            vm["extra"]["read_q"], vm["extra"]["read_k"] = (self.mname(resolve(self.t, n, s.head)) for n in s.inputs)
         self.lw = self.label_width()
         view = kind_of(s.id).view
         builder = getattr(self, f"build_{view}", None)
