@@ -77,3 +77,10 @@ def test_the_scores_sentence_names_what_the_scores_read(name, q, k, lang):
     md = attntrace.render(attntrace.run(name), format="md", lang=lang)
     said = f"row $i$ of ${q}$ with row $j$ of ${k}$" if lang == "en" else f"${q}$ 的第 $i$ 行与 ${k}$ 的第 $j$ 行的点积"
     assert said in md
+
+
+def test_zh_notation_says_epsilon_in_chinese():
+    """The zh notation row of the norm's epsilon read "归一化的 epsilon": the symbol stands beside it, the words are Chinese."""
+    md = attntrace.render(attntrace.run("qk-norm-qwen3"), format="md", lang="zh")
+    section = md.split("\n## 符号\n", 1)[1].split("\n## ", 1)[0]
+    assert "的 epsilon" not in section and "归一化的小常数" in section
