@@ -84,3 +84,17 @@ def test_zh_notation_says_epsilon_in_chinese():
     md = attntrace.render(attntrace.run("qk-norm-qwen3"), format="md", lang="zh")
     section = md.split("\n## 符号\n", 1)[1].split("\n## ", 1)[0]
     assert "的 epsilon" not in section and "归一化的小常数" in section
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_introduction_names_only_what_the_trace_computes(name):
+    """article_softmax_claim starts from scores and ends at the weights, yet its introduction read
+    softmax(QK^T)V: a trace that starts from scores names S, not Q K^T, and V only with a weighted sum."""
+    from attntrace.rendering.viewmodel import intro_formula
+
+    trace = attntrace.run(name)
+    if trace.settings.get("start") != "scores":
+        return
+    formula = intro_formula(trace).text("plain")
+    assert "S" in formula and not re.search(r"\b[QK]\b", formula), (name, formula)
+    assert ("V" in formula) == any(s.id == "Z" for s in trace.steps), (name, formula)

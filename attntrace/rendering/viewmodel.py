@@ -332,11 +332,15 @@ def intro_formula(trace) -> F.Node:
     by_id: dict[str, list] = {}
     for s in trace.steps:
         by_id.setdefault(s.id, []).append(s)
-    term: F.Node = F.sym("Q") * F.sym("K").T()
+    # given scores start the term at S; without a weighted sum the trace ends at the weights
+    term: F.Node = F.sym("S") if start == "scores" else F.sym("Q") * F.sym("K").T()
     for kind in HEAD_PIPELINE:
         if kind.id in by_id:
             term = kind.intro(term, by_id[kind.id])
-    return F.Func("softmax", (term,)) * F.Space() * F.sym("V")
+    weights = F.Func("softmax", (term,))
+    if start == "scores" and "Z" not in by_id:
+        return F.sym("A").eq(weights)
+    return weights * F.Space() * F.sym("V")
 
 
 def given_shapes(trace, out) -> list[dict[str, Any]]:
