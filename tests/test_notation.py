@@ -231,3 +231,14 @@ def test_yarn_ramp_is_no_norm_gain():
         math = _math(attntrace.render(trace, format="md", lang=lang))
         assert "\\rho_r" in math and "\\gamma_j" in math
         assert not re.search(r"\\gamma_\{?r\b", math), lang
+
+
+@pytest.mark.parametrize("name, backward", [("backward-2x2", False), ("backward-2x2-symbolic", False), ("multihead-output", True)])
+def test_the_backward_prose_writes_entries_as_the_steps_do(name, backward):
+    """The backward pass wrote L = sum (Z_ij)^2 and r_i = sum_j dZ_ij Z_ij beside the entries z_ij
+    and g^Z_ij of its own steps: an entry is the lower-case letter (z_ij, o_ij), a gradient's entry g^Z_ij."""
+    trace = attntrace.run(name, backward=True) if backward else attntrace.run(name)
+    for lang in ("en", "zh"):
+        math = _math(attntrace.render(trace, format="md", lang=lang))
+        assert not re.search(r"(?<![\\a-zA-Z{])[A-Z]_\{ij\}", math), (name, lang, re.findall(r".{20}[A-Z]_\{ij\}", math))
+        assert "\\mathrm{d}Z_{ij}" not in math, (name, lang)
