@@ -98,3 +98,17 @@ def test_the_introduction_names_only_what_the_trace_computes(name):
     formula = intro_formula(trace).text("plain")
     assert "S" in formula and not re.search(r"\b[QK]\b", formula), (name, formula)
     assert ("V" in formula) == any(s.id == "Z" for s in trace.steps), (name, formula)
+
+
+def test_the_weight_gradient_writes_the_projection_the_trace_has():
+    """backward-2x2 has no bias, yet dW_Q's note read Q = X W_Q + b; cross-attention's keys and
+    values project X_kv, yet the note read K = X W_K."""
+    for lang in ("en", "zh"):
+        tex = attntrace.render(attntrace.run("backward-2x2"), format="tex", lang=lang)
+        assert not re.search(r"W_[QKV] \+ b", tex) and all(f"{m} = X W_{m}\\)" in tex for m in "QKV"), lang
+        cross = attntrace.render(attntrace.run("cross-attention", backward=True), format="tex", lang=lang)
+        assert "K = X_{\\mathrm{kv}} W_K" in cross and "V = X_{\\mathrm{kv}} W_V" in cross and "Q = X W_Q" in cross, lang
+    biased = {"X": [[1, 0], [2, 1]], "W_Q": [[1, 0], [0, 1]], "W_K": [[1, 0], [1, 1]], "W_V": [[1, 2], [0, -1]],
+              "b_Q": [[1, 2]], "backward": {"loss": "sum_squares"}}
+    tex = attntrace.render(attntrace.run(biased), format="tex")
+    assert "Q = X W_Q + b_Q" in tex and "K = X W_K\\)" in tex

@@ -48,6 +48,12 @@ def build_grad(sv, vm) -> None:
     vm["extra"]["of"] = o.math(kind.of.head(s.head))
     vm["extra"]["projections"] = ", ".join(s.details.get("projections", ()))
     vm["extra"]["heads"] = s.details.get("heads", 1)
+    # dW_Q's prose writes the projection, Q = X W_Q + b_Q only when the trace has the bias
+    vm["extra"]["bias"] = s.id.startswith("dW_") and any(st.id == "db_" + s.id[3:] for st in sv.t.steps)
+    # ... and its input: X, or X_kv for the keys and values of cross-attention
+    forward = s.id[3:] if s.id.startswith("dW_") else ""
+    vm["extra"]["input"] = (o.math(resolve(sv.t, sv.t.step(forward, s.head).inputs[0], s.head).matrix)
+                            if forward and sv.t.has(forward, s.head) else "X")
 
     lhs = sv.named(sv.ref)
     budget = sv.budget(lhs)
