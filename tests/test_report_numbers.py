@@ -244,6 +244,22 @@ def test_no_long_paragraph_twice(name, lang, traces):
     assert not twice, f"{name} {lang}: said again: {twice}"
 
 
+@pytest.mark.parametrize("lang", LANGS)
+@pytest.mark.parametrize("name", ["backward-2x2", "multihead-output", "cross-attention"])
+def test_the_weight_gradients_say_their_rule_once(name, lang):
+    """dW_Q, dW_K and dW_V had one paragraph each that differed only in the letter Q, K or V (three
+    times in backward-2x2, and the full-width one in multihead-output); dX's heads were numbered
+    i = 1, ..., 2 beside the row index i, where the formula sums over eta."""
+    md = render(attntrace.run(name, backward=True), format="md", lang=lang)
+    seen: dict[str, int] = {}
+    for p in paragraphs(md):
+        if len(p) > 100:
+            key = re.sub(r"(?<=[_{ ])[QKV](?=[_}$ ])|(?<=[_{])[QKV]$", "M", p)
+            seen[key] = seen.get(key, 0) + 1
+    assert not [p[:80] for p, n in seen.items() if n > 1], name
+    assert "i = 1" not in md, name
+
+
 #: a matrix entry or a vector entry in scientific notation at float64's noise level (1e-13 to 1e-20)
 _NOISE_ENTRY = re.compile(r"(?:&|\{r+\}|\\left\(|,\\ )\s*-?\d(?:\.\d+)? \\cdot 10\^\{-(?:1[3-9]|20)\}")
 #: a number of the prose in Python's e-notation at float64's noise level (MLA's "differs by at most 4.4e-16")

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from attntrace.model.formula import Diff, Func, Slice, Space, sym, to
+from attntrace.model.formula import Diff, Dots, Func, Num, Seq as Sequence, Slice, Space, sym, to
 from attntrace.kinds import kind_of
+from attntrace.kinds.notation import HEAD_INDEX
 from attntrace.rendering.layout import Seq
 from attntrace.rendering.printing import pick, reproducing_precision
 from attntrace.rendering.stepview import register_view
@@ -47,11 +48,18 @@ def build_grad(sv, vm) -> None:
     kind = kind_of(s.id)
     vm["extra"]["of"] = o.math(kind.of.head(s.head))
     vm["extra"]["projections"] = ", ".join(s.details.get("projections", ()))
-    vm["extra"]["heads"] = s.details.get("heads", 1)
+    vm["extra"]["heads"] = heads = s.details.get("heads", 1)
+    # dX sums over the heads, numbered by the head index of the notation (eta), not by the row index i
+    values = Sequence(tuple(Num(k) for k in range(1, heads + 1)) if heads <= 3 else (Num(1), Dots(), Num(heads)))
+    form = "plain" if o.plain else "tex"
+    vm["extra"]["head_range"] = f"{HEAD_INDEX.text(form)} = {values.text(form)}"
     # dW_Q's prose writes the projection, Q = X W_Q + b_Q only when the trace has the bias
     vm["extra"]["bias"] = s.id.startswith("dW_") and any(st.id == "db_" + s.id[3:] for st in sv.t.steps)
     # ... and its input: X, or X_kv for the keys and values of cross-attention
     forward = s.id[3:] if s.id.startswith("dW_") else ""
+    # dW_K, dW_V after dW_Q: the same rule, said once (its paragraph appeared three times)
+    vm["extra"]["projection_again"] = bool(forward) and next(
+        (st for st in sv.t.steps if st.id in ("dW_Q", "dW_K", "dW_V") and st.head == s.head), s) is not s
     vm["extra"]["input"] = (o.math(resolve(sv.t, sv.t.step(forward, s.head).inputs[0], s.head).matrix)
                             if forward and sv.t.has(forward, s.head) else "X")
 

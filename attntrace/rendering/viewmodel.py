@@ -433,6 +433,8 @@ def mark_repeats(view: dict[str, Any]) -> None:
                 # a later head repeats the computation: its result is shown, its entries were
                 # written out once, for the first head
                 vm["entries"], vm["softmax_rows"] = [], []
+                if vm["extra"].get("softmax_rows") or vm["extra"].get("jacobian"):
+                    vm["extra"]["softmax_rows"], vm["extra"]["jacobian"] = [], None  # the backward softmax's rows
                 # nor its formula and shapes, which are head 1's: the result is what is new
                 vm["formula_block"], vm["head_repeat"] = None, True
             elif seen["kind"] != vm["kind"] and vm["prose"] == "residual":
