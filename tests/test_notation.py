@@ -161,7 +161,7 @@ def test_multi_head_input_gradient_has_no_index_m_beside_the_mask():
     for lang in ("en", "zh"):
         math = _math(attntrace.render(trace, format="md", lang=lang))
         assert "M_{ij}" in math  # the mask is there, one for both heads
-        assert "\\sum_{\\eta} \\left(\\mathrm{d}Q^{(\\eta)} W_Q^{(\\eta)\\top} + \\mathrm{d}K^{(\\eta)} W_K^{(\\eta)\\top}" in math
+        assert "\\sum_{\\eta} \\left(\\mathrm{d}Q^{(\\eta)}\\, W_Q^{(\\eta)\\top} + \\mathrm{d}K^{(\\eta)}\\, W_K^{(\\eta)\\top}" in math
         assert not re.search(r"M\s*(\\in|=)\s*\\?\{?\s*[QK]\b", math) and "W_M" not in math and "W_{M}" not in math
 
 
@@ -242,3 +242,14 @@ def test_the_backward_prose_writes_entries_as_the_steps_do(name, backward):
         math = _math(attntrace.render(trace, format="md", lang=lang))
         assert not re.search(r"(?<![\\a-zA-Z{])[A-Z]_\{ij\}", math), (name, lang, re.findall(r".{20}[A-Z]_\{ij\}", math))
         assert "\\mathrm{d}Z_{ij}" not in math, (name, lang)
+
+
+@pytest.mark.parametrize("name, backward", [("backward-2x2", False), ("backward-2x2-symbolic", False), ("multihead-output", True)])
+def test_a_differential_is_set_apart_from_the_next_factor(name, backward):
+    """dQ = dS K printed as dSK, which reads as d(SK): a factor after a differential gets a thin space."""
+    trace = attntrace.run(name, backward=True) if backward else attntrace.run(name)
+    md = attntrace.render(trace, format="md")
+    spans = [m.group(1) or m.group(2) for m in re.finditer(r"\$\$(.+?)\$\$|\$(.+?)\$", md, re.S)]
+    glued = [g for span in spans for g in re.findall(r"\\mathrm\{d\}[A-Z](?:_[A-Z]|_\{[^{}]*\}|\^\{\\top\}|\^\{\([^{}]*\)\}|\^\{\([^{}]*\)\\top\})* "
+                       r"(?!\\(?:circ|odot|cdot|quad|qquad|right|end|text|\\))[A-Za-z\\]", span)]
+    assert not glued, (name, glued[:5])

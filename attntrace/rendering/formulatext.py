@@ -96,6 +96,13 @@ def _atomic(x) -> bool:
     return isinstance(x, (F.Sym, F.Num, str, F.Diff))
 
 
+def _differential(x) -> bool:
+    """dS, dS^T, dQ^{(1)}: a factor after it gets a thin space, so that dS K does not read as d(SK)."""
+    while isinstance(x, (F.Head, F.Index, F.Transpose)):
+        x = x.of
+    return isinstance(x, F.Diff)
+
+
 def _coefficient(a, b) -> bool:
     """A number before parentheses, 2(i-1): no space between them."""
     return isinstance(a, F.Num) and isinstance(b, F.Paren)
@@ -180,7 +187,9 @@ class TexPrinter(Printer):
             return ("" if j.tight else "\\,").join(self.p(f) for f in j.factors)
         out = ""
         for k, f in enumerate(j.factors):
-            out += ("" if k == 0 or isinstance(f, F.Space) or _coefficient(j.factors[k - 1], f) else " ") + self.p(f)
+            before = j.factors[k - 1] if k else None
+            gap = "" if k == 0 or isinstance(f, F.Space) or _coefficient(before, f) else "\\, " if _differential(before) else " "
+            out += gap + self.p(f)
         return out
 
     def _print_Space(self, s: F.Space) -> str:
