@@ -112,3 +112,11 @@ def test_the_weight_gradient_writes_the_projection_the_trace_has():
               "b_Q": [[1, 2]], "backward": {"loss": "sum_squares"}}
     tex = attntrace.render(attntrace.run(biased), format="tex")
     assert "Q = X W_Q + b_Q" in tex and "K = X W_K\\)" in tex
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_shapes_line_says_what_the_step_reads_and_makes(name):
+    """The given gradient dZ printed "Shapes: (2 x 2)." under its own (2 x 2): a shapes line has an arrow."""
+    md = attntrace.render(attntrace.run(name), format="md")
+    lines = re.findall(r"Shapes: \$([^$]*)\$", md)
+    assert all("\\to" in line for line in lines), (name, [line for line in lines if "\\to" not in line])

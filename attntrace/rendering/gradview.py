@@ -42,6 +42,8 @@ def build_grad(sv, vm) -> None:
     s, o = sv.s, sv.out
     rule = s.details.get("rule", "")
     vm["extra"]["rule"] = rule
+    if rule == "given":
+        vm["shapes_said"] = True  # a given gradient reads nothing: "Shapes: (2 x 2)" repeated the shape under its name
     vm["extra"]["masked"] = bool(s.details.get("masked"))
     vm["extra"]["by_sqrt"] = bool(s.details.get("by_sqrt_dk", True))
     vm["extra"].update(softmax_rows=[], jacobian=None, jacobian_row=None)
