@@ -310,3 +310,18 @@ def test_an_elided_matrix_is_denoised_on_its_shown_rows_only(monkeypatch):
     md = attntrace.render(attntrace.run({"scores": scores, "scale": False}), "md", max_size=8)
     assert read and max(rows for rows, _ in read) < 200, read
     assert "-17}" not in md and "e-17" not in md
+
+
+@pytest.mark.parametrize("name", ["height-weight-raw", "height-weight-3-raw"])
+def test_saturated_weights_print_alike_in_the_softmax_and_the_weighted_sum(name, traces):
+    """The softmax printed A = (7.4e-2320, ..., 1.0000) and the weighted sum then read
+    0 * 52 + ... + 1 * 80: one matrix, two forms. The weighted sum prints the weights as the softmax did."""
+    for lang in LANGS:
+        tex = render(traces[name], format="tex", lang=lang)
+        softmax, _, weighted = tex.partition("\\paragraph*{" + ("Weighted sum" if lang == "en" else "加权求和") + "}")
+        row = re.search(r"\\underset\{\(1 \\times 5\)\}\{A\} = \\left\[\\begin\{array\}\{r+\}(.*?)\\end\{array\}", softmax).group(1)
+        first, last = row.split(" & ")[0], row.split(" & ")[-1]
+        assert "10^{-" in first and last == "1.0000", (name, row)
+        line = weighted[weighted.index("z_{11} &="):].split("\\end{align*}")[0]
+        assert f"= {first} \\cdot " in line and f"{last} \\cdot 80" in line, (name, lang, line)
+        assert not re.search(r"(?<![.\d])0 \\cdot \d", line), (name, lang, line)

@@ -174,21 +174,14 @@ class SoftmaxView:
     # 1 - e^-5340 rounds to 1. These give log10 of the true value where the float is not
     # exact (None where it is: a masked 0, the 1 of a row with one kept key, e^0 = 1).
     def shifted(self, i: int) -> np.ndarray:
-        d = self.s.details
-        if "shifted" in d:
-            return np.asarray(d["shifted"][i], dtype=float)
-        src = resolve(self.t, self.s.inputs[0], self.s.head)
-        return np.asarray(src.value[i], dtype=float) - float(d["row_max"][i])
+        return shifted_row(self.t, self.s, i)
 
     def exp_log10(self, i: int, j: int) -> float | None:
         x = float(self.shifted(i)[j])
         return None if x == 0 or np.isneginf(x) else x / np.log(10)
 
     def weight_log10(self, i: int, j: int) -> float | None:
-        row = self.shifted(i)
-        if np.isneginf(row[j]) or np.isfinite(row).sum() == 1:
-            return None
-        return float(row[j] - np.log(float(self.s.details["row_sum"][i]))) / np.log(10)
+        return weight_log10(self.t, self.s, i, j)
 
     def vector_tex(self, items: list[str]):
         o = self.out
@@ -264,3 +257,22 @@ def _minus_inf(x) -> bool:
         return math.isinf(float(x)) and float(x) < 0
     except TypeError:  # a symbol has no float
         return False
+
+
+def shifted_row(trace, step, i: int) -> np.ndarray:
+    """Row i of a weights step's scores minus the row maximum, as the softmax exponentiated them."""
+    d = step.details
+    if "shifted" in d:
+        return np.asarray(d["shifted"][i], dtype=float)
+    src = resolve(trace, step.inputs[0], step.head)
+    return np.asarray(src.value[i], dtype=float) - float(d["row_max"][i])
+
+
+def weight_log10(trace, step, i: int, j: int) -> float | None:
+    """log10 of weight (i, j)'s true value where its float is not exact (e^-5340 / sum underflowed
+    to 0, 1 - e^-5340 rounded to 1), else None: the weights print the same wherever they appear."""
+    row = shifted_row(trace, step, i)
+    if np.isneginf(row[j]) or np.isfinite(row).sum() == 1:
+        return None
+    return float(row[j] - np.log(float(step.details["row_sum"][i]))) / np.log(10)
+

@@ -18,7 +18,7 @@ from attntrace.model.errors import BadInput
 from attntrace.model.formula import Dots, Frac, Num, after_lhs, sym
 from attntrace.rendering.layout import Seq, fit_chain, join_sum, row_seq
 from attntrace.rendering.printing import STATS, decimals_needed, pick, plain_name, reproducing_digits, reproducing_precision
-from attntrace.rendering.softmaxview import SoftmaxView
+from attntrace.rendering.softmaxview import SoftmaxView, weight_log10
 from attntrace.kinds import kind_of
 from attntrace.rendering import views
 from attntrace.rendering.viewparts import inputs_not_kept, Ref, block, entry_columns, pack, resolve, rows_to_expand, shape_dims, step_ref, vector_entry
@@ -220,8 +220,10 @@ class StepView(SoftmaxView):
         small = all(max(r.shape) <= o.max_size for r in (a, b) + ((bias,) if bias else ()))
         budget = self.budget(lhs)
         sides: list = [rhs]
+        true_a = self.saturated_weights(s.inputs[0])
         if small and a.value is not None and b.value is not None and not o.plain:  # plain matrices span lines: no product
-            factors = [self.shown(a, budget - 2), self.shown(b, budget - 2, tr)]
+            factors = [o.numeric_matrix(a.value, a.shape, budget - 2, true_a) if true_a else self.shown(a, budget - 2),
+                       self.shown(b, budget - 2, tr)]
             product = Seq(tuple(factors), joiner=" ")
             if bias is not None:
                 product = Seq((product.tex(), "+ " + self.shown(bias, budget - 2)), joiner=" ")
@@ -251,10 +253,26 @@ class StepView(SoftmaxView):
         chains = []
         for i in rows:
             for j in entry_columns(self, s.shape[1]):
-                chains.append(self.product_entry(a, b, tr, bias, i, j, named=not chains) if j is not None else [o.dots(None, 0)])
+                chains.append(self.product_entry(a, b, tr, bias, i, j, named=not chains, true_a=true_a) if j is not None else [o.dots(None, 0)])
         vm["entries"] = self.blocks_of(chains)
 
-    def product_entry(self, a, b, tr, bias, i, j, named: bool = True) -> list[str]:
+    def saturated_weights(self, name: str) -> Callable[[int, int], float | None] | None:
+        """When this product reads attention weights some of whose floats are not their true values
+        (e^-5340 / sum underflowed to 0, 1 - e^-5340 rounded to 1), log10 of the true values, so that
+        the weights print here as the softmax step printed them (7.4e-2320 and 1.0000, not 0 and 1)."""
+        base, _, h = name.partition("@")
+        head = int(h) if h else self.s.head
+        if self.mode != "numeric" or base != "weights" or not self.t.has(base, head):
+            return None
+        step = self.t.step(base, head)
+        value = np.asarray(step.value, dtype=float)
+        true = lambda i, j: weight_log10(self.t, step, i, j)  # noqa: E731
+        rows, cols = value.shape
+        if not any(value[i, j] in (0.0, 1.0) and true(i, j) is not None for i in range(rows) for j in range(cols)):
+            return None
+        return true
+
+    def product_entry(self, a, b, tr, bias, i, j, named: bool = True, true_a=None) -> list[str]:
         """One entry: the sum of products in names, the numbers substituted, the result. Only the
         first entry of a list writes the names (`named`): the others follow the same pattern, and a
         textbook gives them with their numbers only."""
@@ -271,9 +289,17 @@ class StepView(SoftmaxView):
             if bias is not None:
                 terms.append((float(bias.value[0, j]),))
             p, result = self.reproduced(terms, i, j)
+        def left(k):  # a weight whose float is not its true value prints as the softmax step printed it
+            lg = true_a(i, k) if true_a else None
+            x = float(a.value[i, k]) if lg is not None else None
+            if x == 0:
+                return o.power_of_ten(lg)
+            if x is not None and x == int(x):
+                return f"{x:.{o.precision}f}"
+            return o.entry(a.value, i, k) if k == 0 and not o.plain else o.factor(a.value, i, k)
+
         with o.digits(p):
-            nums = self.sum_seq(inner, lambda k: o.mul(o.entry(a.value, i, k) if k == 0 and not o.plain else o.factor(a.value, i, k),
-                                                         o.factor(b.value, *bij(k))))
+            nums = self.sum_seq(inner, lambda k: o.mul(left(k), o.factor(b.value, *bij(k))))
             if bias is not None:
                 nums = Seq(nums.items + ("+ " + o.factor(bias.value, 0, j),), " ")
         if bias is not None:
