@@ -325,3 +325,12 @@ def test_saturated_weights_print_alike_in_the_softmax_and_the_weighted_sum(name,
         line = weighted[weighted.index("z_{11} &="):].split("\\end{align*}")[0]
         assert f"= {first} \\cdot " in line and f"{last} \\cdot 80" in line, (name, lang, line)
         assert not re.search(r"(?<![.\d])0 \\cdot \d", line), (name, lang, line)
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_a_scale_of_one_is_not_divided_out(lang, traces):
+    """d_k = 1: the report divided every score by sqrt(1) and printed the scores again (T = S/sqrt(1) =
+    [28480 ...], t_1j = 1/sqrt(1) (28480, ...) = (28480, ...)); now T = S / sqrt(1) = S."""
+    tex = render(traces["height-weight-raw"], format="tex", lang=lang)
+    scaling = tex.split("\\paragraph*{" + ("Scaling" if lang == "en" else "缩放") + "}")[1].split("\\paragraph*")[0]
+    assert "\\frac{S}{\\sqrt{1}} = S\n" in scaling and "\\frac{1}{\\sqrt{1}}" not in scaling and "28480" not in scaling

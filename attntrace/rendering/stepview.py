@@ -367,6 +367,10 @@ class StepView(SoftmaxView):
         lhs = self.named(self.ref)
         rhs = o.math(after_lhs(s.expr))
         sides: list = [rhs, o.frac(self.mname(src), factor)]
+        if self.mode != "symbolic" and s.details.get("factor") is not None and float(s.details["factor"]) == 1:
+            # d_k = 1 (the height-weight toys): T = S / sqrt(1) = S, shown above; no row to divide out
+            vm["main"] = [block(self.fit(lhs, sides + [self.mname(src)]))]
+            return
         if self.mode == "symbolic":
             vm["main"] = [block(self.fit(lhs, sides + [o.matrix(s.value, s.shape, self.budget(lhs))]))]
         else:
