@@ -50,3 +50,13 @@ def test_every_example_compiles_without_missing_glyphs(xelatex, lang):
 def test_unknown_localized_key_is_refused():
     with pytest.raises(attntrace.BadInput, match="title_fr"):
         attntrace.run({"scores": [[1]], "scale": False, "title_fr": "x"})
+
+
+@pytest.mark.parametrize("name", ["sentence-4x6", "backward-2x2", "multihead-output"])
+def test_the_chinese_notation_list_has_chinese_punctuation(name):
+    """The run-in notation list of a Chinese report read "X 输入, 4×6; W_Q 查询权重, 6×6; ... ." with
+    Western commas, semicolons and full stop between Chinese words."""
+    tex = attntrace.render(attntrace.run(name), format="tex", lang="zh")
+    listing = tex.split("\\subsection*{符号}", 1)[1].split("\\par}", 1)[0]
+    words = re.sub(r"\\\(.*?\\\)", "", listing)  # the math between the words
+    assert "；" in words and words.rstrip().endswith("。") and not re.search(r"[;,.]", words.replace("\\footnotesize", "")), words
