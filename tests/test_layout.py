@@ -236,3 +236,13 @@ def test_a_projection_given_per_head_stands_with_its_other_heads(name):
     flat = [n for line in lines for n in line]
     assert flat.index("W_Q^{(2)}") == flat.index("W_Q^{(1)}") + 1, flat
     assert any("W_Q^{(1)}" in line and "W_Q^{(2)}" in line for line in lines), lines
+
+
+@pytest.mark.parametrize("name, first", [("height-weight-distance", "S"), ("height-weight-3-distance", "S"),
+                                         ("symbolic-weights-times-values", "A")])
+def test_given_scores_or_weights_come_before_the_values(name, first):
+    """softmax(S) V and A V gave V first and S or A after it (the trace's order), as if the values were read first."""
+    tex = attntrace.render(attntrace.run(name), format="tex")
+    given = tex.split("\\subsection*{Given}", 1)[1].split("\\subsection*", 1)[0]
+    names = re.findall(r"\\underset\{\([^)]*\)\}\{(.*?)\} =", given)
+    assert names == [first, "V"], names

@@ -218,22 +218,25 @@ def in_order_of_use(trace) -> list:
     sublayer's weights (pre-norm: gamma with X, gamma^f with W_gate), not all after W_O, where
     they left W_gate alone on a line; latent attention's shared down-projections come before
     the heads' matrices. A matrix given per head stands with its other heads' (W_Q^(2) beside
-    W_Q^(1), where it stood after W_V^(1) and beside W_O). Other traces keep the spec's order
-    (X beside X_kv)."""
+    W_Q^(1), where it stood after W_V^(1) and beside W_O); given scores or weights come before the
+    values they weigh (softmax(S) V, A V: the trace lists V first). Other traces keep the spec's
+    order (X beside X_kv)."""
     first_head = next((k for k, s in enumerate(trace.steps) if s.head is not None), 0)
-    if not any(s.id in BLOCK_IDS for s in trace.steps) and first_head == 0:
+    from_scores = trace.settings.get("start") in ("scores", "weights")
+    if not any(s.id in BLOCK_IDS for s in trace.steps) and first_head == 0 and not from_scores:
         return list(trace.operands)
     per_head = {op.name for op in trace.operands if op.head is not None}
-    first: dict[tuple, int] = {}
+    first: dict[tuple, tuple[int, int]] = {}
     for k, step in enumerate(trace.steps):
-        for ref in step.inputs:
+        for pos, ref in enumerate(step.inputs):
             name, _, head = ref.partition("@")
-            first.setdefault((name, int(head) if head else (step.head if name in per_head else None)), k)
-    use = [first.get((op.name, op.head), len(trace.steps)) for op in trace.operands]
+            # A before V in Z = A V; elsewhere a step's inputs tie (the trace's order)
+            first.setdefault((name, int(head) if head else (step.head if name in per_head else None)), (k, pos if from_scores else 0))
+    use = [first.get((op.name, op.head), (len(trace.steps), 0)) for op in trace.operands]
     # the projections' weights and biases of every head (the spec's W_Q split into column blocks): one name's heads
     # stand together (latent attention's per-head up-projections stay by head: each head's four are read together)
     together = {op.name for op in trace.operands if op.head is not None and op.name in _PROJECTIONS}
-    name_first: dict[str, int] = {}
+    name_first: dict[str, tuple[int, int]] = {}
     for op, k in zip(trace.operands, use):
         if op.name in together:
             name_first[op.name] = min(name_first.get(op.name, k), k)
