@@ -210,8 +210,12 @@ def test_shape_mode_is_one_table():
 
 def test_title_math_is_typeset_not_escaped():
     md = attntrace.render(attntrace.run("scaling-dk6"), format="md")
-    # headings hold no math (issue 22): the title's spans are parsed and printed as plain text
-    assert md.splitlines()[0] == "# Scaling by sqrt(d\\_k) with d\\_k = 6"
+    # headings hold no math (issue 22): the title's spans are parsed and set as text, the root as its sign
+    # (the heading read "sqrt(d_k)"), a subscript as a text subscript in LaTeX
+    assert md.splitlines()[0] == "# Scaling by √d\\_k with d\\_k = 6"
+    tex = attntrace.render(attntrace.run("scaling-dk6"), format="tex")
+    assert "\\section*{Scaling by \\ensuremath{\\surd}d\\textsubscript{k} with d\\textsubscript{k} = 6}" in tex
+    assert "\\section*{Two heads with an output projection W\\textsubscript{O}}" in attntrace.render(attntrace.run("multihead-output"), format="tex")
 
 
 def test_a_blocks_given_matrices_come_in_order_of_use():

@@ -7,8 +7,7 @@ import pytest
 
 import attntrace
 from attntrace.teach.examples import example_paths
-from attntrace.inputs.usertext import format_user_text
-from attntrace.rendering.viewmodel import escape_md
+from attntrace.inputs.usertext import heading_text
 
 EXAMPLES = [p.stem for p in example_paths()]
 
@@ -19,8 +18,8 @@ def test_zh_report_has_the_chinese_title(name):
     zh_title = trace.settings["title_zh"]
     assert re.search(r"[\u4e00-\u9fff]", zh_title)
     # the heading is the title's plain-text form (no math in headings: issue 22)
-    assert attntrace.render(trace, format="md", lang="zh").splitlines()[0] == "# " + escape_md(format_user_text(zh_title, "text"))
-    assert attntrace.render(trace, format="md", lang="en").splitlines()[0] == "# " + escape_md(format_user_text(trace.title, "text"))
+    assert attntrace.render(trace, format="md", lang="zh").splitlines()[0] == "# " + heading_text(zh_title, "md")
+    assert attntrace.render(trace, format="md", lang="en").splitlines()[0] == "# " + heading_text(trace.title, "md")
 
 
 #: the \text{...} a formula may hold in any language: subscripts of names (d_model, K_cache, beta_fast)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from attntrace.teach.examples import example_paths
-from attntrace.inputs.usertext import MAX_SPANS_PER_TEXT, format_user_text, inline_math_for, render_math
+from attntrace.inputs.usertext import MAX_SPANS_PER_TEXT, format_user_text, heading_text, inline_math_for, render_math
 from attntrace.inputs.textescape import escape_md, escape_tex, escape_text
 from mathcheck import markdown_math_spans, stray_math_delimiters
 
@@ -296,3 +296,18 @@ def test_check_report_titles_show_math():
     assert "\\input{x}" not in tex and "\\input{y}" not in tex
     assert render_report(report, format="text").splitlines()[0].endswith(r"Softmax of -(q - k)^2 <b> \input{x} $\input{y}$")
     assert r"\(-\left(q" in render_report(report, format="md", math_delimiters="brackets").splitlines()[0]
+
+
+@pytest.mark.parametrize("fmt, title, heading", [
+    ("md", "Scaling by $sqrt(d_k)$ with $d_k = 6$", "Scaling by √d\\_k with d\\_k = 6"),
+    ("tex", "Scaling by $sqrt(d_k)$", "Scaling by \\ensuremath{\\surd}d\\textsubscript{k}"),
+    ("tex", "projection $W_O$, $2*q*k$, $x ~ 2*3$, $sqrt(a + b)$", "projection W\\textsubscript{O}, 2qk, x \\ensuremath{\\approx} 2\\ensuremath{\\cdot}3, \\ensuremath{\\surd}(a + b)"),
+    ("md", "按 $sqrt(d_k)$ 缩放", "按 √d\\_k 缩放"),
+    ("tex", "costs $5 or $\\input{x}$", "costs \\$5 or \\$\\textbackslash{}input\\{x\\}\\$"),
+])
+def test_a_heading_sets_the_titles_math_as_text(fmt, title, heading):
+    """A heading holds no math delimiters, and its math reads as math, not as the entry syntax
+    (the heading read "Scaling by sqrt(d_k) with d_k = 6" and "W_O")."""
+    out = heading_text(title, fmt)
+    assert out == heading
+    assert "\\(" not in out and "$" not in out.replace("\\$", "")

@@ -8,6 +8,7 @@ for a parsed expression comes out (names that match the name rules, numbers as d
 operators and macros), so ``$\\input{x}$`` is shown as the text it is.
 
     format_user_text(text, fmt, *, inline_math=None, escape=None) -> str
+    heading_text(text, fmt) -> str                   a title for a heading: its math as text
     render_math(source, fmt) -> str | None         one span's content, without delimiters
     inline_math_for(fmt, delimiters="dollars")      the format's inline-math wrapper
 
@@ -76,7 +77,7 @@ from attntrace.inputs.tokens import Lexicon, Token, TokenError, tokenize
 from attntrace.inputs.textescape import escape_md, escape_tex, escape_text
 from attntrace.inputs.safetext import check_sympy_entry, clean_output, clean_text, has_unsafe_chars, json_safe, one_line  # noqa: F401  (re-exported)
 
-__all__ = ["MAX_SPANS_PER_TEXT", "check_sympy_entry", "clean_output", "clean_text", "format_user_text", "has_unsafe_chars", "inline_math_for",
+__all__ = ["MAX_SPANS_PER_TEXT", "check_sympy_entry", "clean_output", "clean_text", "format_user_text", "has_unsafe_chars", "heading_text", "inline_math_for",
            "json_safe", "one_line", "render_math"]
 
 #: Spans parsed per text at most; further spans are shown as literal text (10,000 dollars
@@ -381,6 +382,96 @@ def render_math(source: str, fmt: str) -> str | None:
     return _render(source, fmt == "text")
 
 
+# ----------------------------------------------------------------------------- headings
+# A heading holds no math (navigation, tables of contents and <title> show it raw), so a title's
+# spans are set as text there: d_k with a text subscript in LaTeX (d\textsubscript{k}), sqrt(d_k)
+# as the root sign (√d_k), products side by side (2qk), relations as their signs (≈, →).
+
+_NAME = re.compile(r"^([A-Za-z]+)(?:\^([^_]+))?(?:_(.+))?$")
+_HEADING_RELATIONS = {"~": "≈", "->": "→", "<=": "≤", ">=": "≥", "!=": "≠"}
+
+
+class _HeadingPrinter(_Printer):
+    """The plain printer with text sub- and superscripts: LaTeX's \\textsubscript (tex), d_k (md, text)."""
+
+    def __init__(self, tex: bool) -> None:
+        super().__init__(plain=True)
+        self.tex = tex
+        self.esc = escape_tex if tex else (lambda t: t)
+
+    def script(self, base: str, sup: str | None, sub: str | None) -> str:
+        if not self.tex:
+            return base + (f"^{sup}" if sup else "") + (f"_{sub}" if sub else "")
+        return (self.esc(base) + (f"\\textsuperscript{{{self.esc(sup)}}}" if sup else "")
+                + (f"\\textsubscript{{{self.esc(sub)}}}" if sub else ""))
+
+    def p_name(self, x) -> str:
+        m = _NAME.match(x[2])
+        if m is None or len(m.group(1)) > 1:  # a Greek name: its LaTeX letter (tex), its name (md, text)
+            return f"\\ensuremath{{{x[1]}}}" if self.tex else x[2]
+        return self.script(*m.groups())
+
+    def p_num(self, x) -> str:
+        return self.esc(_number(x[1], x[2], True))
+
+    def p_inf(self, x) -> str:
+        return self.esc("∞")
+
+    def p_func(self, x) -> str:
+        arg = self(x[2])
+        if x[1] == "exp":
+            return self.script("e", arg, None) if self.tex else f"e^({arg})"
+        return self.esc("√") + (arg if _prec(x[2]) == 4 else f"({arg})")
+
+    def p_pow(self, x) -> str:
+        b, e = self(x[1]), self(x[2])
+        if _prec(x[1]) < 4:
+            b = f"({b})"
+        return b + (f"\\textsuperscript{{{e}}}" if self.tex else "^" + (e if _prec(x[2]) == 4 else f"({e})"))
+
+    def p_term(self, x) -> str:
+        out = ""
+        for k, (op, t) in enumerate(x[1]):
+            s = self(t)
+            if t[0] == "add" or (k and _leads_with_minus(t)) or (op == "/" and t[0] == "term"):
+                s = f"({s})"
+            if k == 0:
+                out = s
+            elif op == "/":
+                out += "/" + s
+            else:  # side by side; a middle dot between two numbers
+                out += (self.esc("·") if s[:1].isdigit() and out[-1:].isdigit() else "") + s
+        return out
+
+
+@lru_cache(maxsize=512)
+def _heading(source: str, tex: bool) -> str | None:
+    text = " ".join(source.translate(_UNICODE_OPS).split())
+    if not text or len(source) > MAX_LENGTH:
+        return None
+    try:
+        parts = _Parser(text).span()
+    except (_Fail, RecursionError):
+        return None
+    pr = _HeadingPrinter(tex)
+    out = pr(parts[0])
+    for k in range(1, len(parts), 2):
+        rel = _HEADING_RELATIONS.get(parts[k][1], parts[k][1])
+        out += f" {escape_tex(rel) if tex else rel} {pr(parts[k + 1])}"
+    return out
+
+
+def heading_text(text: str, fmt: str) -> str:
+    """A title for a heading in `fmt`, escaped, its ``$...$`` spans set as text (no math
+    delimiters): ``Scaling by $sqrt(d_k)$`` -> ``Scaling by √d\\_k`` (md),
+    ``Scaling by \\ensuremath{\\surd}d\\textsubscript{k}`` (tex), ``Scaling by √d_k`` (text)."""
+    _check_format(fmt)
+    escape = {"md": escape_md, "tex": escape_tex, "text": escape_text}[fmt]
+    tex = fmt == "tex"
+    return format_user_text(text, fmt, inline_math=lambda s: s, escape=escape,
+                            _math=lambda source: (lambda h: None if h is None else h if tex else escape(h))(_heading(source, tex)))
+
+
 # ----------------------------------------------------------------------------- text
 
 def _check_format(fmt: str) -> None:
@@ -413,7 +504,7 @@ def _dollars(text: str) -> list[int]:
 
 
 def format_user_text(text: str, fmt: str, *, inline_math: Callable[[str], str] | None = None,
-                     escape: Callable[[str], str] | None = None) -> str:
+                     escape: Callable[[str], str] | None = None, _math: Callable[[str], str | None] | None = None) -> str:
     """A title or description for a report in `fmt` (md, tex or text): ``$...$`` spans as math,
     the rest escaped (see the module docstring for the rules). Never raises on any text.
 
@@ -445,7 +536,7 @@ def format_user_text(text: str, fmt: str, *, inline_math: Callable[[str], str] |
         printed = None
         if tries < MAX_SPANS_PER_TEXT:
             tries += 1
-            printed = render_math(source, fmt)
+            printed = render_math(source, fmt) if _math is None else _math(source)
         if printed is None:
             k += 1  # this dollar is literal; the closing one may open a span
             continue
@@ -460,7 +551,7 @@ def format_user_text(text: str, fmt: str, *, inline_math: Callable[[str], str] |
         if printed is None:
             out.append(escape(chunk.replace("\\$", "$")) if chunk else "")
             continue
-        math = printed if fmt == "text" else inline_math(printed)
+        math = printed if fmt == "text" and _math is None else inline_math(printed)
         before, after = pieces[n - 1][0], pieces[n + 1][0]
         if before and _is_cjk(before[-1]):
             math = " " + math

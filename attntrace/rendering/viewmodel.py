@@ -15,7 +15,7 @@ from typing import Any
 
 from attntrace.rendering.layout import SIDE_BY_SIDE, fit_chain
 from attntrace.inputs.textescape import escape_md, escape_tex, escape_text
-from attntrace.inputs.usertext import format_user_text, inline_math_for
+from attntrace.inputs.usertext import format_user_text, heading_text, inline_math_for
 from attntrace.inputs.spec import KV_KEYS
 from attntrace.kinds import HEAD_PIPELINE, KINDS, kind_of
 from attntrace.kinds.notation import HEAD_INDEX, KV_HEAD_INDEX, OPERAND_PROSE, notation_of
@@ -169,7 +169,8 @@ def report_view(trace, fmt: str, precision: int, max_size: int, figures: list[di
         "title": format_user_text(trace.localized("title", lang) or "", fmt, inline_math=inline_math_for(fmt, math_delimiters), escape=esc),
         # the same title as plain text for the heading: math in a heading ends up raw in navigation,
         # tables of contents and <title> (MkDocs, Sphinx, nbconvert), so headings carry no math
-        "title_plain": esc(format_user_text(trace.localized("title", lang) or "", "text")),
+        "title_plain": (heading_text(trace.localized("title", lang) or "", fmt) if fmt in ("md", "tex")
+                        else esc(format_user_text(trace.localized("title", lang) or "", "text"))),
         "description": format_user_text(trace.localized("description", lang) or "", fmt,
                                         inline_math=inline_math_for(fmt, math_delimiters), escape=esc),
         "tokens": [esc(t) for t in settings.get("tokens") or ()],
