@@ -64,7 +64,7 @@ def test_the_chinese_notation_list_has_chinese_punctuation(name):
 def test_the_chinese_backward_and_d_k_read_as_chinese():
     """Literal translations a Chinese lecturer rewrites: "相遇于分数" (meets in the score), "乘开后"
     (multiplying out), "按...汇总..., 因此" (so ..., therefore); and d_k was "K 向量维度" in the
-    conventions but "键宽度" in the notation: one term, 键向量的维度."""
+    conventions but "键宽度" in the notation: one term, 键向量维度."""
     tex = attntrace.render(attntrace.run("backward-2x2-symbolic"), format="tex", lang="zh")
     assert not re.search("相遇|乘开|汇总输出的梯度，因此|K 向量维度|键宽度", tex), re.findall(".{10}(?:相遇|乘开|K 向量维度|键宽度).{10}", tex)
-    assert "单个头中键向量的维度" in tex and "每个头的键向量维度" in tex
+    assert "单个头的键向量维度" in tex and "每个头的键向量维度" in tex

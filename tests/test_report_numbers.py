@@ -334,3 +334,12 @@ def test_a_scale_of_one_is_not_divided_out(lang, traces):
     tex = render(traces["height-weight-raw"], format="tex", lang=lang)
     scaling = tex.split("\\paragraph*{" + ("Scaling" if lang == "en" else "缩放") + "}")[1].split("\\paragraph*")[0]
     assert "\\frac{S}{\\sqrt{1}} = S\n" in scaling and "\\frac{1}{\\sqrt{1}}" not in scaling and "28480" not in scaling
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_the_rounding_sentence_allows_the_extra_digits_it_prints(lang, traces):
+    """"Numbers are rounded to at most 4 decimal places" stood above e^(-2.4495) = 0.08634 and
+    sums of 1.08634: the sentence says that a substituted line's operands may carry more."""
+    md = render(traces["scaling-dk6"], format="md", lang=lang)
+    assert "0.08634" in md
+    assert ("(an operand more where its line needs them)" if lang == "en" else "（算式需要时运算数多留几位）") in md
