@@ -120,3 +120,12 @@ def test_every_shapes_line_says_what_the_step_reads_and_makes(name):
     md = attntrace.render(attntrace.run(name), format="md")
     lines = re.findall(r"Shapes: \$([^$]*)\$", md)
     assert all("\\to" in line for line in lines), (name, [line for line in lines if "\\to" not in line])
+
+
+def test_a_note_is_set_as_the_step_paragraphs_are():
+    """The saturation note was the one indented paragraph among the steps' unindented ones."""
+    for lang in ("en", "zh"):
+        tex = attntrace.render(attntrace.run("height-weight-raw"), format="tex", lang=lang)
+        note = "The softmax is saturated" if lang == "en" else "softmax 已饱和"
+        line = next(line for line in tex.splitlines() if note in line)
+        assert line.startswith("\\noindent "), line
