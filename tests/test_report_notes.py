@@ -129,3 +129,10 @@ def test_a_note_is_set_as_the_step_paragraphs_are():
         note = "The softmax is saturated" if lang == "en" else "softmax 已饱和"
         line = next(line for line in tex.splitlines() if note in line)
         assert line.startswith("\\noindent "), line
+
+
+def test_a_rows_token_is_quoted():
+    """"Row 1 (the):" read as if the row were the definite article: the token is quoted."""
+    trace = attntrace.run("sentence-4x6")
+    assert "Row 1 (“the”):" in attntrace.render(trace, format="md")
+    assert "第 1 行（“the”）：" in attntrace.render(trace, format="md", lang="zh")
