@@ -250,3 +250,11 @@ def test_given_scores_or_weights_come_before_the_values(name, first):
     given = tex.split("\\subsection*{Given}", 1)[1].split("\\subsection*", 1)[0]
     names = re.findall(r"\\underset\{\([^)]*\)\}\{(.*?)\} =", given)
     assert names == [first, "V"], names
+
+
+def test_a_shape_tables_formulas_keep_fractions_on_the_line():
+    """The shape table's scaling row set T = \\frac{S}{\\sqrt{d_k}} in script size inside its row: S / sqrt(d_k) on the line."""
+    for fmt in ("md", "tex"):
+        out = attntrace.render(attntrace.run("eight-heads-shapes"), format=fmt)
+        row = next(line for line in out.splitlines() if line.lstrip("| ").startswith("scaling"))
+        assert "\\frac" not in row and "S^{(\\eta)}/\\sqrt{d_k}" in row, row

@@ -72,7 +72,7 @@ def shape_rows(trace, out) -> list[dict[str, Any]]:
             seen[key]["last"] = step.head
             continue
         generic = step.head is not None and trace.num_heads > 1
-        formula = _fewer_heads(F.first_part(step.expr))  # the matrix form only (softmax)
+        formula = _inline_fractions(_fewer_heads(F.first_part(step.expr)))  # the matrix form only (softmax)
         formula = out.math(_generic(formula, trace, step) if generic else formula)
         # a formula of head 1 written for every head (eta; a key/value head's g, in GQA), in a
         # table's narrow column: (100{\times}3) sets the sign without its spaces
@@ -110,6 +110,11 @@ def _narrow(tree: F.Node, narrow: bool) -> F.Node:
         return tree
     tree = F.substitute(tree, {n: n.replace(narrow=True) for n in F.nodes(tree) if isinstance(n, F.Shape)})
     return F.substitute(tree, {n: n.replace(op="ntimes") for n in F.nodes(tree) if isinstance(n, F.Op) and n.op == "times"})
+
+
+def _inline_fractions(tree: F.Node) -> F.Node:
+    """S / sqrt(d_k) on the line in a table row: a stacked fraction there is set in script size."""
+    return F.substitute(tree, {n: n.replace(inline=True) for n in F.nodes(tree) if isinstance(n, F.Frac)})
 
 
 def _fewer_heads(tree: F.Node) -> F.Node:
