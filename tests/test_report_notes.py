@@ -136,3 +136,13 @@ def test_a_rows_token_is_quoted():
     trace = attntrace.run("sentence-4x6")
     assert "Row 1 (“the”):" in attntrace.render(trace, format="md")
     assert "第 1 行（“the”）：" in attntrace.render(trace, format="md", lang="zh")
+
+
+def test_the_article_softmax_example_says_the_result_in_both_languages():
+    """The English description only repeated the article's claim; the Chinese one said what the softmax gives."""
+    trace = attntrace.run("article_softmax_claim")
+    a = np.asarray(next(s for s in trace.steps if s.id == "weights").value, dtype=float)
+    for lang in ("en", "zh"):
+        text = trace.localized("description", lang)
+        for x in a.ravel():
+            assert f"{x:.4f}" in text, (lang, x, text)
