@@ -258,3 +258,14 @@ def test_a_shape_tables_formulas_keep_fractions_on_the_line():
         out = attntrace.render(attntrace.run("eight-heads-shapes"), format=fmt)
         row = next(line for line in out.splitlines() if line.lstrip("| ").startswith("scaling"))
         assert "\\frac" not in row and "S^{(\\eta)}/\\sqrt{d_k}" in row, row
+
+
+def test_a_short_chain_is_not_broken_across_pages_but_an_entry_list_may_be():
+    """multihead-output's O = Z W_O stood alone at the foot of page 4, its matrices and result on
+    page 5: a chain of up to three lines is kept on one page (\\\\*), an entry list still breaks."""
+    tex = attntrace.render(attntrace.run("multihead-output"), format="tex")
+    assert "{O} &= Z W_O \\\\*\n" in tex
+    entries = tex.split("o_{11} &= ", 1)[1].split("\\end{align*}", 1)[0]
+    assert "\\\\*" not in entries or entries.count("\\\\") == entries.count("\\\\*")  # one chain of two lines
+    q = attntrace.render(attntrace.run("sentence-4x6"), format="tex").split("q_{11} &= ", 1)[1].split("\\end{align*}", 1)[0]
+    assert "\\\\*" not in q  # the entry list of Q breaks between its lines if it must
