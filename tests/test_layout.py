@@ -40,7 +40,7 @@ def _display_lines(tex: str) -> list[str]:
     lines = []
     for m in re.finditer(r"\\\[\n(.*?)\n\\\]|\\begin\{align\*\}\n(.*?)\n\\end\{align\*\}", tex, re.S):
         body = m.group(1) or m.group(2)
-        for line in re.split(r" \\\\\n", body):
+        for line in re.split(r" \\\\\*?\n", body):  # a line break, or one the page may not break at
             lines.append(line.replace("&", "", 1) if m.group(2) else line)
     return lines
 
