@@ -420,6 +420,22 @@ class _Out:
                 hi = mid - 1
         return fits.get(lo) or build(lo)
 
+    def whole_matrix(self, value: Any, shape: tuple[int, int], budget: float) -> str | None:
+        """The matrix with every column up to max_size when it fits `budget` (em), else None; in
+        plain text always (its matrices span lines, never a line's width). A symbolic step's
+        expansions seldom fit: its first row is printed and measured first (`wider_than`), as
+        printing and measuring every entry to find that out was a third of a symbolic report."""
+        if self.plain:
+            return self.matrix(value, shape)
+        if not isinstance(value, np.ndarray) and self.wider_than(value, shape, budget):
+            return None
+        text = self.matrix(value, shape)
+        return text if self.measure(text) <= budget else None
+
+    def wider_than(self, value: Any, shape: tuple[int, int], budget: float) -> bool:
+        """Whether the matrix of `value` is surely wider than `budget`: its first row alone is."""
+        return False
+
     def matrix(self, value: Any, shape: tuple[int, int], budget: float | None = None) -> str:
         if isinstance(value, np.ndarray):
             return self.numeric_matrix(value, shape, budget)
@@ -624,6 +640,13 @@ class TexOut(_Out):
         from attntrace.rendering.texwidth import width
 
         return width(tex)
+
+    def wider_than(self, value: Any, shape: tuple[int, int], budget: float) -> bool:
+        from attntrace.rendering.texwidth import matrix_width
+
+        # the cells as `layout` writes them: a row with a fraction makes every fraction \dfrac
+        row = [self.dots(0, j) if j is None else _display_fraction(self.entry(value, 0, j)) for j in pick(shape[1], self.max_size)]
+        return matrix_width([row]) > budget
 
     def shape(self, shape: Sequence[int]) -> str:
         return f"{shape[0]} \\times {shape[1]}"

@@ -143,12 +143,17 @@ def _environment(r: _Reader, name: str, text_style: bool) -> float:
                 break
     r.i = max(i, r.i)
     body = "".join(map(_TEXT, toks[body_start:end]))
+    rows = [_split_top(re.sub(r"^\s*\[[^\]]*\]", "", row), "&") for row in _split_top(body, r"\\")]  # \\[3pt] row spacing
+    return matrix_width(rows, name)
+
+
+def matrix_width(rows: list[list[str]], name: str = "bmatrix") -> float:
+    """The width of environment `name` (bmatrix, array, ...) whose rows hold these cells: the
+    same number `width` gives its LaTeX. A printer that has the cells can ask before it joins
+    them, and the width of a matrix's first rows is a lower bound of the whole matrix's."""
     widths: list[float] = []
-    rows = 0
-    for row in _split_top(body, r"\\"):
-        rows += 1
-        row = re.sub(r"^\s*\[[^\]]*\]", "", row)  # \\[3pt] row spacing
-        for c, cell in enumerate(_split_top(row, "&")):
+    for cells in rows:
+        for c, cell in enumerate(cells):
             w = width(cell, text_style=True)
             if c < len(widths):
                 widths[c] = max(widths[c], w)
@@ -156,9 +161,9 @@ def _environment(r: _Reader, name: str, text_style: bool) -> float:
                 widths.append(w)
     total = sum(widths) + _COLSEP * max(0, len(widths) - 1)
     if name in ("bmatrix", "pmatrix", "vmatrix", "Bmatrix"):
-        total += 2 * _bracket(rows)
+        total += 2 * _bracket(len(rows))
     if name == "array":  # outer \arraycolsep; its \left[ \right] grow with the rows beyond a \left('s usual size
-        total += _COLSEP + 2 * max(0.0, _bracket(rows) - _LEFT_DELIM)
+        total += _COLSEP + 2 * max(0.0, _bracket(len(rows)) - _LEFT_DELIM)
     if name == "cases":  # a brace on the left, a quad between the columns
         total = sum(widths) + 0.9 + 1.0 * max(0, len(widths) - 1)
     if name in ("aligned", "align*", "gathered"):
