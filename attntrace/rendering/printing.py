@@ -644,9 +644,14 @@ class TexOut(_Out):
     def wider_than(self, value: Any, shape: tuple[int, int], budget: float) -> bool:
         from attntrace.rendering.texwidth import matrix_width
 
-        # the cells as `layout` writes them: a row with a fraction makes every fraction \dfrac
-        row = [self.dots(0, j) if j is None else _display_fraction(self.entry(value, 0, j)) for j in pick(shape[1], self.max_size)]
-        return matrix_width([row]) > budget
+        # the cells as `layout` writes them (a row with a fraction makes every fraction \dfrac);
+        # the first few columns are often wider than the line already
+        row: list[str] = []
+        for j in pick(shape[1], self.max_size):
+            row.append(self.dots(0, j) if j is None else _display_fraction(self.entry(value, 0, j)))
+            if matrix_width([row]) > budget:
+                return True
+        return False
 
     def shape(self, shape: Sequence[int]) -> str:
         return f"{shape[0]} \\times {shape[1]}"
