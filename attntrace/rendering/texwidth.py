@@ -75,8 +75,8 @@ class _Reader:
 
     __slots__ = ("toks", "i")
 
-    def __init__(self, tex: str):
-        self.toks = _TOKEN.findall(tex)
+    def __init__(self, tex: str, toks: list | None = None):
+        self.toks = _TOKEN.findall(tex) if toks is None else toks
         self.i = 0
 
     def peek(self):
@@ -176,35 +176,35 @@ def _bracket(rows: int) -> float:
     return min(0.42 + 0.125 * (rows - 1), 0.9)
 
 
+#: What `_split_top` looks at: a backslash with the character it escapes (so \\{ and \\& are
+#: skipped, and \\\\ is found), a brace, an &.
+_SPLIT_MARK = re.compile(r"\\[\s\S]?|[{}&]")
+
+
 def _split_top(body: str, sep: str) -> list[str]:
     """Split at `sep` outside braces and nested environments."""
     if "{" not in body and "}" not in body and "\\&" not in body:  # no groups (a matrix of numbers): split as it is
         if sep == "&" or "\\\\\\" not in body:
             return body.split(sep)
-    parts, depth, env, start, i = [], 0, 0, 0, 0
-    n = len(body)
-    while i < n:
-        c = body[i]
-        if c == "\\":
+    parts, depth, env, start = [], 0, 0, 0
+    for m in _SPLIT_MARK.finditer(body):  # a backslash and the character after it, or a brace or &
+        c = m.group()
+        i = m.start()
+        if c[0] == "\\":
             if body.startswith("\\begin", i):
                 env += 1
             elif body.startswith("\\end", i):
                 env -= 1
-            if sep == "\\\\" and body.startswith("\\\\", i) and depth == 0 and env == 0:
+            elif c == sep and depth == 0 and env == 0:  # \\\\ between rows
                 parts.append(body[start:i])
-                i += 2
-                start = i
-                continue
-            i += 2
-            continue
-        if c == "{":
+                start = i + 2
+        elif c == "{":
             depth += 1
         elif c == "}":
             depth -= 1
         elif c == sep and depth == 0 and env == 0:
             parts.append(body[start:i])
             start = i + 1
-        i += 1
     parts.append(body[start:])
     return parts
 
@@ -269,6 +269,8 @@ def _command(r: _Reader, cmd: str, text_style: bool) -> tuple[float, bool]:
     """Width of a control sequence with its arguments; and whether it ends an operand."""
     if cmd in _IGNORED:
         return 0.0, False
+    if cmd == _ENV_TOKEN:
+        return _env_width(r.toks[r.i - 1][0]), True
     if cmd == "frac" or cmd == "dfrac" or cmd == "tfrac":
         a, b = r.group_text(), r.group_text()
         small = cmd == "tfrac" or (cmd == "frac" and text_style)  # \dfrac is display size everywhere
@@ -320,6 +322,64 @@ def _length(text: str) -> float:
     return {"em": x, "pt": x / 10.0, "mu": x / 18.0}[m.group(2)]
 
 
+#: A command where the reader's tokens cut one (\\begin, not \\\\begin), and an environment's
+#: \\begin{name} or \\end{name} written plainly.
+_COMMAND = re.compile(r"\\(?:[A-Za-z]+|.)", re.S)
+_ENV_MARK = re.compile(r"\\(begin|end)\{([A-Za-z*]+)\}")
+#: The command of a token that stands for a whole environment (its text): see `_tokens`.
+_ENV_TOKEN = "\x00env"
+
+
+def _tokens(tex: str) -> list:
+    """The reader's tokens of `tex`, each outermost environment one token (its text,
+    `_ENV_TOKEN`): a matrix is most of a report's text, and its body is cut into cells by
+    `_split_top` (as the reader's `_environment` does) without a token per character first.
+    Anything unusual (a \\begin without a plain {name}, an unmatched \\end) is read token by token."""
+    if "\\begin" not in tex:
+        return _TOKEN.findall(tex)
+    toks: list = []
+    pos = start = depth = 0
+    for m in _COMMAND.finditer(tex):
+        name = m.group()
+        if name != "\\begin" and name != "\\end":
+            continue
+        mark = _ENV_MARK.match(tex, m.start())
+        if mark is None:
+            return _TOKEN.findall(tex)
+        if name == "\\begin":
+            if depth == 0:
+                start = m.start()
+            depth += 1
+            continue
+        depth -= 1
+        if depth < 0:
+            return _TOKEN.findall(tex)
+        if depth == 0:
+            toks += _TOKEN.findall(tex[pos:start])
+            toks.append((tex[start:mark.end()], _ENV_TOKEN, "", "", ""))
+            pos = mark.end()
+    if depth:
+        return _TOKEN.findall(tex)
+    toks += _TOKEN.findall(tex[pos:])
+    return toks
+
+
+@lru_cache(maxsize=4096)
+def _env_width(text: str) -> float:
+    """The width of one environment, `text` from its \\begin{name} to its \\end{name}: what
+    `_environment` gives, from the same body text."""
+    begin = _ENV_MARK.match(text)
+    name, body_start = begin.group(2), begin.end()
+    if name == "array":  # its column spec: a plain {rr|r} group, else read token by token
+        close = text.find("}", body_start)
+        if not text.startswith("{", body_start) or close < 0 or "{" in text[body_start + 1:close] or "\\" in text[body_start:close]:
+            return _sum(_Reader(text), False)
+        body_start = close + 1
+    body = text[body_start:text.rindex("\\end")]
+    rows = [_split_top(re.sub(r"^\s*\[[^\]]*\]", "", row), "&") for row in _split_top(body, r"\\")]  # \\[3pt] row spacing
+    return matrix_width(rows, name)
+
+
 @lru_cache(maxsize=65536)
 def width(tex: str, text_style: bool = False) -> float:
     """The estimated width of a LaTeX math fragment in em (of a 10pt math font: 1em = 10pt).
@@ -332,7 +392,7 @@ def width(tex: str, text_style: bool = False) -> float:
         for ch in tex:
             total += _SIGN if ch == "-" else _CHARS[ch]
         return total
-    return _sum(_Reader(tex), text_style)
+    return _sum(_Reader(tex, _tokens(tex)), text_style)
 
 
 #: A plain decimal number as printing writes it (a matrix cell keeps its spaces), and the width of its leading minus (a sign,
