@@ -33,9 +33,20 @@ class SympyAlgebra:
     def _dot(self, row, col):
         sp = self.sp
         if self.name_steps:
-            mul = sp.Mul
-            terms = [mul(x, y, evaluate=False) for x, y in zip(row, col) if not (_is_zero(x) or _is_zero(y))] or [sp.Integer(0)]
-            return terms[0] if len(terms) == 1 else sp.Add(*terms, evaluate=False)
+            # Mul(x, y, evaluate=False) and Add(*terms, evaluate=False) as their _from_args build
+            # them: without the cache lookup, argument checks and constructor post-processors of
+            # AssocOp.__new__ (none applies to entries: only matrix, tensor, vector and quantum
+            # expressions register one), which were most of a 16x16 trace; commutative factors
+            # make a commutative product and sum (else _from_args works it out, as __new__ would)
+            mul, terms, commutative = sp.Mul._from_args, [], True
+            for x, y in zip(row, col):
+                if not (_is_zero(x) or _is_zero(y)):
+                    c = x.is_commutative is True and y.is_commutative is True
+                    terms.append(mul((x, y), True if c else None))
+                    commutative = commutative and c
+            if not terms:
+                return sp.Integer(0)
+            return terms[0] if len(terms) == 1 else sp.Add._from_args(terms, True if commutative else None)
         return sp.Add(*[x * y for x, y in zip(row, col)])
 
     def matmul(self, a, b):
