@@ -88,23 +88,31 @@ class _Reader:
         return tok
 
     def group_text(self) -> str:
-        """The raw text of the next argument ({...} or one token), consumed."""
-        tok = self.next()
-        if tok is None:
+        """The raw text of the next argument ({...} or one token), consumed (past the end: "",
+        and the position one further, as `next` leaves it)."""
+        toks, i = self.toks, self.i
+        n = len(toks)
+        if i >= n:
+            self.i = i + 1
             return ""
+        tok = toks[i]
+        i += 1
         if tok[2] != "{":
+            self.i = i
             return tok[0]
-        depth, start = 1, self.i
-        while True:
-            t = self.next()
-            if t is None:
-                return ""
-            if t[2] == "{":
+        depth, start = 1, i
+        while i < n:  # every script and fraction of a report comes here: the tokens without peek/next
+            special = toks[i][2]
+            i += 1
+            if special == "{":
                 depth += 1
-            elif t[2] == "}":
+            elif special == "}":
                 depth -= 1
                 if depth == 0:
-                    return "".join(map(_TEXT, self.toks[start:self.i - 1]))
+                    self.i = i
+                    return "".join(map(_TEXT, toks[start:i - 1]))
+        self.i = n + 1
+        return ""
 
     def optional(self) -> str:
         tok = self.peek()
