@@ -36,7 +36,7 @@ class SympyAlgebra:
             # Mul(x, y, evaluate=False) and Add(*terms, evaluate=False) as their _from_args build
             # them: without the cache lookup, argument checks and constructor post-processors of
             # AssocOp.__new__ (none applies to entries: only matrix, tensor, vector and quantum
-            # expressions register one), which were most of a 16x16 trace; commutative factors
+            # expressions register one), which would be most of a 16x16 trace; commutative factors
             # make a commutative product and sum (else _from_args works it out, as __new__ would)
             mul, terms, commutative = sp.Mul._from_args, [], True
             for x, y in zip(row, col):

@@ -424,7 +424,7 @@ class _Out:
         """The matrix with every column up to max_size when it fits `budget` (em), else None; in
         plain text always (its matrices span lines, never a line's width). A symbolic step's
         expansions seldom fit: its first row is printed and measured first (`wider_than`), as
-        printing and measuring every entry to find that out was a third of a symbolic report."""
+        printing and measuring every entry to find that out would cost a third of a symbolic report."""
         if self.plain:
             return self.matrix(value, shape)
         if not isinstance(value, np.ndarray) and self.wider_than(value, shape, budget):

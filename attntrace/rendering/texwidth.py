@@ -372,10 +372,12 @@ def _tokens(tex: str) -> list:
     return toks
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=1024)
 def _env_width(text: str) -> float:
     """The width of one environment, `text` from its \\begin{name} to its \\end{name}: what
-    `_environment` gives, from the same body text."""
+    `_environment` gives, from the same body text. Kept for the texts that hold it again (a
+    matrix alone, then in a product or after its name); fewer than `width` keeps, as a
+    matrix's text can be large."""
     begin = _ENV_MARK.match(text)
     name, body_start = begin.group(2), begin.end()
     if name == "array":  # its column spec: a plain {rr|r} group, else read token by token
