@@ -53,3 +53,21 @@ def test_a_named_product_is_what_sympys_unevaluated_constructors_build():
         want = sympy.Matrix(rows, cols, lambda i, j: reference(list(a.row(i)), list(b.col(j))))
         for g, w in zip(got, want):
             assert (type(g), g.args, g.is_commutative) == (type(w), w.args, w.is_commutative), (g, w)
+
+
+def test_a_sum_of_products_of_symbols_prints_as_sympys_print_add():
+    from sympy.printing.latex import LatexPrinter
+
+    printer = printer_classes()[0]({"precision": 4})
+    symbols = [sympy.Symbol(n) for n in NAMES]
+    rng = random.Random(13)
+    for _ in range(300):
+        terms = [sympy.Mul(*rng.sample(symbols, rng.randint(2, 4)), evaluate=False) for _ in range(rng.randint(2, 7))]
+        e = sympy.Add(*terms, evaluate=False)
+        assert printer.doprint(e) == LatexPrinter._print_Add(printer, e), e
+    # sums the shortcut leaves to SymPy: a negative term, a number, an exponential
+    x, y = sympy.Symbol("x_{11}"), sympy.Symbol("y_{11}")
+    for e in (sympy.Add(sympy.Mul(x, y, evaluate=False), sympy.Mul(-1, x, y, evaluate=False), evaluate=False),
+              sympy.Add(sympy.Mul(x, y, evaluate=False), sympy.Integer(2), evaluate=False),
+              sympy.Add(sympy.exp(x), sympy.exp(y), evaluate=False)):
+        assert printer.doprint(e) == LatexPrinter._print_Add(printer, e), e
