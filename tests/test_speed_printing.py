@@ -101,3 +101,85 @@ def test_a_printed_number_is_measured_as_the_reader_measures_it(x, p, left, righ
     text = f"{left}{x:.{p}f}{right}"
     for text_style in (False, True):
         assert texwidth.width(text, text_style) == texwidth._sum(texwidth._Reader(text), text_style)
+
+
+#: Fragments whose environments are unusual: nested, an array's column spec, row spacing, scripts
+#: after the environment, an environment inside a group, and forms `texwidth._tokens` leaves to
+#: the reader (a name after a space, an unmatched \end, an escaped backslash before "begin").
+_TRICKY = [
+    r"\begin{bmatrix}x_{11} & x_{12} \\ x_{21} & x_{22}\end{bmatrix}",
+    r"A = \begin{bmatrix}w^{Q}_{11} & w^{Q}_{12} \\[2pt] w^{Q}_{21} & w^{Q}_{22}\end{bmatrix}^{\top} + 1",
+    r"\left[\begin{array}{rr|r}1.5 & -2 & 0 \\ 3 & 4 & \phantom{.00}5\end{array}\right] \begin{bmatrix}a \\ b\end{bmatrix}",
+    r"\frac{\begin{matrix}a & b\end{matrix}}{2} \begin{bmatrix}\begin{matrix}1 & 2 \\ 3 & 4\end{matrix} & x \\ y & \dfrac{e^{t_{11}}}{s}\end{bmatrix}",
+    r"\begin{array}{r@{\,}l}a & b\end{array}",
+    r"\begin{array} {rr}a & b\end{array}",
+    r"\begin {bmatrix}a & b\end{bmatrix}",
+    r"a \end{bmatrix} b",
+    r"\begin{bmatrix}a & b",
+    r"x \\begin{bmatrix}a\end{bmatrix}",
+    r"\begin{bmatrix}[x\]y] a & b \\ \{ & \& \\\end{bmatrix}",
+    r"\begin{cases}a & b \\ c & d\end{cases} \underbrace{\begin{aligned}x &= 1\end{aligned}}_{n}",
+]
+
+
+def _report_fragments() -> list[str]:
+    """Every line of display math in a few reports (symbolic, numeric, exact; Markdown and LaTeX)."""
+    from attntrace.resources import examples_dir
+
+    out = []
+    for name, mode in (("scaling-dk6", "symbolic"), ("causal-mask", "numeric"), ("causal-mask", "exact"),
+                       ("rope-4-tokens-half", "numeric"), ("llama-block-tiny", "numeric"), ("backward-2x2-symbolic", "symbolic")):
+        t = at.run(str(examples_dir() / f"{name}.toml"), mode=mode)
+        for fmt in ("md", "tex"):
+            out += [line for line in at.render(t, format=fmt).splitlines() if "\\begin" in line or "\\frac" in line]
+    return out
+
+
+def test_an_environment_is_measured_as_the_reader_measures_it():
+    """`width` reads each outermost environment as one token (its body cut by `_split_top`); the
+    reader going token by token (`_environment`) gives the same width, to the bit."""
+    from attntrace.rendering import texwidth
+
+    fragments = _TRICKY + _report_fragments()
+    assert len(fragments) > 40
+    for text in fragments:
+        for text_style in (False, True):
+            assert texwidth.width(text, text_style) == texwidth._sum(texwidth._Reader(text), text_style), text
+
+
+def _split_by_characters(body: str, sep: str) -> list[str]:
+    """`_split_top` written character by character: the oracle for its scan of marks."""
+    parts, depth, env, start, i = [], 0, 0, 0, 0
+    while i < len(body):
+        c = body[i]
+        if c == "\\":
+            if body.startswith("\\begin", i):
+                env += 1
+            elif body.startswith("\\end", i):
+                env -= 1
+            if sep == "\\\\" and body.startswith("\\\\", i) and depth == 0 and env == 0:
+                parts.append(body[start:i])
+                i += 2
+                start = i
+                continue
+            i += 2
+            continue
+        if c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+        elif c == sep and depth == 0 and env == 0:
+            parts.append(body[start:i])
+            start = i + 1
+        i += 1
+    parts.append(body[start:])
+    return parts
+
+
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(st.lists(st.sampled_from(["{", "}", "&", "\\", "\\\\", "\\&", "\\{", "\\begin{m}", "\\end{m}", "x", " ", "[2pt]", "_"]),
+                max_size=24).map("".join), st.sampled_from(["&", "\\\\"]))
+def test_split_top_cuts_where_a_character_scan_does(body, sep):
+    from attntrace.rendering import texwidth
+
+    assert texwidth._split_top(body, sep) == _split_by_characters(body, sep)

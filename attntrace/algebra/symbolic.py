@@ -8,6 +8,12 @@ from __future__ import annotations
 from attntrace.inputs.expr import entry_symbol
 
 
+def _is_zero(x) -> bool:
+    """x == 0 for a SymPy entry, asked only of numbers: no other SymPy object equals 0, and
+    == sympifies the 0 first (a report's traced products ask it of every factor)."""
+    return x.is_Number and x == 0
+
+
 class SympyAlgebra:
     """Exact (SymPy numbers) and symbolic (SymPy symbols) modes.
 
@@ -26,16 +32,27 @@ class SympyAlgebra:
 
     def _dot(self, row, col):
         sp = self.sp
-        terms = [x * y if not self.name_steps else sp.Mul(x, y, evaluate=False) for x, y in zip(row, col)]
         if self.name_steps:
-            terms = [t for t, x, y in zip(terms, row, col) if not (x == 0 or y == 0)] or [sp.Integer(0)]
-            return terms[0] if len(terms) == 1 else sp.Add(*terms, evaluate=False)
-        return sp.Add(*terms)
+            # Mul(x, y, evaluate=False) and Add(*terms, evaluate=False) as their _from_args build
+            # them: without the cache lookup, argument checks and constructor post-processors of
+            # AssocOp.__new__ (none applies to entries: only matrix, tensor, vector and quantum
+            # expressions register one), which would be most of a 16x16 trace; commutative factors
+            # make a commutative product and sum (else _from_args works it out, as __new__ would)
+            mul, terms, commutative = sp.Mul._from_args, [], True
+            for x, y in zip(row, col):
+                if not (_is_zero(x) or _is_zero(y)):
+                    c = x.is_commutative is True and y.is_commutative is True
+                    terms.append(mul((x, y), True if c else None))
+                    commutative = commutative and c
+            if not terms:
+                return sp.Integer(0)
+            return terms[0] if len(terms) == 1 else sp.Add._from_args(terms, True if commutative else None)
+        return sp.Add(*[x * y for x, y in zip(row, col)])
 
     def matmul(self, a, b):
-        sp = self.sp
-        rows, inner, cols = a.shape[0], a.shape[1], b.shape[1]
-        return sp.Matrix(rows, cols, lambda i, j: self._dot([a[i, k] for k in range(inner)], [b[k, j] for k in range(inner)]))
+        # the rows and columns read once, as lists: SymPy's a[i, k] costs more than the product
+        rows, cols = a.tolist(), [list(c) for c in zip(*b.tolist())] if b.shape[0] else [[] for _ in range(b.shape[1])]
+        return self.sp.Matrix(len(rows), len(cols), [self._dot(r, c) for r in rows for c in cols])
 
     def matmul_t(self, a, b):
         return self.matmul(a, b.T)
@@ -343,5 +360,6 @@ class SympyAlgebra:
             return result, None
         rows, cols = shape
         wide = max(rows, cols) >= 10
-        names = sp.ImmutableMatrix(rows, cols, lambda i, j: sp.Integer(0) if result[i, j] == 0 else sp.Symbol(entry_symbol(symbol, int(i) + 1, int(j) + 1, head, wide)))
-        return names, result
+        names = [sp.Integer(0) if _is_zero(x) else sp.Symbol(entry_symbol(symbol, i + 1, j + 1, head, wide))
+                 for i, row in enumerate(result.tolist()) for j, x in enumerate(row)]
+        return sp.ImmutableMatrix(rows, cols, names), result

@@ -93,8 +93,8 @@ def _lay_out(sv, vm, sides: list, entry, default_rows: int = 1, before=None, fir
     budget = sv.budget(lhs)
     expand_all = False
     if sv.mode == "symbolic":
-        full = o.matrix(sv.expressions(), s.shape)
-        if full_matrix and (o.plain or o.measure(full) <= budget):
+        full = o.whole_matrix(sv.expressions(), s.shape, budget) if full_matrix else None
+        if full is not None:
             vm["main"] = [block(sv.fit(lhs, sides + [full]))]
             if before is not None:
                 chains = [c for i in rows_to_expand(sv.rows_opt, s.shape[0], s.shape[0]) for c in before(i)]

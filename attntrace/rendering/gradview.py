@@ -86,8 +86,8 @@ def build_grad(sv, vm) -> None:
             vm["main"] = [block(sv.fit(lhs, sides))]
             return
         # the softmax backward: each entry simplified (a_11 a_12 (g_11 - g_12)), not a_11 (g_11 - (a_11 g_11 + ...))
-        full = o.matrix(_simplified(sv) if rule == "softmax" else sv.expressions(), s.shape)
-        if o.plain or o.measure(full) <= budget:
+        full = o.whole_matrix(_simplified(sv) if rule == "softmax" else sv.expressions(), s.shape, budget)
+        if full is not None:
             vm["main"] = [block(sv.fit(lhs, sides + [full]))]
         else:
             vm["main"] = [block(sv.fit(lhs, sides + [o.matrix_of(s.shape[0], s.shape[1], sv.entry_label, budget)]))]

@@ -98,6 +98,17 @@ def printer_classes() -> tuple[type, type]:
                 body = f"e^{{{self._print(arg)}}}"
             return body if exp is None else f"\\left({body}\\right)^{{{exp}}}"
 
+        def _print_Add(self, expr, order=None):
+            """x_{11} w_{11} + x_{12} w_{21} + ...: a sum of products of symbols (a symbolic
+            step's entries) joined as SymPy joins it; SymPy's own asks each term
+            could_extract_minus_sign, which negates it (an evaluated product: ~0.4 ms a sum),
+            never true of a product of symbols."""
+            from sympy import Mul, Symbol
+
+            if (order or self.order) == "none" and all(type(t) is Mul and all(type(a) is Symbol for a in t.args) for t in expr.args):
+                return " + ".join(self._print(t) for t in expr.args)
+            return super()._print_Add(expr, order=order)
+
         def _print_Mul(self, expr):
             """2 e^{-x}, not SymPy's \\frac{2}{e^{x}}: exact weights and Z keep their exponentials
             upstairs, as the canonical forms of attntrace.algebra.exact_form write them."""
@@ -420,6 +431,22 @@ class _Out:
                 hi = mid - 1
         return fits.get(lo) or build(lo)
 
+    def whole_matrix(self, value: Any, shape: tuple[int, int], budget: float) -> str | None:
+        """The matrix with every column up to max_size when it fits `budget` (em), else None; in
+        plain text always (its matrices span lines, never a line's width). A symbolic step's
+        expansions seldom fit: its first row is printed and measured first (`wider_than`), as
+        printing and measuring every entry to find that out would cost a third of a symbolic report."""
+        if self.plain:
+            return self.matrix(value, shape)
+        if not isinstance(value, np.ndarray) and self.wider_than(value, shape, budget):
+            return None
+        text = self.matrix(value, shape)
+        return text if self.measure(text) <= budget else None
+
+    def wider_than(self, value: Any, shape: tuple[int, int], budget: float) -> bool:
+        """Whether the matrix of `value` is surely wider than `budget`: its first row alone is."""
+        return False
+
     def matrix(self, value: Any, shape: tuple[int, int], budget: float | None = None) -> str:
         if isinstance(value, np.ndarray):
             return self.numeric_matrix(value, shape, budget)
@@ -624,6 +651,18 @@ class TexOut(_Out):
         from attntrace.rendering.texwidth import width
 
         return width(tex)
+
+    def wider_than(self, value: Any, shape: tuple[int, int], budget: float) -> bool:
+        from attntrace.rendering.texwidth import matrix_width
+
+        # the cells as `layout` writes them (a row with a fraction makes every fraction \dfrac);
+        # the first few columns are often wider than the line already
+        row: list[str] = []
+        for j in pick(shape[1], self.max_size):
+            row.append(self.dots(0, j) if j is None else _display_fraction(self.entry(value, 0, j)))
+            if matrix_width([row]) > budget:
+                return True
+        return False
 
     def shape(self, shape: Sequence[int]) -> str:
         return f"{shape[0]} \\times {shape[1]}"

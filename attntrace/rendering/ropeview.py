@@ -328,8 +328,8 @@ def build_rotation(sv, vm) -> None:
     lhs = sv.named(sv.ref)
     budget = sv.budget(lhs)
     if sv.mode == "symbolic":
-        full = o.matrix(sv.expressions(), s.shape)
-        if o.plain or o.measure(full) <= budget:
+        full = o.whole_matrix(sv.expressions(), s.shape, budget)
+        if full is not None:
             vm["main"] = [block(sv.fit(lhs, [full]))]
         else:
             vm["main"] = [block(sv.fit(lhs, [o.matrix_of(s.shape[0], s.shape[1], sv.entry_label, budget)]))]

@@ -233,8 +233,8 @@ class StepView(SoftmaxView):
                 sides.append(product)
         expand_all = False
         if self.mode == "symbolic":
-            full = o.matrix(self.expressions(), s.shape)
-            if o.plain or o.measure(full) <= budget:
+            full = o.whole_matrix(self.expressions(), s.shape, budget)
+            if full is not None:
                 sides.append(full)
                 vm["main"] = [block(self.fit(lhs, sides))]
                 return  # the matrix shows every entry's expansion: no entry lines needed

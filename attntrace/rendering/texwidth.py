@@ -75,8 +75,8 @@ class _Reader:
 
     __slots__ = ("toks", "i")
 
-    def __init__(self, tex: str):
-        self.toks = _TOKEN.findall(tex)
+    def __init__(self, tex: str, toks: list | None = None):
+        self.toks = _TOKEN.findall(tex) if toks is None else toks
         self.i = 0
 
     def peek(self):
@@ -88,23 +88,31 @@ class _Reader:
         return tok
 
     def group_text(self) -> str:
-        """The raw text of the next argument ({...} or one token), consumed."""
-        tok = self.next()
-        if tok is None:
+        """The raw text of the next argument ({...} or one token), consumed (past the end: "",
+        and the position one further, as `next` leaves it)."""
+        toks, i = self.toks, self.i
+        n = len(toks)
+        if i >= n:
+            self.i = i + 1
             return ""
+        tok = toks[i]
+        i += 1
         if tok[2] != "{":
+            self.i = i
             return tok[0]
-        depth, start = 1, self.i
-        while True:
-            t = self.next()
-            if t is None:
-                return ""
-            if t[2] == "{":
+        depth, start = 1, i
+        while i < n:  # every script and fraction of a report comes here: the tokens without peek/next
+            special = toks[i][2]
+            i += 1
+            if special == "{":
                 depth += 1
-            elif t[2] == "}":
+            elif special == "}":
                 depth -= 1
                 if depth == 0:
-                    return "".join(map(_TEXT, self.toks[start:self.i - 1]))
+                    self.i = i
+                    return "".join(map(_TEXT, toks[start:i - 1]))
+        self.i = n + 1
+        return ""
 
     def optional(self) -> str:
         tok = self.peek()
@@ -143,12 +151,17 @@ def _environment(r: _Reader, name: str, text_style: bool) -> float:
                 break
     r.i = max(i, r.i)
     body = "".join(map(_TEXT, toks[body_start:end]))
+    rows = [_split_top(re.sub(r"^\s*\[[^\]]*\]", "", row), "&") for row in _split_top(body, r"\\")]  # \\[3pt] row spacing
+    return matrix_width(rows, name)
+
+
+def matrix_width(rows: list[list[str]], name: str = "bmatrix") -> float:
+    """The width of environment `name` (bmatrix, array, ...) whose rows hold these cells: the
+    same number `width` gives its LaTeX. A printer that has the cells can ask before it joins
+    them, and the width of a matrix's first rows is a lower bound of the whole matrix's."""
     widths: list[float] = []
-    rows = 0
-    for row in _split_top(body, r"\\"):
-        rows += 1
-        row = re.sub(r"^\s*\[[^\]]*\]", "", row)  # \\[3pt] row spacing
-        for c, cell in enumerate(_split_top(row, "&")):
+    for cells in rows:
+        for c, cell in enumerate(cells):
             w = width(cell, text_style=True)
             if c < len(widths):
                 widths[c] = max(widths[c], w)
@@ -156,9 +169,9 @@ def _environment(r: _Reader, name: str, text_style: bool) -> float:
                 widths.append(w)
     total = sum(widths) + _COLSEP * max(0, len(widths) - 1)
     if name in ("bmatrix", "pmatrix", "vmatrix", "Bmatrix"):
-        total += 2 * _bracket(rows)
+        total += 2 * _bracket(len(rows))
     if name == "array":  # outer \arraycolsep; its \left[ \right] grow with the rows beyond a \left('s usual size
-        total += _COLSEP + 2 * max(0.0, _bracket(rows) - _LEFT_DELIM)
+        total += _COLSEP + 2 * max(0.0, _bracket(len(rows)) - _LEFT_DELIM)
     if name == "cases":  # a brace on the left, a quad between the columns
         total = sum(widths) + 0.9 + 1.0 * max(0, len(widths) - 1)
     if name in ("aligned", "align*", "gathered"):
@@ -171,35 +184,35 @@ def _bracket(rows: int) -> float:
     return min(0.42 + 0.125 * (rows - 1), 0.9)
 
 
+#: What `_split_top` looks at: a backslash with the character it escapes (so \\{ and \\& are
+#: skipped, and \\\\ is found), a brace, an &.
+_SPLIT_MARK = re.compile(r"\\[\s\S]?|[{}&]")
+
+
 def _split_top(body: str, sep: str) -> list[str]:
     """Split at `sep` outside braces and nested environments."""
     if "{" not in body and "}" not in body and "\\&" not in body:  # no groups (a matrix of numbers): split as it is
         if sep == "&" or "\\\\\\" not in body:
             return body.split(sep)
-    parts, depth, env, start, i = [], 0, 0, 0, 0
-    n = len(body)
-    while i < n:
-        c = body[i]
-        if c == "\\":
+    parts, depth, env, start = [], 0, 0, 0
+    for m in _SPLIT_MARK.finditer(body):  # a backslash and the character after it, or a brace or &
+        c = m.group()
+        i = m.start()
+        if c[0] == "\\":
             if body.startswith("\\begin", i):
                 env += 1
             elif body.startswith("\\end", i):
                 env -= 1
-            if sep == "\\\\" and body.startswith("\\\\", i) and depth == 0 and env == 0:
+            elif c == sep and depth == 0 and env == 0:  # \\\\ between rows
                 parts.append(body[start:i])
-                i += 2
-                start = i
-                continue
-            i += 2
-            continue
-        if c == "{":
+                start = i + 2
+        elif c == "{":
             depth += 1
         elif c == "}":
             depth -= 1
         elif c == sep and depth == 0 and env == 0:
             parts.append(body[start:i])
             start = i + 1
-        i += 1
     parts.append(body[start:])
     return parts
 
@@ -264,6 +277,8 @@ def _command(r: _Reader, cmd: str, text_style: bool) -> tuple[float, bool]:
     """Width of a control sequence with its arguments; and whether it ends an operand."""
     if cmd in _IGNORED:
         return 0.0, False
+    if cmd == _ENV_TOKEN:
+        return _env_width(r.toks[r.i - 1][0]), True
     if cmd == "frac" or cmd == "dfrac" or cmd == "tfrac":
         a, b = r.group_text(), r.group_text()
         small = cmd == "tfrac" or (cmd == "frac" and text_style)  # \dfrac is display size everywhere
@@ -315,6 +330,66 @@ def _length(text: str) -> float:
     return {"em": x, "pt": x / 10.0, "mu": x / 18.0}[m.group(2)]
 
 
+#: A command where the reader's tokens cut one (\\begin, not \\\\begin), and an environment's
+#: \\begin{name} or \\end{name} written plainly.
+_COMMAND = re.compile(r"\\(?:[A-Za-z]+|.)", re.S)
+_ENV_MARK = re.compile(r"\\(begin|end)\{([A-Za-z*]+)\}")
+#: The command of a token that stands for a whole environment (its text): see `_tokens`.
+_ENV_TOKEN = "\x00env"
+
+
+def _tokens(tex: str) -> list:
+    """The reader's tokens of `tex`, each outermost environment one token (its text,
+    `_ENV_TOKEN`): a matrix is most of a report's text, and its body is cut into cells by
+    `_split_top` (as the reader's `_environment` does) without a token per character first.
+    Anything unusual (a \\begin without a plain {name}, an unmatched \\end) is read token by token."""
+    if "\\begin" not in tex:
+        return _TOKEN.findall(tex)
+    toks: list = []
+    pos = start = depth = 0
+    for m in _COMMAND.finditer(tex):
+        name = m.group()
+        if name != "\\begin" and name != "\\end":
+            continue
+        mark = _ENV_MARK.match(tex, m.start())
+        if mark is None:
+            return _TOKEN.findall(tex)
+        if name == "\\begin":
+            if depth == 0:
+                start = m.start()
+            depth += 1
+            continue
+        depth -= 1
+        if depth < 0:
+            return _TOKEN.findall(tex)
+        if depth == 0:
+            toks += _TOKEN.findall(tex[pos:start])
+            toks.append((tex[start:mark.end()], _ENV_TOKEN, "", "", ""))
+            pos = mark.end()
+    if depth:
+        return _TOKEN.findall(tex)
+    toks += _TOKEN.findall(tex[pos:])
+    return toks
+
+
+@lru_cache(maxsize=1024)
+def _env_width(text: str) -> float:
+    """The width of one environment, `text` from its \\begin{name} to its \\end{name}: what
+    `_environment` gives, from the same body text. Kept for the texts that hold it again (a
+    matrix alone, then in a product or after its name); fewer than `width` keeps, as a
+    matrix's text can be large."""
+    begin = _ENV_MARK.match(text)
+    name, body_start = begin.group(2), begin.end()
+    if name == "array":  # its column spec: a plain {rr|r} group, else read token by token
+        close = text.find("}", body_start)
+        if not text.startswith("{", body_start) or close < 0 or "{" in text[body_start + 1:close] or "\\" in text[body_start:close]:
+            return _sum(_Reader(text), False)
+        body_start = close + 1
+    body = text[body_start:text.rindex("\\end")]
+    rows = [_split_top(re.sub(r"^\s*\[[^\]]*\]", "", row), "&") for row in _split_top(body, r"\\")]  # \\[3pt] row spacing
+    return matrix_width(rows, name)
+
+
 @lru_cache(maxsize=65536)
 def width(tex: str, text_style: bool = False) -> float:
     """The estimated width of a LaTeX math fragment in em (of a 10pt math font: 1em = 10pt).
@@ -327,7 +402,7 @@ def width(tex: str, text_style: bool = False) -> float:
         for ch in tex:
             total += _SIGN if ch == "-" else _CHARS[ch]
         return total
-    return _sum(_Reader(tex), text_style)
+    return _sum(_Reader(tex, _tokens(tex)), text_style)
 
 
 #: A plain decimal number as printing writes it (a matrix cell keeps its spaces), and the width of its leading minus (a sign,
