@@ -11,6 +11,8 @@ example in en and zh:
   and compared with the printed result at its own decimals: sums of products, a norm's mean,
   variance and entries, a score over sqrt(d_k), SiLU and ReLU entries, soft-capping, a router's gate,
   the sinusoidal position table;
+- an operand of a substituted line prints as its matrix prints it: no 6.364 in a line beside a
+  matrix that prints 6.3640 (more decimals where the line needs them: 0.01965);
 - the softmax rows (text report): each exponential from its printed shifted score, the row's sum
   from its printed exponentials, each weight from its printed exponential over the printed sum;
 - RoPE's 2x2 pair lines (Markdown report: the rotation matrix times the pair gives the pair
@@ -181,6 +183,38 @@ def test_substituted_lines_reproduce_their_results(name, lang, traces):
         d = len(result.split(".")[1]) if "." in result else 0
         assert abs(value - float(result)) <= 0.5 * 10 ** -d + 1e-9 * max(1.0, abs(value)), \
             f"{name} {lang}: {line} (the printed operands give {value!r})"
+
+
+def trimmed_operands(text: str) -> list[tuple[str, str, str]]:
+    """(line, operand, matrix entry) of each operand of a substituted line printed with its
+    trailing zeros trimmed where a matrix of the report prints the same number with them
+    (6.364 beside 6.3640). A number some line prints as its result in that form (a norm's
+    nu_1 = ... = 0.5) is that line's, not a matrix's."""
+    entries = {x for m in text_matrices(text) for x in m if NUMBER.fullmatch(x) and "." in x}
+    trimmed = {x.rstrip("0"): x for x in entries if x.endswith("0")}
+    lines = substituted_lines(text)
+    results = {r for _, _, r in lines}
+    found = []
+    for line, _, _ in lines:
+        for x in NUMBER.findall(line.split(" = ")[-2]):
+            if "." in x and x in trimmed and x not in entries and x not in results:
+                found.append((line, x, trimmed[x]))
+    return found
+
+
+@pytest.mark.parametrize("lang", LANGS)
+@pytest.mark.parametrize("name", NAMES)
+def test_operands_print_as_their_matrices(name, lang, traces):
+    found = trimmed_operands(render(traces[name], format="text", lang=lang))
+    assert not found, f"{name} {lang}: operand {found[0][1]} where its matrix prints {found[0][2]}: {found[0][0]}"
+
+
+def test_the_operand_check_sees_trimmed_operands():
+    # softcap-gemma2's 2 tanh(6.364 / 2) beside t's 6.3640 (issue 22); a norm's own 0.5 is not a matrix's
+    text = "t = [ 6.3640  1.0000 ]\n    [ 0.5000  2.0000 ]\ntbar_12 = 2 tanh(t_12 / 2) = 2 tanh(6.364 / 2) = 1.9931\n" \
+           "nu_1 = 1/2 (1^2 + 0^2) = 0.5\nn_11 = 1 / sqrt(0.5 + 10^(-6)) = 1.4142"
+    assert [x for _, x, _ in trimmed_operands(text)] == ["6.364"]
+    assert not trimmed_operands(text.replace("6.364 /", "6.3640 /"))
 
 
 @pytest.mark.parametrize("lang", LANGS)

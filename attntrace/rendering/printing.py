@@ -198,6 +198,14 @@ def _trim(x: float, precision: int) -> str:
     return "0" if s in ("-0", "", "-") else s
 
 
+def _padded(s: str, x: float, d: int) -> str:
+    """A printed decimal `s` of x with its trailing zeros back up to d decimals (6.364 -> 6.3640
+    when its matrix prints 4); a whole number, an exact 0 and an infinity as printed."""
+    if "." not in s or not math.isfinite(x):
+        return s
+    return s + "0" * (d - (len(s) - s.index(".") - 1))
+
+
 def tex_number(x: float, precision: int, count: bool = True) -> str:
     if count:
         STATS["entries"] += 1
@@ -330,10 +338,12 @@ class _Out:
 
     def __init__(self, precision: int = 4, max_size: int = 8, limit: float = 34.0):
         self.precision = precision
+        self.matrix_precision = precision  # the matrices' precision; `digits` raises only `precision`
         self.max_size = max_size
         self.limit = limit  # the width a display line may take, in em (plain: characters / 2)
         self._printer = None
         self._printed: dict = {}  # SymPy expression -> its printed text (see printed)
+        self._decimals: dict = {}  # id(array) -> (array, the decimals its matrix prints)
 
     # -- entries -------------------------------------------------------------
     def printed(self, e: Any) -> str:
@@ -348,11 +358,22 @@ class _Out:
         return out
 
     def entry(self, value: Any, i: int, j: int) -> str:
-        """One entry of a numeric or SymPy matrix."""
+        """One entry of a numeric or SymPy matrix. A numeric entry keeps the decimals its matrix
+        prints (6.3640 beside a matrix of 6.3640, not 6.364), and more where a substituted line
+        needs them (`digits`)."""
         if isinstance(value, np.ndarray):
-            return self.num(float(value[i, j]))
+            x = float(value[i, j])
+            return _padded(self.num(x), x, self.matrix_decimals(value))
         STATS["entries"] += 1
         return self.expr(value[i, j])
+
+    def matrix_decimals(self, value: np.ndarray) -> int:
+        """The decimals a numeric matrix's entries print with, counted as a step's results count
+        them (`StepView.entry_result`: its first 4096 entries), once per array."""
+        got = self._decimals.get(id(value))
+        if got is None or got[0] is not value:
+            got = self._decimals[id(value)] = (value, decimals_needed(value.ravel()[:4096], self.matrix_precision))
+        return got[1]
 
     def is_negative(self, value: Any, i: int, j: int) -> bool:
         x = value[i, j]
