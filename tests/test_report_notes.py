@@ -66,6 +66,9 @@ def test_a_count_of_one_is_not_written_as_several(lang):
     md = attntrace.render(attntrace.run("moe-tiny"), format="md", lang=lang)
     assert not re.search(r"\bbest 1 of\b|最好的 1 个", md)
     assert ("the better of 2 groups" if lang == "en" else "保留最好的一组") in md
+    # tokens 1 and 2 sum the rows of the experts each chose (各自所选), not of those "it" chose (它所选)
+    assert not re.search(r"[Tt]okens \d+ and \d+: [^.]*\bit chose|词元 \d+、\d+[^。]*它所选", md)
+    assert ("the experts each chose" if lang == "en" else "词元 1、2：各自所选专家的行") in md
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
@@ -146,3 +149,21 @@ def test_the_article_softmax_example_says_the_result_in_both_languages():
         text = trace.localized("description", lang)
         for x in a.ravel():
             assert f"{x:.4f}" in text, (lang, x, text)
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_one_head_output_projection_speaks_of_one_head(lang):
+    """With one head there is no concatenation: its output projection multiplies that head's Z by
+    W_O, and mixes no heads; with several heads the sentence still speaks of the concatenation."""
+    many = ("The concatenated heads are multiplied", "拼接后的矩阵乘以")[lang == "zh"]
+    one = ("The head's output is multiplied", "注意力头的输出乘以")[lang == "zh"]
+    seen = set()
+    for name in NAMES:
+        trace = attntrace.run(name)
+        if not any(s.id == "output" for s in trace.steps):
+            continue
+        md = attntrace.render(trace, format="md", lang=lang)
+        single = trace.num_heads == 1
+        assert (one in md, many in md) == (single, not single), (name, lang)
+        seen.add(single)
+    assert seen == {True, False}

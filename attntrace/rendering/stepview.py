@@ -139,6 +139,8 @@ class StepView(SoftmaxView):
             self.scale_facts(vm)
         if s.id == "scores" and len(s.inputs) == 2:  # the queries and keys it reads: rotated, normed or a key/value head's
             vm["extra"]["read_q"], vm["extra"]["read_k"] = (self.mname(resolve(self.t, n, s.head)) for n in s.inputs)
+        if s.id == "output":  # one head: no concatenation to speak of, its own Z times W_O
+            vm["extra"]["heads"] = self.t.num_heads
         self.lw = self.label_width()
         view = kind_of(s.id).view
         builder = getattr(self, f"build_{view}", None)
