@@ -289,3 +289,27 @@ def test_the_yarn_example_matches_the_paper_and_hugging_face(monkeypatch):
     inv64, mu64 = mru.ROPE_INIT_FUNCTIONS["yarn"](_hf_config({**scaling, "truncate": True}, base, d), "cpu")
     np.testing.assert_allclose(inv64.numpy(), inv, rtol=0, atol=TOL)
     assert mu64 == pytest.approx(mu, abs=TOL)
+
+
+@pytest.mark.parametrize("mode", ["numeric", "exact"])
+def test_a_ramp_one_pair_wide_is_written_without_over_1(mode):
+    """d_k = 4 trained on 64 tokens: the pairs make beta_slow = 1 turn at index 0.50, rounded
+    outward the ramp runs from 0 to 1, so rho_r = min(1, max(0, r - 1)), not (r - 1) / 1; the
+    example's ramp from 0 to 2 keeps its (r - 1) / 2. The factors still follow the paper's rule."""
+    import tomllib
+
+    from attntrace.teach.examples import example_path
+
+    spec = tomllib.loads(example_path("rope-yarn-long-context").read_text(encoding="utf-8"))
+    ramp = lambda t: [line.strip() for line in attntrace.render(t, format="text").splitlines() if "rho_r = min" in line]  # noqa: E731
+    assert ramp(attntrace.run(spec)) == ["c_r = rho_r / 4 + (1 - rho_r),  rho_r = min(1, max(0, (r - 1) / 2))"]
+    spec["rope"] = {**spec["rope"], "positions": [1, 2, 3],
+                    "scaling": {**spec["rope"]["scaling"], "original_max_position_embeddings": 64}}
+    spec["Q"], spec["K"], spec["mode"] = [r[:4] for r in spec["Q"]], [r[:4] for r in spec["K"]], mode
+    t = attntrace.run(spec)
+    assert ramp(t) == ["c_r = rho_r / 4 + (1 - rho_r),  rho_r = min(1, max(0, r - 1))"]
+    scaling = {"beta_fast": 32, "beta_slow": 1, **spec["rope"]["scaling"]}
+    np.testing.assert_allclose([float(c) for c in t.step("Q_rope").details["factors"]],
+                               ref_inv_freq(scaling, 10000.0, 4) / 10000.0 ** (-np.arange(2) / 2), rtol=0, atol=TOL)
+    md = attntrace.render(t, format="md")
+    assert "\\max\\left(0, r - 1\\right)" in md and "\\frac{r - 1}{1}" not in md

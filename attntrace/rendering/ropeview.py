@@ -125,9 +125,10 @@ class _Rotation:
             from attntrace.kinds.ropescaling import YARN_RAMP, yarn_range
 
             lo, hi = yarn_range(sc, self.s.details["base"], self.d, not self.numeric)
-            starts_at_0 = bool(lo == 0)
+            starts_at_0, one_wide = bool(lo == 0), bool(hi - lo == 1)
             gamma, lo, hi = YARN_RAMP, F.Num(num(lo)), F.Num(num(hi))  # the ramp's ends, printed for this output
-            ramp = F.Frac(i - 1, hi) if starts_at_0 else F.Frac(i - 1 - lo, hi - lo)  # not (i - 1 - 0) / (2 - 0)
+            rise = i - 1 if starts_at_0 else i - 1 - lo  # not (i - 1 - 0) / (2 - 0)
+            ramp = rise if one_wide else F.Frac(rise, hi if starts_at_0 else hi - lo)  # nor (r - 1) / 1
             clamp = F.Func("min", (F.Num(1), F.Func("max", (F.Num(0), ramp), sized=True)), sized=True)
             rule = [F.Parts((c_i.eq(F.Frac(gamma, s_f) + F.Paren(1 - gamma)), gamma.eq(clamp)))]
         half = self.d // 2
