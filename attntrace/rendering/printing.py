@@ -369,10 +369,11 @@ class _Out:
 
     def matrix_decimals(self, value: np.ndarray) -> int:
         """The decimals a numeric matrix's entries print with, counted as a step's results count
-        them (`StepView.entry_result`: its first 4096 entries), once per array."""
+        them (`StepView.entry_result`: its first 4096 entries, never a copy of a
+        transposed weight), once per array."""
         got = self._decimals.get(id(value))
         if got is None or got[0] is not value:
-            got = self._decimals[id(value)] = (value, decimals_needed(value.ravel()[:4096], self.matrix_precision))
+            got = self._decimals[id(value)] = (value, decimals_needed(value.flat[:4096], self.matrix_precision))
         return got[1]
 
     def is_negative(self, value: Any, i: int, j: int) -> bool:
