@@ -213,12 +213,13 @@ def test_reports_say_which_query_heads_share_which_kv_head(lang, says):
     for fmt in ("md", "tex", "text"):
         text = attntrace.render(t, format=fmt, lang=lang)
         assert says in text
-        # K^(2) is shown with head 3, the first query head that reads it, after Q^(3)
+        # K^(2) is shown with head 3, the first query head that reads it, with its formula, in the one
+        # paragraph of head 3's results (not a paragraph "Keys: As in head 1." of its own)
         heads = [text.index(h) for h in (("Head 3", "Head 4") if lang == "en" else ("第 3 个头", "第 4 个头"))]
-        word = "Keys" if lang == "en" else "键矩阵"
-        keys2 = text.index(word, heads[0])  # the step's title (a heading holds no math)
-        name = {"md": "{K^{(2)}} = ", "tex": "{K^{(2)}} = ", "text": "K(2) (3 x 2) = "}[fmt]
-        assert heads[0] < keys2 < text.index(name, heads[0]) < heads[1]
+        name = {"md": "{K^{(2)}} = X W_K^{(2)}", "tex": "{K^{(2)}} = X W_K^{(2)}", "text": "K(2) (3 x 2) = X W_K(2)"}[fmt]
+        assert heads[0] < text.index(name, heads[0]) < heads[1]
+        head3 = text[heads[0]:heads[1]]
+        assert ("As in head" not in head3 and "Keys" not in head3) if lang == "en" else ("键矩阵" not in head3)
     shapes = attntrace.render(attntrace.run("examples/gqa-4-query-2-kv.toml", mode="shape"), format="text", lang=lang)
     # a query head is eta, a key/value head g (i and j number rows and columns)
     assert "K(g) = X W_K(g)" in shapes and "S(eta) = Q(eta) K(g)^T" in shapes and "Z(eta) = A(eta) V(g)" in shapes

@@ -501,8 +501,9 @@ def group_repeats(view: dict[str, Any], out, gqa: bool = False) -> None:
     """A later head's steps that only repeat head 1's (a result, no entries, no notes) in one
     paragraph, each as its name and value (its formula is head 1's with the head's number), side
     by side where they fit: multi-head latent attention's head 2 took 17 paragraphs of "Computed
-    as in head 1." and a formula with a matrix, 2.5 pages. A key/value head's
-    own steps (GQA: K^(2) with head 3, its cache) and a view with parts of its own keep their paragraphs."""
+    as in head 1." and a formula with a matrix, 2.5 pages. A key/value head's steps (GQA: K^(2)
+    with head 3, the first query head that reads it) join the paragraph with their formula, which
+    names the head's weights; a view with parts of its own keeps its paragraph."""
     for sec in view["sections"]:
         steps, grouped, run = sec["steps"], [], []
 
@@ -512,7 +513,7 @@ def group_repeats(view: dict[str, Any], out, gqa: bool = False) -> None:
                 shown = [vm for vm in run if vm.get("view") != "stack"]
                 # name = value; under GQA the scores and the weighted sum keep their formula, which tells
                 # which key/value head they read (S^(4) = Q~^(4) K^(2)T)
-                lines = [b["lines"] if out.plain or (gqa and _attends(vm)) else [_name_and_value(b["lines"][0])]
+                lines = [b["lines"] if out.plain or (gqa and (_attends(vm) or vm["kind"] in _KV_KINDS)) else [_name_and_value(b["lines"][0])]
                          for vm in shown for b in vm["main"]]
                 grouped.append({"kind": "head_repeats", "view": "head_repeats", "head": sec["head"], "again": run[0]["again"],
                                 "main": [block(b) for b in pack(lines, out)], "extra": {},
@@ -522,8 +523,8 @@ def group_repeats(view: dict[str, Any], out, gqa: bool = False) -> None:
             run.clear()
 
         for vm in steps:
-            kv_head = gqa and vm["kind"] in ("K", "V", "K_rope", "K_cache", "V_cache")
-            plain = (vm.get("head_repeat") and vm.get("head") == sec["head"] and not kv_head and not vm.get("entries") and not vm.get("notes")
+            plain = (vm.get("head_repeat") and (vm.get("head") == sec["head"] or gqa and vm["kind"] in _KV_KINDS)
+                     and not vm.get("entries") and not vm.get("notes")
                      and not vm.get("softmax_rows") and not any(b["aligned"] for b in vm["main"])
                      and not any(vm["extra"].get(k) for k in _OWN_PARTS))
             if plain:
@@ -533,6 +534,10 @@ def group_repeats(view: dict[str, Any], out, gqa: bool = False) -> None:
                 grouped.append(vm)
         flush()
         sec["steps"] = grouped
+
+
+#: Kinds computed once per key/value head under GQA and shown with the first query head that reads them.
+_KV_KINDS = ("K", "V", "K_rope", "K_cache", "V_cache")
 
 
 def _attends(vm) -> bool:
