@@ -167,3 +167,13 @@ def test_one_head_output_projection_speaks_of_one_head(lang):
         assert (one in md, many in md) == (single, not single), (name, lang)
         seen.add(single)
     assert seen == {True, False}
+
+
+@pytest.mark.parametrize("name", ["alibi-causal", "attention-sinks"])
+def test_one_mask_for_every_head_is_printed_once(name):
+    """Every head uses the same mask M: it is printed with head 1's masked scores, not again with head 2's."""
+    trace = attntrace.run(name)
+    assert len({s.head for s in trace.steps if s.id == "masked"}) > 1, name
+    for fmt, shown in (("tex", "{M} = "), ("text", "    M (4 x 4) =")):
+        out = attntrace.render(trace, format=fmt)
+        assert out.count(shown) == 1, (name, fmt, out.count(shown))
