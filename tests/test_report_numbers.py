@@ -377,3 +377,15 @@ def test_the_rounding_sentence_allows_the_extra_digits_it_prints(lang, traces):
     md = render(traces["scaling-dk6"], format="md", lang=lang)
     assert "0.08634" in md
     assert ("(an operand more where its line needs them)" if lang == "en" else "（算式需要时运算数多留几位）") in md
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_yarn_mu_prints_one_way(lang, traces):
+    """YaRN's mu is one number: its definition and every pair's line print it with the same digits
+    (1.1386 above and 1.13863 in a line made a reader wonder which the line used)."""
+    for fmt in ("text", "md"):
+        out = render(traces["rope-yarn-long-context"], format=fmt, lang=lang)
+        defined = re.findall(r"mu\b.{0,3}= 0\.1 .{0,20}= (\d\.\d+)", out)
+        used = re.findall(r"= (1\.\d+)(?:\*\(|\\, )", out)
+        assert len(defined) == 1 and len(used) >= 3, (fmt, defined, used)
+        assert set(used) == set(defined), (fmt, defined, sorted(set(used)))

@@ -19,7 +19,7 @@ import numpy as np
 from attntrace.kinds.rope import base_text
 from attntrace.model import formula as F
 
-from attntrace.rendering.printing import decimals_needed, pick, reproducing_precision
+from attntrace.rendering.printing import decimals_needed, pick, reproducing_digits, reproducing_precision
 from attntrace.rendering.stepview import register_view
 from attntrace.rendering.viewparts import block, pack, resolve, rows_to_expand
 
@@ -51,6 +51,7 @@ class _Rotation:
         self.numeric = isinstance(self.angles, np.ndarray)
         self.factors, self.mu = d.get("factors"), d.get("mu")
         self.scaled = self.mu is not None and self.mu != 1  # YaRN: the rotated pair times mu
+        self._mu_digits: int | None = None
 
     # -- numbers ------------------------------------------------------------------------
     def angle(self, r: int, p: int) -> str:
@@ -144,7 +145,9 @@ class _Rotation:
             given = sc.get("attention_factor") is not None or (sc.get("mscale") and sc.get("mscale_all_dim"))
             rule = mu if given else mu.eq(F.Juxt((F.Num(0.1), F.Func("ln", (s_f,), bare=True))) + 1)
             # exact: 0.1 ln s + 1 is the exact value already; its SymPy form (1 + log(4)/10) only says it again
-            if self.numeric or given:
+            if self.numeric:
+                blocks.append(block(sv.fit(o.math(rule), [self.mu_number()])))
+            elif given:
                 blocks.append(block(sv.fit(o.math(rule), [num(self.mu)])))
             else:
                 blocks.append(block([o.approx(o.math(rule), o.num(float(self.mu)))]))
@@ -228,12 +231,11 @@ class _Rotation:
             res = (float(s.value[r, j]), float(s.value[r, k]))
             dec = decimals_needed([c, sn, x, y, *res], o.precision)
             f = lambda v: o.fixed(v, dec, pad=False)  # noqa: E731
-            mu = float(self.mu) if self.scaled else 1.0
-            p = _operand_decimals(dec, c, sn, x, y, f(res[0]), f(res[1]), mu)
+            p = _operand_decimals(dec, c, sn, x, y, f(res[0]), f(res[1]), self.mu_printed())
             g = lambda v: o.fixed(v, p, pad=False)  # noqa: E731
             nums = o.layout_numeric([[g(c), g(-sn)], [g(sn), g(c)]], p)
             if self.scaled:
-                nums = o.math(F.Juxt((g(mu), F.Space(), nums)))  # mu at the operands' digits: the line reproduces
+                nums = o.math(F.Juxt((self.mu_number(), F.Space(), nums)))
             sides.append(f"{nums} {o.layout_numeric([[g(x)], [g(y)]], p)}")
             sides.append(o.layout_numeric([[f(res[0])], [f(res[1])]], dec))
             return sv.fit(lhs, sides, align=True)
@@ -246,6 +248,39 @@ class _Rotation:
         if o.measure(exact) > o.limit - o.measure(lhs) - 3.0:
             sides.remove(exact)
         return sv.fit(lhs, sides, align=True)
+
+    def mu_digits(self) -> int:
+        """The decimals YaRN's mu is printed with, in its definition and in every pair's line: the most
+        any pair's line needs to reproduce its result (mu 1.1386 above and 1.13863 in a line, for one
+        number, made a reader wonder which one the line used)."""
+        if self._mu_digits is None:
+            o, s, digits = self.o, self.s, [self.o.precision]
+            for r in _rows(self.sv, self.positions):
+                for p in self.shown_pairs():
+                    j, k = self.pairs[p]
+                    phi = float(self.angles[r, p])
+                    vals = [float(np.cos(phi)), float(np.sin(phi)), float(self.src.value[r, j]), float(self.src.value[r, k])]
+                    res = [float(s.value[r, j]), float(s.value[r, k])]
+                    dec = decimals_needed(vals + res, o.precision)
+                    c, sn, x, y = vals
+                    rj, rk = (o.fixed(v, dec, pad=False) for v in res)
+                    mu = float(self.mu)  # rounded with the operands, at each trial's digits
+                    digits += [reproducing_precision(dec, [(mu, x, c), (mu, -y, sn)], rj),
+                               reproducing_precision(dec, [(mu, x, sn), (mu, y, c)], rk)]
+            self._mu_digits = max(digits)
+        return self._mu_digits
+
+    def shown_pairs(self) -> list[int]:
+        """The pairs written out pair by pair (all, or the first and last few with dots between)."""
+        return [p for p in pick(len(self.pairs), max(2, self.o.max_size // 2)) if p is not None]
+
+    def mu_number(self) -> str:
+        """YaRN's mu as printed in numeric mode (at `mu_digits`)."""
+        return self.o.fixed(float(self.mu), self.mu_digits(), pad=False)
+
+    def mu_printed(self) -> float:
+        """The value a reader computes with: mu as printed, 1 without YaRN."""
+        return float(self.mu_number()) if self.scaled else 1.0
 
     def mu_text(self) -> str:
         """YaRN's mu in a pair's rotation, written as the symbol: its value is printed once above (and
@@ -264,8 +299,7 @@ class _Rotation:
             vals = [float(np.cos(phi)), float(np.sin(phi)), float(self.src.value[r, j]), float(self.src.value[r, k])]
             dec = decimals_needed(vals + [float(s.value[r, j]), float(s.value[r, k])], o.precision)
             res = {j: o.fixed(float(s.value[r, j]), dec, pad=False), k: o.fixed(float(s.value[r, k]), dec, pad=False)}
-            mu_ = float(self.mu) if self.scaled else 1.0
-            p = _operand_decimals(dec, vals[0], vals[1], vals[2], vals[3], res[j], res[k], mu_)
+            p = _operand_decimals(dec, vals[0], vals[1], vals[2], vals[3], res[j], res[k], self.mu_printed())
             fc, fs, fx, fy = (o.fixed(v, p, pad=False) for v in vals)
             par = lambda t: o.paren(t) if t.startswith("-") else t  # noqa: E731
             nums = {j: f"{par(fx)}*{par(fc)} - {par(fy)}*{par(fs)}", k: f"{par(fx)}*{par(fs)} + {par(fy)}*{par(fc)}"}
@@ -275,7 +309,7 @@ class _Rotation:
             mu = self.mu_text()
             pairs = tuple((col, f"{mu} ({t})") for col, t in pairs)
             if self.numeric:
-                nums = {col: f"{o.fixed(mu_, p, pad=False)}*({t})" for col, t in nums.items()}
+                nums = {col: f"{self.mu_number()}*({t})" for col, t in nums.items()}
         for col, names in pairs:
             if sv.mode == "symbolic":
                 lines.append(o.eq(sv.entry_label(r, col), o.expr(sv.expressions()[r, col])))
@@ -302,9 +336,11 @@ def _yarn_ramp(sc: dict, base, d: int) -> dict:
 
 def _operand_decimals(dec: int, c: float, sn: float, x: float, y: float, res_j: str, res_k: str, mu: float = 1.0) -> int:
     """Decimals for cos, sin and the pair so that x cos - y sin and x sin + y cos, computed from the
-    printed numbers, give the printed results (cos 0.01 = 0.99995 must not print as 1.0000)."""
-    if mu != 1.0:  # YaRN: mu (x cos - y sin), mu printed at the same digits
-        return max(reproducing_precision(dec, [(mu, x, c), (mu, -y, sn)], res_j), reproducing_precision(dec, [(mu, x, sn), (mu, y, c)], res_k))
+    printed numbers, give the printed results (cos 0.01 = 0.99995 must not print as 1.0000).
+    YaRN: mu (x cos - y sin), mu as printed (already rounded)."""
+    if mu != 1.0:
+        return max(reproducing_digits(dec, [x, c, y, sn], lambda v: mu * (v[0] * v[1] - v[2] * v[3]), res_j),
+                   reproducing_digits(dec, [x, sn, y, c], lambda v: mu * (v[0] * v[1] + v[2] * v[3]), res_k))
     return max(reproducing_precision(dec, [(x, c), (-y, sn)], res_j), reproducing_precision(dec, [(x, sn), (y, c)], res_k))
 
 
@@ -339,5 +375,5 @@ def build_rotation(sv, vm) -> None:
     rows = _rows(sv, d["positions"])
     vm["entry_rows"] = rows
     vm["extra"]["entry_positions"] = [str(d["positions"][r]) for r in rows]
-    chains = [rot.pair_chain(r, p) for r in rows for p in pick(len(d["pairs"]), max(2, o.max_size // 2)) if p is not None]
+    chains = [rot.pair_chain(r, p) for r in rows for p in rot.shown_pairs()]
     vm["entries"] = sv.blocks_of(chains)
