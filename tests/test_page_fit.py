@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import os
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -72,6 +73,14 @@ def _exact_2x2() -> dict:
     }
 
 
+def _exact_yarn() -> dict:
+    """YaRN in exact mode: scores that are sums of cosines of cube roots, wider than any page."""
+    import tomllib
+
+    with open(Path(__file__).parent.parent / "examples" / "rope-yarn-long-context.toml", "rb") as f:
+        return {**tomllib.load(f), "mode": "exact"}
+
+
 #: name -> spec factory (built on first use: the BERT arrays are 20 MB)
 STRESS = {
     "symbolic-2x3": lambda: _symbolic(2, 3),
@@ -79,6 +88,7 @@ STRESS = {
     "numeric-12x12-3-heads": lambda: _numeric_layer(12, 12, 3, seed=12),
     "numeric-bert-128x768-12-heads": lambda: _numeric_layer(128, 768, 12, seed=768),
     "exact-2x2": _exact_2x2,
+    "exact-yarn": _exact_yarn,
 }
 EXAMPLES = [name for name, _title in list_examples()]
 DOCS = [(name, lang) for name in EXAMPLES + list(STRESS) for lang in LANGS]

@@ -397,8 +397,10 @@ class StepView(SoftmaxView):
                 result = self.entry_result(s.value, i, j)
                 with o.digits(self.divided_digits(src, [(i, j)], result)):
                     nums = o.frac(o.entry(src.value, i, j), factor)
-                chains.append(self.fit(self.ename(self.ref, i, j), [names, nums] + result, align=True,
-                                       lhs_width=self.lw))
+                if not o.plain and o.measure(nums) > o.limit - self.lw - 3.0:
+                    nums = None  # one fraction wider than the page (an exact score of cosines): the score is above
+                chains.append(self.fit(self.ename(self.ref, i, j), [x for x in [names, nums] + result if x is not None],
+                                       align=True, lhs_width=self.lw))
         vm["entries"] = self.blocks_of(chains)
 
     def scaled_row(self, src: Ref, factor: str, i: int) -> list[str]:
@@ -442,7 +444,13 @@ class StepView(SoftmaxView):
             mlhs = o.named(letter, s.shape)
             blocks.append(self.fit(mlhs, [o.matrix_of(s.shape[0], s.shape[1], lambda i, j: "1" if keep[i, j] else "0", self.budget(mlhs))]))
         lhs = self.named(self.ref)
-        blocks.append(self.fit(lhs, [o.matrix(s.value, s.shape, self.budget(lhs))]))
+        masked = o.matrix(s.value, s.shape, self.budget(lhs))
+        if self.mode == "exact" and not o.plain and o.measure(masked) > self.budget(lhs):
+            # exact entries wider than the page even with dots: their values, as the scaled step shows them
+            approx = o.approx_matrix(s.value, s.shape, self.budget(lhs))
+            blocks.append(self.fit(lhs, [(o.rel("approx"), approx)] if approx else [masked]))
+        else:
+            blocks.append(self.fit(lhs, [masked]))
         vm["main"] = [block(b) for b in pack(blocks, o)]
 
     # -- softmax ------------------------------------------------------------------------
