@@ -177,3 +177,29 @@ def test_one_mask_for_every_head_is_printed_once(name):
     for fmt, shown in (("tex", "{M} = "), ("text", "    M (4 x 4) =")):
         out = attntrace.render(trace, format=fmt)
         assert out.count(shown) == 1, (name, fmt, out.count(shown))
+
+
+def _titles_said_twice(text: str) -> list[tuple[str, str]]:
+    """(section, paragraph title) for each title said a second time within one section of a text report."""
+    lines, section, seen, twice = text.splitlines(), "", set(), []
+    for title, rule in zip(lines, lines[1:]):
+        if rule.startswith("----") and title.strip():
+            section, seen = title, set()
+        elif rule.startswith("~~~~") and title.strip():
+            if title in seen:
+                twice.append((section, title))
+            seen.add(title)
+    return twice
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_no_paragraph_title_twice_in_a_section(name):
+    """A head's results split by a paragraph of its own (ALiBi's bias, a sink) go on as "Head 2's results,
+    continued", not a second "Head 2's results"."""
+    trace = attntrace.run(name)
+    for lang in ("en", "zh"):
+        assert not _titles_said_twice(attntrace.render(trace, format="text", lang=lang)), (name, lang)
+
+
+def test_the_title_check_sees_a_repeat():
+    assert _titles_said_twice("Head 2\n------\n\nA\n~~~~\n\nx\n\nB\n~~~~\n\nA\n~~~~\n") == [("Head 2", "A")]

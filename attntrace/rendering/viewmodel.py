@@ -515,7 +515,9 @@ def group_repeats(view: dict[str, Any], out, gqa: bool = False) -> None:
                 # which key/value head they read (S^(4) = Q~^(4) K^(2)T)
                 lines = [b["lines"] if out.plain or (gqa and (_attends(vm) or vm["kind"] in _KV_KINDS)) else [_name_and_value(b["lines"][0])]
                          for vm in shown for b in vm["main"]]
+                continued = any(g.get("view") == "head_repeats" for g in grouped)  # after a paragraph of its own (ALiBi's bias)
                 grouped.append({"kind": "head_repeats", "view": "head_repeats", "head": sec["head"], "again": run[0]["again"],
+                                "continued": continued,
                                 "main": [block(b) for b in pack(lines, out)], "extra": {},
                                 "stacked": [vm["name"] for vm in run if vm.get("view") == "stack"]})
             else:
