@@ -90,6 +90,8 @@ def test_no_renamed_overload_comes_back(name, traces):
     assert not re.search(r"(?<![\\a-zA-Z])M\^\{\(", math), name
     # M is the mask: no projection index M (sum over M in {Q, K, V}, M = Q, K, V) in the backward pass
     assert not re.search(r"M\s*(\\in|=)\s*\\?\{?\s*[QK]\b", math), name
+    # the number of heads is h (n x h d_v, as the concatenation says): ALiBi's slopes 2^{-8/h} for h = 2, no H
+    assert not re.search(r"(?<![\\a-zA-Z])H = \d|/H\}", math), name
 
 
 MULTI = [name for name in EXAMPLES if attntrace.run(name).num_heads > 1]
