@@ -203,3 +203,10 @@ def test_no_paragraph_title_twice_in_a_section(name):
 
 def test_the_title_check_sees_a_repeat():
     assert _titles_said_twice("Head 2\n------\n\nA\n~~~~\n\nx\n\nB\n~~~~\n\nA\n~~~~\n") == [("Head 2", "A")]
+
+
+@pytest.mark.parametrize("lang, says", [("en", "As in head 1, with this head's sink logit $s^{(2)} = -1$."),
+                                        ("zh", "同第 1 个头，这个头的汇聚 logit 为 $s^{(2)} = -1$。")])
+def test_a_later_heads_sink_says_its_logit(lang, says):
+    """Head 2's sink differs from head 1's: its paragraph names it, not only "As in head 1."."""
+    assert says in attntrace.render(attntrace.run("attention-sinks"), format="md", lang=lang)
