@@ -210,3 +210,12 @@ def test_the_title_check_sees_a_repeat():
 def test_a_later_heads_sink_says_its_logit(lang, says):
     """Head 2's sink differs from head 1's: its paragraph names it, not only "As in head 1."."""
     assert says in attntrace.render(attntrace.run("attention-sinks"), format="md", lang=lang)
+
+
+@pytest.mark.parametrize("name, key, value", [("kv-cache-decoding", "K_{\\text{cache}}", "V_{\\text{cache}}"),
+                                              ("rope-4-tokens-half", "\\tilde{K}", "V")])
+def test_the_scores_prose_names_the_keys_they_read(name, key, value):
+    """S = Q K_cache^T is the dot product of row i of Q with row j of K_cache, not of "K" (the new key alone)."""
+    for lang, scores, weighted in (("en", "with row $j$ of ${}$", "the rows of ${}$"), ("zh", "与 ${}$ 的第 $j$ 行", "对 ${}$ 的各行")):
+        md = attntrace.render(attntrace.run(name), format="md", lang=lang)
+        assert scores.format(key) in md and weighted.format(value) in md, (name, lang)

@@ -248,6 +248,8 @@ class StepView(SoftmaxView):
         if len(sides) > 1 and isinstance(sides[1], Seq):  # a repeated product (K after Q) shows formula = result
             vm["main_short"] = [block(self.fit(lhs, sides[:1] + sides[2:]))]
         vm["extra"]["left"] = (s.inputs[0], s.head)  # a later product of the same left factor is shown short
+        # the factors by name, for the prose: the weighted sum reads V_cache or a shared V^(2), not "V"
+        vm["extra"]["factors"] = [self.mname(a), self.mname(b)]
         n = s.shape[0]
         default = n if expand_all and s.shape[0] * s.shape[1] <= 12 else 1
         rows = rows_to_expand(self.rows_opt, n, default)
