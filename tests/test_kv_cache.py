@@ -112,7 +112,13 @@ def test_cache_step_from_x_with_rope_and_gqa_matches_hugging_face(hf_step):
     np.testing.assert_allclose(t.step("output").value[0], r["output_new"], atol=TOL, rtol=0)
     assert [s.inputs[1] for s in t.steps if s.id == "scores"] == [f"K_cache@{i // (h // h_kv) + 1}" for i in range(h)]
     md = attntrace.render(t, format="md")  # every query head finds its group's cache
-    assert md.count("Appending the new key to the KV cache") == h_kv
+    # the cache is explained once; each later key/value head's cache is shown, with its stacking formula, in the
+    # section of the first query head that reads it (not of the query head with its number)
+    assert md.count("Appending the new key to the KV cache") == 1
+    for j in range(2, h_kv + 1):
+        first = (j - 1) * (h // h_kv) + 1
+        section = md[md.index(f"## Head {first}\n"):md.index(f"## Head {first + 1}\n") if first < h else None]
+        assert f"{{K_{{\\text{{cache}}}}^{{({j})}}}} = \\begin{{bmatrix}} K_{{\\text{{past}}}}^{{({j})}}" in section, (j, first)
     assert "S^{(4)}} = \\tilde{Q}^{(4)} K_{\\text{cache}}^{(2)\\top}" in md  # scores of head 4 read K/V head 2
     for fmt in ("tex", "text"):
         for lang in ("en", "zh"):

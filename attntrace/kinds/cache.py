@@ -1,7 +1,7 @@
 """KV-cache decoding: K_cache = [K_past; K], V_cache = [V_past; V].
 
-When a decoder generates token t, the keys and values of tokens 1..t-1 do not change (each
-depends only on its own token and position), so they are kept: the spec gives them as
+When a decoder generates token t, the keys and values of tokens 1..t-1 do not change (under
+the causal mask no earlier key or value depends on a later token), so they are kept: the spec gives them as
 `K_past` and `V_past` (per head, after RoPE when the model uses it, as Hugging Face's
 DynamicCache stores them). The new token's projections K and V (one row each, or a few for
 a chunk) are appended below them, and attention proceeds unchanged with Q (the new token's
@@ -90,8 +90,11 @@ class CacheAppend(Kind):
         shape = (old.shape[0] + new.shape[0], old.shape[1])
         formula = self.letter.head(own).eq(Stack((sym(w, Word("past")).head(own), new.letter.head(own))))
         details = {"past_rows": old.shape[0], "new_rows": new.shape[0]}
+        shared_kv = (p.extra or {}).get("num_kv_heads") is not None and own is not None
+        if shared_kv:  # the query heads that read it: the report shows it with the first of them
+            details["query_heads"] = tuple(i for i in range(1, len(p.heads) + 1) if kv_head(p, i) == own)
         flow = ctx.emit(self, own, [past_name, new.ref], formula, result, shape, details)
-        if (p.extra or {}).get("num_kv_heads") is not None and own is not None:
+        if shared_kv:
             flow.ref = f"{self.id}@{own}"  # read by a group of query heads: named with its head, as K@j
         memo[(self.id, own)] = flow
         return flow
