@@ -311,3 +311,8 @@ def test_a_heading_sets_the_titles_math_as_text(fmt, title, heading):
     out = heading_text(title, fmt)
     assert out == heading
     assert "\\(" not in out and "$" not in out.replace("\\$", "")
+
+
+def test_tex_quotes_open_and_close():
+    """TeX prints a bare " as a closing quote: "the cat sat" must open with `` and close with ''."""
+    assert escape_tex('processed "the cat sat" and ("x")') == "processed ``the cat sat'' and (``x'')"

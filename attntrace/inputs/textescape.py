@@ -28,9 +28,15 @@ _MD_HTML = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
 # Every escaper first cleans the text (`safetext.clean_text`: control and bidi characters
 # removed, lone surrogates replaced), so no user text reaches an output with them.
 
+#: A straight double quote that opens a quotation (at the start, or after a space or an opening bracket):
+#: TeX prints a bare " as a closing quote, so "the cat sat" came out as two closing quotes.
+_OPENING_QUOTE = re.compile(r'(^|(?<=[\s(\[]))"')
+
+
 def escape_tex(text: str) -> str:
     text = re.sub(r"\s+", " ", clean_text(text))
-    return "".join(_TEX_ESCAPES.get(c, c) for c in text)
+    text = "".join(_TEX_ESCAPES.get(c, c) for c in text)
+    return _OPENING_QUOTE.sub("``", text).replace('"', "''")
 
 
 def escape_md(text: str) -> str:
