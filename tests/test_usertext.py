@@ -314,5 +314,9 @@ def test_a_heading_sets_the_titles_math_as_text(fmt, title, heading):
 
 
 def test_tex_quotes_open_and_close():
-    """TeX prints a bare " as a closing quote: "the cat sat" must open with `` and close with ''."""
-    assert escape_tex('processed "the cat sat" and ("x")') == "processed ``the cat sat'' and (``x'')"
+    """TeX prints a bare " as a closing quote: "the cat sat" in a description must open with `` and close
+    with ''; in code (\\texttt{"weights@2" = ...}) a quote stays a character."""
+    assert format_user_text('processed "the cat sat" and ("x") $d_k = 4$ "y"', "tex").startswith(
+        "processed ``the cat sat'' and (``x'') ")
+    assert format_user_text('processed "the cat sat" and ("x") $d_k = 4$ "y"', "tex").endswith(" ``y''")
+    assert escape_tex('"weights@2" = 1') == '"weights@2" = 1'

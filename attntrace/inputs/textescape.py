@@ -35,8 +35,13 @@ _OPENING_QUOTE = re.compile(r'(^|(?<=[\s(\[]))"')
 
 def escape_tex(text: str) -> str:
     text = re.sub(r"\s+", " ", clean_text(text))
-    text = "".join(_TEX_ESCAPES.get(c, c) for c in text)
-    return _OPENING_QUOTE.sub("``", text).replace('"', "''")
+    return "".join(_TEX_ESCAPES.get(c, c) for c in text)
+
+
+def escape_tex_prose(text: str) -> str:
+    """escape_tex for running text (a title, a description): quotation marks open with `` and close
+    with ''. Not for code (\texttt), where a quote is a character of the code."""
+    return _OPENING_QUOTE.sub("``", escape_tex(text)).replace('"', "''")
 
 
 def escape_md(text: str) -> str:

@@ -74,7 +74,7 @@ from typing import Callable
 from attntrace.inputs.expr import MAX_DEPTH, MAX_LENGTH
 from attntrace.inputs.grammar import Parser
 from attntrace.inputs.tokens import Lexicon, Token, TokenError, tokenize
-from attntrace.inputs.textescape import escape_md, escape_tex, escape_text
+from attntrace.inputs.textescape import escape_md, escape_tex, escape_tex_prose, escape_text
 from attntrace.inputs.safetext import check_sympy_entry, clean_output, clean_text, has_unsafe_chars, json_safe, one_line  # noqa: F401  (re-exported)
 
 __all__ = ["MAX_SPANS_PER_TEXT", "check_sympy_entry", "clean_output", "clean_text", "format_user_text", "has_unsafe_chars", "heading_text", "inline_math_for",
@@ -511,11 +511,11 @@ def format_user_text(text: str, fmt: str, *, inline_math: Callable[[str], str] |
     inline_math wraps a span's LaTeX in the format's inline delimiters (default:
     ``inline_math_for(fmt)``, i.e. dollars in md; pass ``inline_math_for("md", "brackets")``
     for ``\\(...\\)``); it is not used for text. escape is the format's text escaper
-    (default: `attntrace.inputs.textescape`'s escape_md / escape_tex / escape_text).
+    (default: `attntrace.inputs.textescape`'s escape_md / escape_tex_prose / escape_text).
     """
     _check_format(fmt)
     if escape is None:
-        escape = {"md": escape_md, "tex": escape_tex, "text": escape_text}[fmt]
+        escape = {"md": escape_md, "tex": escape_tex_prose, "text": escape_text}[fmt]
     if inline_math is None:
         inline_math = inline_math_for(fmt)
     text = clean_text(text)
