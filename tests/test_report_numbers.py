@@ -389,3 +389,36 @@ def test_yarn_mu_prints_one_way(lang, traces):
         used = re.findall(r"= (1\.\d+)(?:\*\(|\\, )", out)
         assert len(defined) == 1 and len(used) >= 3, (fmt, defined, used)
         assert set(used) == set(defined), (fmt, defined, sorted(set(used)))
+
+
+_DECIMALS = re.compile(r"(?<![\w.])-?\d+\.(\d+)")
+#: the entry lines of a product step: q_11, k^(2)_12, s_13, z_21, o_11 (not a rotation q~ nor a gradient g)
+_PRODUCT_ENTRY = re.compile(r"^[qkvszo](\^\(\d+\))?_\d+$")
+
+
+def mixed_line_digits(text: str) -> list[dict[str, int]]:
+    """For each display of a product's entry lines (one block of the text report), the most decimals of an
+    operand in each line, when the lines at the report's 4 decimals or more disagree."""
+    bad = []
+    for group in re.split(r"\n\s*\n", text):
+        widths = {}
+        for line in group.splitlines():
+            parts = [p.strip() for p in line.split(" = ")]
+            if len(parts) >= 3 and _PRODUCT_ENTRY.match(parts[0]) and "*" in parts[-2]:
+                w = max((len(m) for m in _DECIMALS.findall(parts[-2])), default=0)
+                if w >= 4:
+                    widths[parts[0]] = w
+        if len(set(widths.values())) > 1:
+            bad.append(widths)
+    return bad
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_products_entry_lines_share_their_digits(name, traces):
+    """a_11 printed 0.2955 in z_11's line and 0.29547 in z_12's: a product's lines take one number of decimals."""
+    assert not mixed_line_digits(render(traces[name], format="text")), name
+
+
+def test_the_digits_check_sees_a_mix():
+    text = "    z_11 = a_11*v_11 + a_12*v_21 = 0.2955*2 + 0.1087*1 = 0.6997\n    z_12 = a_11*v_12 + a_12*v_22 = 0.29547*1 + 0.1087*2 = 0.5129\n"
+    assert mixed_line_digits(text) == [{"z_11": 4, "z_12": 5}]

@@ -254,10 +254,11 @@ class StepView(SoftmaxView):
         default = n if expand_all and s.shape[0] * s.shape[1] <= 12 else 1
         rows = rows_to_expand(self.rows_opt, n, default)
         vm["entry_rows"] = rows
+        cells = [(i, j) for i in rows for j in entry_columns(self, s.shape[1])]
+        self._line_digits = self.shared_digits(a, b, tr, bias, [c for c in cells if c[1] is not None])
         chains = []
-        for i in rows:
-            for j in entry_columns(self, s.shape[1]):
-                chains.append(self.product_entry(a, b, tr, bias, i, j, named=not chains, true_a=true_a) if j is not None else [o.dots(None, 0)])
+        for i, j in cells:
+            chains.append(self.product_entry(a, b, tr, bias, i, j, named=not chains, true_a=true_a) if j is not None else [o.dots(None, 0)])
         vm["entries"] = self.blocks_of(chains)
 
     def saturated_weights(self, name: str) -> Callable[[int, int], float | None] | None:
@@ -276,6 +277,27 @@ class StepView(SoftmaxView):
             return None
         return true
 
+    def product_terms(self, a, b, tr, bias, i, j) -> list[tuple[float, ...]] | None:
+        """The numbers of entry (i, j)'s line, sum of a_ik b_kj (+ bias), or None when it is not written out."""
+        if self.mode != "numeric" or a.shape[1] > self.out.max_size:
+            return None
+        bij = (lambda k: (j, k)) if tr else (lambda k: (k, j))
+        terms = [(float(a.value[i, k]), float(b.value[bij(k)])) for k in range(a.shape[1])]
+        return terms + [(float(bias.value[0, j]),)] if bias is not None else terms
+
+    def shared_digits(self, a, b, tr, bias, cells) -> int:
+        """One number of decimals for every entry line of a product: the fewest at which each line
+        reproduces its printed result (a_11 printed 0.2955 in z_11's line and 0.29547 in z_12's)."""
+        lines = [(t, self.entry_result(self.s.value, i, j, operands=[x for f in t for x in f])[0])
+                 for i, j in cells if (t := self.product_terms(a, b, tr, bias, i, j)) is not None]
+        p = self.out.precision
+        for _ in range(7):
+            q = max([reproducing_precision(p, t, r) for t, r in lines] or [p])
+            if q == p:
+                break
+            p = q
+        return p
+
     def product_entry(self, a, b, tr, bias, i, j, named: bool = True, true_a=None) -> list[str]:
         """One entry: the sum of products in names, the numbers substituted, the result. Only the
         first entry of a list writes the names (`named`): the others follow the same pattern, and a
@@ -288,11 +310,11 @@ class StepView(SoftmaxView):
         inner = a.shape[1]
         names = self.sum_seq(inner, lambda k: o.juxt(self.ename(a, i, k), self.ename(b, *bij(k))))
         result, p = None, o.precision
-        if self.mode == "numeric" and inner <= o.max_size:
-            terms = [(float(a.value[i, k]), float(b.value[bij(k)])) for k in range(inner)]
-            if bias is not None:
-                terms.append((float(bias.value[0, j]),))
+        terms = self.product_terms(a, b, tr, bias, i, j)
+        if terms is not None:
             p, result = self.reproduced(terms, i, j)
+            p = max(p, getattr(self, "_line_digits", p))  # the product's lines share their digits
+
         def left(k):  # a weight whose float is not its true value prints as the softmax step printed it
             lg = true_a(i, k) if true_a else None
             x = float(a.value[i, k]) if lg is not None else None
