@@ -422,3 +422,9 @@ def test_a_products_entry_lines_share_their_digits(name, traces):
 def test_the_digits_check_sees_a_mix():
     text = "    z_11 = a_11*v_11 + a_12*v_21 = 0.2955*2 + 0.1087*1 = 0.6997\n    z_12 = a_11*v_12 + a_12*v_22 = 0.29547*1 + 0.1087*2 = 0.5129\n"
     assert mixed_line_digits(text) == [{"z_11": 4, "z_12": 5}]
+
+
+def test_the_scaled_row_prints_the_scores_as_their_matrix(traces):
+    """S prints 2.5930; the row divided by sqrt(d_k) below it printed 2.593 (m_2 1.633 beside 1.6330, issue 22)."""
+    md = render(traces["rope-yarn-long-context"], format="md")
+    assert "2.5930 & 3.4166" in md and "\\frac{1}{\\sqrt{6}}\\left(2.5930,\\ 3.4166,\\ 0.5087\\right)" in md

@@ -435,8 +435,14 @@ class StepView(SoftmaxView):
         lhs = row(self.ref)
         dots = o.dots(0, None)
         shown = [j for j in cols if j is not None]
-        with o.digits(self.divided_digits(src, [(i, j) for j in shown], [self.entry_result(s.value, i, j)[0] for j in shown])):
-            values = [dots if j is None else o.entry(src.value, i, j) for j in cols]
+        d = self.divided_digits(src, [(i, j) for j in shown], [self.entry_result(s.value, i, j)[0] for j in shown])
+        if isinstance(src.value, np.ndarray):
+            # the scores as their matrix prints them (2.5930 there, not 2.593 here), more digits when needed
+            d = max(d, decimals_needed(src.value.ravel()[:4096], o.precision))
+            values = [dots if j is None else o.fixed(float(src.value[i, j]), d, pad=False) for j in cols]
+        else:
+            with o.digits(d):
+                values = [dots if j is None else o.entry(src.value, i, j) for j in cols]
         one_over = tuple(o.math(Frac(Num(1), factor, small=small)) for small in (False, True))
         nums = row_seq(values, one_over)  # 1/sqrt(6) (3, 6, 4, 5)
         results = self.vector_tex([dots if j is None else self.entry_result(s.value, i, j)[0] for j in cols])
