@@ -428,3 +428,9 @@ def test_the_scaled_row_prints_the_scores_as_their_matrix(traces):
     """S prints 2.5930; the row divided by sqrt(d_k) below it printed 2.593 (m_2 1.633 beside 1.6330, issue 22)."""
     md = render(traces["rope-yarn-long-context"], format="md")
     assert "2.5930 & 3.4166" in md and "\\frac{1}{\\sqrt{6}}\\left(2.5930,\\ 3.4166,\\ 0.5087\\right)" in md
+
+
+def test_dots_never_stand_for_one_entry(traces):
+    """Five scores in a row: s_11, s_12, s_13, dots, s_15 hid only s_14, in a line as tall as the entry."""
+    text = render(traces["sliding-window"], format="text")
+    assert "s_14 = " in text and "\n    ...\n" not in text.split("Scaling")[0]

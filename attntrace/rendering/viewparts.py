@@ -56,7 +56,9 @@ def in_block(sv) -> bool:
 def entry_columns(sv, cols: int) -> list[int | None]:
     """The columns whose entries a report writes out for one row (None: the gap, shown as dots)."""
     limit = BLOCK_ENTRY_COLUMNS if in_block(sv) else ENTRY_COLUMNS
-    return pick(cols, sv.out.max_size if sv.rows_opt else min(sv.out.max_size, limit))
+    limit = sv.out.max_size if sv.rows_opt else min(sv.out.max_size, limit)
+    # a line of dots in place of one entry saves nothing: s_11, s_12, s_13, ⋮, s_15 hid only s_14
+    return pick(cols, cols if cols == limit + 1 else limit)
 
 
 #: Lines per aligned block at most where a view packs blocks itself (the given matrices).
