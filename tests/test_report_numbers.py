@@ -434,3 +434,13 @@ def test_dots_never_stand_for_one_entry(traces):
     """Five scores in a row: s_11, s_12, s_13, dots, s_15 hid only s_14, in a line as tall as the entry."""
     text = render(traces["sliding-window"], format="text")
     assert "s_14 = " in text and "\n    ...\n" not in text.split("Scaling")[0]
+
+
+@pytest.mark.parametrize("name", ["rope-yarn-long-context", "alibi-causal", "sentence-4x6"])
+def test_an_exact_reports_approximations_have_one_number_format(name):
+    """Exact mode: S ~ [2.593, 3.4166 ...] mixed 3 and 4 decimals in one matrix; like a numeric matrix, one layout."""
+    text = render(attntrace.run(f"examples/{name}.toml", mode="exact"), format="text")
+    for entries in text_matrices(text):
+        numbers = [x for x in entries if NUMBER.fullmatch(x)]
+        decimals = {len(x.split(".")[1]) if "." in x else 0 for x in numbers if x != "0"}
+        assert len(decimals) <= 1, f"{name}: one matrix mixes {sorted(decimals)} decimals: {entries[:12]}"

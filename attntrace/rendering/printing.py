@@ -315,6 +315,10 @@ def scientific(x: float) -> tuple[str, int]:
     return m, int(e)
 
 
+#: A number as an approximation prints it: sign and whole part, then the decimals (trailing zeros trimmed).
+_DECIMAL = re.compile(r"(-?\d+)(?:\.(\d+))?")
+
+
 def pick(n: int, limit: int) -> list[int | None]:
     """Indices shown out of n: all when n <= limit, else the first limit-1, a gap (None), the last."""
     if n <= limit:
@@ -561,6 +565,12 @@ class _Out:
                 cells[i, j] = a
         if plain:
             return None
+        # one decimal layout, as a numeric matrix has (1.076 beside 1.0321 read as two precisions)
+        decimals = {k: m for k, c in cells.items() if (m := _DECIMAL.fullmatch(c))}
+        d = max((len(m.group(2) or "") for m in decimals.values()), default=0)
+        for k, m in decimals.items():
+            if cells[k] != "0" and len(m.group(2) or "") < d:
+                cells[k] = f"{m.group(1)}.{(m.group(2) or '').ljust(d, '0')}"
         return self.matrix_of(rows, cols, lambda i, j: cells[i, j], budget)
 
     @contextmanager
