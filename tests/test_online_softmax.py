@@ -132,3 +132,18 @@ def test_renders_in_every_format_and_language():
             for lang in ("en", "zh"):
                 out = attntrace.render(t, format=fmt, lang=lang)
                 assert ("lse" in out or "L" in out) and "Z" in out
+
+
+@pytest.mark.parametrize("block_keys, said", [(2, ["keys 1 and 2", "keys 3 and 4"]), (3, ["keys 1 to 3", "key 4"])])
+def test_a_block_of_keys_is_named_as_a_reader_says_it(block_keys, said):
+    """Two keys are "keys 3 and 4" (a reader of the online-softmax report saw "keys 3 to 4"),
+    a longer block a range, a last block of one key "key 4"; zh likewise 第 3、4 个键."""
+    spec = {"Q": [[1, 0], [0, 2]], "K": [[1, 0], [0, 1], [2, 1], [-1, 1]], "V": [[1, 0], [0, 1], [2, 2], [1, -1]],
+            "online": {"block_keys": block_keys}}
+    trace = attntrace.run(spec)
+    text = " ".join(attntrace.render(trace, format="text", lang="en").split())
+    for phrase in said:
+        assert phrase in text
+    zh = attntrace.render(trace, format="md", lang="zh")
+    assert ("第 3、4 个键" in zh) == (block_keys == 2)
+    assert "blocks of %d" % block_keys in text

@@ -47,6 +47,11 @@ def build_online(sv, vm) -> None:
     extra.update(block=d.get("block", 0), blocks=d.get("blocks", 0), query_block=d.get("query_block", 0),
                  query_blocks=d.get("query_blocks", 1), rows=list(d.get("rows", ())), cols=list(d.get("cols", ())),
                  first=d.get("block") == 1, last=d.get("block") == d.get("blocks"), alpha=None, ordinary=None)
+    # a range of two is said "3 and 4", not "3 to 4"; the block's width is said in the first block's prose
+    for k in ("rows", "cols"):
+        span = extra[k]
+        extra[k + "_two"] = len(span) == 2 and span[1] == span[0] + 1
+    extra["block_size"] = extra["cols"][1] - extra["cols"][0] + 1 if extra["cols"] else 0
     name = _name(sv, d)
     vm["name"] = name
     lhs = o.named(name, s.shape)
