@@ -296,8 +296,9 @@ def test_the_weight_gradients_say_their_rule_once(name, lang):
 
 #: a matrix entry or a vector entry in scientific notation at float64's noise level (1e-13 to 1e-20)
 _NOISE_ENTRY = re.compile(r"(?:&|\{r+\}|\\left\(|,\\ )\s*-?\d(?:\.\d+)? \\cdot 10\^\{-(?:1[3-9]|20)\}")
-#: a number of the prose in Python's e-notation at float64's noise level (MLA's "differs by at most 4.4e-16")
-_NOISE_WORD = re.compile(r"\d(?:\.\d+)?e-(?:1[3-9]|20)\b")
+#: a number of the prose at float64's noise level, in Python's e-notation (MLA's "differs by at most 4.4e-16")
+#: or as inline math (the online softmax's "largest difference $2.2 \cdot 10^{-16}$")
+_NOISE_WORD = re.compile(r"\d(?:\.\d+)?e-(?:1[3-9]|20)\b|\$-?\d(?:\.\d+)? \\cdot 10\^\{-(?:1[3-9]|20)\}\$")
 
 
 @pytest.mark.parametrize("name", NAMES)
