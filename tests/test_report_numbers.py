@@ -445,3 +445,62 @@ def test_an_exact_reports_approximations_have_one_number_format(name):
         numbers = [x for x in entries if NUMBER.fullmatch(x)]
         decimals = {len(x.split(".")[1]) if "." in x else 0 for x in numbers if x != "0"}
         assert len(decimals) <= 1, f"{name}: one matrix mixes {sorted(decimals)} decimals: {entries[:12]}"
+
+
+def _whole_trace(trace):
+    """The trace with each float entry within float noise (printing.NOISE, here 1e-12 of its matrix's
+    largest |entry|) of a nonzero integer set to that integer; None when no entry is."""
+    import dataclasses
+
+    import numpy as np
+
+    steps, changed = [], False
+    for s in trace.steps:
+        if isinstance(s.value, np.ndarray) and s.value.dtype.kind == "f":
+            a = s.value
+            finite = np.abs(a[np.isfinite(a)])
+            with np.errstate(invalid="ignore"):
+                whole = np.rint(a)
+                near = (np.abs(a - whole) <= 1e-12 * finite.max(initial=0.0)) & (a != whole) & (whole != 0)
+            if near.any():
+                s, changed = dataclasses.replace(s, value=np.where(near, whole, a)), True
+        steps.append(s)
+    return dataclasses.replace(trace, steps=tuple(steps)) if changed else None
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_whole_number_within_float_noise_prints_as_that_number(name, traces):
+    """An entry a few ulps from an integer (RoPE's score 3.9999999999999996, an attention output
+    0.9999999999999999) prints as the integer would: the report of the trace is the report of the
+    same trace with those entries made whole, in every language, format and row selection. The
+    rounding rule (a rounded 1.0000 is not an exact 1) is for values that are not whole, not for
+    float noise: RoPE's t_{4j} row printed (..., 4.0000) / sqrt(4) where an exact 4 prints 4."""
+    whole = _whole_trace(traces[name])
+    if whole is None:
+        pytest.skip("no entry within float noise of a nonzero integer")
+    for lang in LANGS:
+        for fmt in ("md", "text"):
+            for rows in (None, "all"):
+                kw = {"rows": rows} if rows else {}
+                assert render(traces[name], format=fmt, lang=lang, **kw) == render(whole, format=fmt, lang=lang, **kw), \
+                    (name, lang, fmt, rows)
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_a_matrix_of_whole_numbers_up_to_float_noise_prints_integers(lang):
+    """0.1 * 3 + 1.1 * 7 is 8 and 1.1 * 3 + 0.1 * 7 is 4, but the float of one score is
+    8.000000000000002: S printed 8.0000, 4.0000 and s_11 = ... = 8.0000 for a matrix of whole
+    numbers. It prints S as 8, 4 and the worked lines end in = 8, = 4; the trace keeps its float."""
+    import numpy as np
+
+    from attntrace.rendering.printing import without_noise
+
+    trace = attntrace.run({"Q": [[0.1, 1.1], [1.1, 0.1]], "K": [[3, 7], [7, 3]], "V": [[1, 0], [0, 1]]})
+    scores = trace.step("scores").value
+    assert scores[1, 1] != 8 and abs(scores[1, 1] - 8) < 1e-14  # noise in the trace
+    assert without_noise(scores)[1, 1] == 8 and without_noise(np.array([[1.0, 1.5 + 1e-11]]))[0, 1] != 1.5
+    tex = render(trace, format="tex", lang=lang)
+    assert r"{S} = Q K^{\top} = " in tex and r"\begin{array}{rr}8 & 4 \\ 4 & 8\end{array}" in tex, tex
+    assert "1.1 \\cdot 7 = 8 \\\\" in tex and "8.0000" not in tex and "4.0000" not in tex
+    text = render(trace, format="text", lang=lang)
+    assert "8.0000" not in text and "4.0000" not in text

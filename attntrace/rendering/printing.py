@@ -26,10 +26,11 @@ STATS = {"entries": 0}
 
 _NAME = re.compile(r"([A-Za-z]+)(.*)$", re.S)
 
-#: An entry of a float matrix at most this fraction of the matrix's largest |entry| is float
-#: noise and prints as 0: float64 keeps ~16 significant digits, and a sum of products that is 0
-#: in exact arithmetic (latent attention's S^C of a latent orthogonal to the query: -9.3e-17 beside entries
-#: near 1) ends a few ulps of its terms (about 1e-16 of them) away from 0. 1e-12 leaves four
+#: An entry of a float matrix at most this fraction of the matrix's largest |entry| away from an
+#: integer is float noise and prints as that integer (most often 0): float64 keeps ~16 significant
+#: digits, and a sum of products that is 0 in exact arithmetic (latent attention's S^C of a latent
+#: orthogonal to the query: -9.3e-17 beside entries near 1) ends a few ulps of its terms (about
+#: 1e-16 of them) away from 0, one that is 4 a few ulps away from 4. 1e-12 leaves four
 #: orders of magnitude for those ulps and for terms larger than the result, and is far below
 #: anything the reports' 4 to 6 decimals could show. Only the printed copy changes: the trace
 #: keeps its floats. Matrices with a `true_log10` (softmax weights, whose tiny entries are true
@@ -38,12 +39,37 @@ NOISE = 1e-12
 
 
 def without_noise(value: np.ndarray) -> np.ndarray:
-    """`value` with its float-noise entries (`NOISE`) set to 0; `value` itself when it has none."""
+    """`value` with each entry within float noise (`NOISE`) of an integer set to that integer;
+    `value` itself when it has none. 0 is one such integer (-9.3e-17 prints as 0); any other is
+    the same cancellation around a whole number (RoPE's score 3.9999999999999996, an attention
+    output 0.9999999999999999), so that the whole-number rules (`fixed`: a matrix of whole
+    numbers prints integers) see the integer, not a float that would print as 4.0000."""
     finite = np.abs(value[np.isfinite(value)])
     if not finite.size:
         return value
-    noise = (np.abs(value) <= NOISE * finite.max()) & (value != 0)
-    return np.where(noise, 0.0, value) if noise.any() else value
+    with np.errstate(invalid="ignore"):
+        whole = np.rint(value)
+        noise = (np.abs(value - whole) <= NOISE * finite.max()) & (value != whole)
+    return np.where(noise, whole, value) if noise.any() else value
+
+
+def whole_within_noise(x: float, scale: float) -> float:
+    """x, or the integer it lies within float noise of (`NOISE` of `scale`, the largest |entry| of
+    its matrix), as `without_noise` prints it in the matrix: one entry of a worked line."""
+    if math.isfinite(x):
+        r = round(x)
+        if x != r and abs(x - r) <= NOISE * scale:
+            return float(r)
+    return x
+
+
+def first_entries(value) -> tuple[np.ndarray, float]:
+    """A matrix's first 4096 entries (through .flat: never a copy of a transposed weight) without
+    float noise, and their largest finite |entry|: what a step's worked lines count decimals on and
+    measure noise against, at a cost that does not grow with the matrix."""
+    head = np.asarray(value.flat[:4096] if isinstance(value, np.ndarray) else value, dtype=np.float64).ravel()
+    finite = np.abs(head[np.isfinite(head)])
+    return without_noise(head), float(finite.max()) if finite.size else 0.0
 
 
 class ShownRows:
@@ -347,7 +373,7 @@ class _Out:
         self.limit = limit  # the width a display line may take, in em (plain: characters / 2)
         self._printer = None
         self._printed: dict = {}  # SymPy expression -> its printed text (see printed)
-        self._decimals: dict = {}  # id(array) -> (array, the decimals its matrix prints)
+        self._decimals: dict = {}  # id(array) -> (array, the decimals its matrix prints, its noise scale)
 
     # -- entries -------------------------------------------------------------
     def printed(self, e: Any) -> str:
@@ -366,8 +392,9 @@ class _Out:
         prints (6.3640 beside a matrix of 6.3640, not 6.364), and more where a substituted line
         needs them (`digits`)."""
         if isinstance(value, np.ndarray):
-            x = float(value[i, j])
-            return _padded(self.num(x), x, self.matrix_decimals(value))
+            d, scale = self._first(value)
+            x = whole_within_noise(float(value[i, j]), scale)
+            return _padded(self.num(x), x, d)
         STATS["entries"] += 1
         return self.expr(value[i, j])
 
@@ -375,10 +402,16 @@ class _Out:
         """The decimals a numeric matrix's entries print with, counted as a step's results count
         them (`StepView.entry_result`: its first 4096 entries, never a copy of a
         transposed weight), once per array."""
+        return self._first(value)[0]
+
+    def _first(self, value: np.ndarray) -> tuple[int, float]:
+        """(the decimals the matrix prints, the scale its float noise is measured against), counted
+        on its first 4096 entries without noise (`first_entries`), once per array."""
         got = self._decimals.get(id(value))
         if got is None or got[0] is not value:
-            got = self._decimals[id(value)] = (value, decimals_needed(value.flat[:4096], self.matrix_precision))
-        return got[1]
+            head, scale = first_entries(value)
+            got = self._decimals[id(value)] = (value, decimals_needed(head, self.matrix_precision), scale)
+        return got[1], got[2]
 
     def is_negative(self, value: Any, i: int, j: int) -> bool:
         x = value[i, j]
@@ -542,6 +575,8 @@ class _Out:
         """A row of numbers with one decimal layout (None = a gap shown as dots)."""
         cols = [None if x is None else k for k, x in enumerate(xs)]
         row = np.array([[0.0 if x is None else x for x in xs]])
+        if not true_log10:  # float noise prints as the matrix prints it (`NOISE`, the row's scale)
+            row = without_noise(row)
         lg = (lambda i, j: true_log10[j]) if true_log10 else None
         body, n = self._numeric_cells(row, [0], cols, [(0, k) for k in cols if k is not None], lg, pad=False)
         STATS["entries"] += n

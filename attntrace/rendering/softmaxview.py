@@ -17,7 +17,7 @@ import numpy as np
 
 from attntrace.model import formula as F
 from attntrace.rendering.layout import Seq, join_sum, row_seq
-from attntrace.rendering.printing import NOISE, decimals_needed, pick
+from attntrace.rendering.printing import NOISE, decimals_needed, first_entries, pick, whole_within_noise
 from attntrace.rendering.viewparts import in_block, SATURATED, Ref, block, entry_base, resolve, rows_to_expand
 
 
@@ -107,8 +107,9 @@ class SoftmaxView:
                                                             None if lg is None else [None if j is None else lg(i, j) for j in cs])
             # the row maximum as the matrix it comes from prints it (1.6330 there, not 1.633 here)
             src_all = np.asarray(src.value, dtype=float)
-            dsrc = decimals_needed(src_all.ravel()[:4096], o.precision)  # non-finite entries need none
-            mx = float(d["row_max"][i])
+            head, noise = first_entries(src_all)
+            dsrc = decimals_needed(head, o.precision)  # non-finite entries need none
+            mx = whole_within_noise(float(d["row_max"][i]), noise)
             m_val = f"{mx:.{dsrc}f}" if dsrc and math.isfinite(mx) and mx != 0 and mx == int(mx) else o.fixed(mx, dsrc, pad=False)
             several = np.isfinite(self.shifted(i)).sum() > 1  # then the sum is 1 + something, never exactly 1
             weights_row = np.asarray(s.value[i], dtype=float)

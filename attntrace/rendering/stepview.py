@@ -17,7 +17,8 @@ import numpy as np
 from attntrace.model.errors import BadInput
 from attntrace.model.formula import Dots, Frac, Num, after_lhs, sym
 from attntrace.rendering.layout import Seq, fit_chain, join_sum, row_seq
-from attntrace.rendering.printing import STATS, decimals_needed, pick, plain_name, reproducing_digits, reproducing_precision
+from attntrace.rendering.printing import (STATS, decimals_needed, first_entries, pick, plain_name, reproducing_digits,
+                                          reproducing_precision, whole_within_noise)
 from attntrace.rendering.softmaxview import SoftmaxView, weight_log10
 from attntrace.kinds import kind_of
 from attntrace.rendering import views
@@ -350,9 +351,11 @@ class StepView(SoftmaxView):
         o = self.out
         if isinstance(value, np.ndarray):
             if not hasattr(self, "_decimals"):
-                self._decimals = decimals_needed(value.ravel()[:4096], o.precision)
+                head, self._noise_scale = first_entries(value)
+                self._decimals = decimals_needed(head, o.precision)
             STATS["entries"] += 1
-            x, d = float(value[i, j]), self._decimals
+            # within float noise of a whole number: that number, as the matrix prints it (printing.NOISE)
+            x, d = whole_within_noise(float(value[i, j]), self._noise_scale), self._decimals
             whole_line = operands is not None and all(math.isfinite(v) and v == int(v) for v in operands)
             if d and x != 0 and math.isfinite(x) and x == int(x) and not whole_line:
                 return [f"{x:.{d}f}"]
