@@ -441,8 +441,10 @@ class StepView(SoftmaxView):
         d = self.divided_digits(src, [(i, j) for j in shown], [self.entry_result(s.value, i, j)[0] for j in shown])
         if isinstance(src.value, np.ndarray):
             # the scores as their matrix prints them (2.5930 there, not 2.593 here), more digits when needed
-            d = max(d, decimals_needed(src.value.ravel()[:4096], o.precision))
-            values = [dots if j is None else o.fixed(float(src.value[i, j]), d, pad=False) for j in cols]
+            head, noise = first_entries(src.value)  # a score within float noise of 4 is 4 (printing.NOISE)
+            d = max(d, decimals_needed(head, o.precision))
+            values = [dots if j is None else o.fixed(whole_within_noise(float(src.value[i, j]), noise), d, pad=False)
+                      for j in cols]
         else:
             with o.digits(d):
                 values = [dots if j is None else o.entry(src.value, i, j) for j in cols]
