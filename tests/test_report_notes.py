@@ -220,3 +220,13 @@ def test_the_scores_prose_names_the_keys_they_read(name, key, value):
     for lang, scores, weighted in (("en", "with row $j$ of ${}$", "the rows of ${}$"), ("zh", "与 ${}$ 的第 $j$ 行", "对 ${}$ 的各行")):
         md = attntrace.render(attntrace.run(name), format="md", lang=lang)
         assert scores.format(key) in md and weighted.format(value) in md, (name, lang)
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_norm_with_epsilon_zero_substitutes_no_plus_zero(lang):
+    """moe-tiny's RMSNorm has epsilon = 0 (so a lecturer's numbers are whole): its lines read
+    1/sqrt(0.5), not 1/sqrt(0.5 + 0); a norm with an epsilon keeps it (llama-block-tiny: + 10^-6)."""
+    zero = attntrace.render(attntrace.run("moe-tiny"), format="md", lang=lang)
+    assert r"\frac{1}{\sqrt{0.5}}" in zero and not re.search(r"\\sqrt\{[0-9.]+ \+ 0\}", zero)
+    kept = attntrace.render(attntrace.run("llama-block-tiny"), format="md", lang=lang)
+    assert r"\sqrt{0.5 + 10^{-6}}" in kept

@@ -295,11 +295,13 @@ def build_norm(sv, vm) -> None:
         names = o.math(F.Frac(centred_n, F.Sqrt(spread_n)))
         if rms:
             centred = o.entry(r.value, i, j)
-            spread = F.Add((_num(o, d['mean_square'][i]), eps))
+            spread = _num(o, d['mean_square'][i])
         else:
             mt = _num(o, d["mean"][i])
             centred = F.Add((o.entry(r.value, i, j), F.Neg(o.paren(mt) if mt.startswith('-') else mt)))
-            spread = F.Add((_num(o, d['var'][i]), eps))
+            spread = _num(o, d['var'][i])
+        if d["eps"] != 0:  # epsilon = 0 (a hand-computed example) adds nothing: sqrt(0.5), not sqrt(0.5 + 0)
+            spread = F.Add((spread, eps))
         nums = o.math(F.Frac(centred, F.Sqrt(spread)))
         if gain is not None and d.get("offset"):  # Gemma's 1 + gamma_j
             one = F.Num(d["offset"])
