@@ -354,8 +354,9 @@ class _Printer:
         return f"\\frac{{{top}}}{{{self.product(den, True)}}}"
 
 
-@lru_cache(maxsize=512)
-def _render(source: str, plain: bool) -> str | None:
+def _print_span(source: str, printer: Callable, relation: Callable[[tuple], str]) -> str | None:
+    """One span parsed (None when it does not parse or is too long) and printed: its sides by
+    `printer`, each relation between them by `relation` (the parsed token: its LaTeX, its text)."""
     text = " ".join(source.translate(_UNICODE_OPS).split())
     if not text or len(source) > MAX_LENGTH:
         return None
@@ -363,12 +364,15 @@ def _render(source: str, plain: bool) -> str | None:
         parts = _Parser(text).span()
     except (_Fail, RecursionError):
         return None
-    pr = _Printer(plain)
-    out = pr(parts[0])
+    out = printer(parts[0])
     for k in range(1, len(parts), 2):
-        rel = parts[k][1] if plain else parts[k][0]
-        out += f" {rel} {pr(parts[k + 1])}"
+        out += f" {relation(parts[k])} {printer(parts[k + 1])}"
     return out
+
+
+@lru_cache(maxsize=512)
+def _render(source: str, plain: bool) -> str | None:
+    return _print_span(source, _Printer(plain), lambda rel: rel[1] if plain else rel[0])
 
 
 def render_math(source: str, fmt: str) -> str | None:
@@ -446,19 +450,11 @@ class _HeadingPrinter(_Printer):
 
 @lru_cache(maxsize=512)
 def _heading(source: str, tex: bool) -> str | None:
-    text = " ".join(source.translate(_UNICODE_OPS).split())
-    if not text or len(source) > MAX_LENGTH:
-        return None
-    try:
-        parts = _Parser(text).span()
-    except (_Fail, RecursionError):
-        return None
-    pr = _HeadingPrinter(tex)
-    out = pr(parts[0])
-    for k in range(1, len(parts), 2):
-        rel = _HEADING_RELATIONS.get(parts[k][1], parts[k][1])
-        out += f" {escape_tex(rel) if tex else rel} {pr(parts[k + 1])}"
-    return out
+    def relation(rel: tuple) -> str:
+        sign = _HEADING_RELATIONS.get(rel[1], rel[1])
+        return escape_tex(sign) if tex else sign
+
+    return _print_span(source, _HeadingPrinter(tex), relation)
 
 
 def heading_text(text: str, fmt: str) -> str:

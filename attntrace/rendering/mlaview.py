@@ -8,10 +8,8 @@ prose reports (0 in exact mode: the identity; float rounding in numeric mode).
 
 from __future__ import annotations
 
-import numpy as np
-
 from attntrace.model import formula as F
-from attntrace.rendering.printing import NOISE
+from attntrace.rendering.printing import within_rounding
 from attntrace.rendering.stepview import register_view
 from attntrace.rendering.viewparts import SHAPE_LINES, block, report_params, resolve
 
@@ -43,7 +41,7 @@ def build_absorbed(sv, vm) -> None:
     gap = s.details.get("gap")
     scores = resolve(sv.t, s.details["scores"], s.head)
     # a gap within float noise of the scores (`printing.NOISE`: 4.4e-16 beside scores near 1) is 0, as its matrices print it
-    noise = gap is not None and 0 < gap <= NOISE * max(float(np.max(np.abs(np.asarray(scores.value, dtype=float)))), 1.0)
+    noise = gap is not None and within_rounding(gap, scores.value)
     vm["extra"].update(scores=sv.mname(scores), gap=None if gap is None else ("0" if gap == 0 or noise else f"{gap:.1e}"),
                        exact=sv.mode == "exact", rounding=noise)
     lhs = sv.named(sv.ref)

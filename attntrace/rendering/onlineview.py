@@ -9,9 +9,7 @@ softmax's row maxima, sums and A V were all computed by the kind.
 from __future__ import annotations
 
 from attntrace.model import formula as F
-import numpy as np
-
-from attntrace.rendering.printing import NOISE, scientific
+from attntrace.rendering.printing import scientific, within_rounding
 from attntrace.rendering.stepview import register_view
 from attntrace.rendering.viewparts import SHAPE_LINES, block
 
@@ -103,7 +101,7 @@ def build_online_z(sv, vm) -> None:
         diff = d.get("max_diff") or 0.0
         # a difference within float noise of Z (`printing.NOISE`: 2.2e-16 beside entries near 1) is float64
         # rounding, said in words as the matrices print it 0; a larger one is printed
-        rounding = 0 < diff <= NOISE * max(float(np.max(np.abs(np.asarray(s.value, dtype=float)))), 1.0)
+        rounding = within_rounding(diff, s.value)
         vm["extra"]["rounding"] = rounding
         vm["extra"]["max_diff"] = "0" if diff == 0 or rounding else (o.num(diff) if diff >= 10 ** -o.precision else o.sci(*scientific(diff)))
 

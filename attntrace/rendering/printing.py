@@ -53,6 +53,13 @@ def without_noise(value: np.ndarray) -> np.ndarray:
     return np.where(noise, whole, value) if noise.any() else value
 
 
+def within_rounding(gap: float, value) -> bool:
+    """A nonzero difference `gap` between two computations of `value` that is float noise
+    (`NOISE` of value's largest |entry|, at least of 1): float64 rounding, said in words in the
+    prose (MLA's absorbed scores, the online softmax's Z), not printed as 4.4e-16."""
+    return 0 < gap <= NOISE * max(float(np.max(np.abs(np.asarray(value, dtype=float)))), 1.0)
+
+
 def whole_within_noise(x: float, scale: float) -> float:
     """x, or the integer it lies within float noise of (`NOISE` of `scale`, the largest |entry| of
     its matrix), as `without_noise` prints it in the matrix: one entry of a worked line."""
