@@ -10,7 +10,7 @@ import math
 
 from attntrace.inputs import limits
 from attntrace.inputs.spec import Problem
-from attntrace.kinds import HEAD_PIPELINE
+from attntrace.kinds.registry import block_pipelines, head_pipeline
 from attntrace.model.errors import BadInput
 from attntrace.model.trace import Operand
 
@@ -219,7 +219,7 @@ def work_estimate(p: Problem, dims: list[dict]) -> tuple[int, int]:
             q, kk, v = st.get("Q", one), st.get("K", one), st.get("V", one)
         if not named:
             total += _position_work(p, n, m, d, dk)
-        total += sum(kind.exact_work(p, dm, named) for kind in HEAD_PIPELINE if kind.enabled(p))
+        total += sum(kind.exact_work(p, dm, named) for kind in head_pipeline(p) if kind.enabled(p))
         if "scores" in st or "Q" in st or "X" in p.shared:
             s = st["scores"] if "scores" in st else prod(one if named else q, one if named else kk, dk)
             total += n * m * s[0] * (2 if p.scale is not False else 1)
@@ -277,7 +277,6 @@ def block_work(p: Problem, n: int, z_attn: int) -> int:
     refused here, before any work, instead of inside the trace after seconds (llama-block-tiny:
     5 s); nearer the bound the trace's own check decides (and an input error, a constant row
     with eps = 0, is still reported as such)."""
-    from attntrace.kinds.registry import block_pipelines
     from attntrace.kinds.exactsize import EXACT_OPS
 
     _, post = block_pipelines(p)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from attntrace.budget import check_budget
 from attntrace.inputs.spec import KV_KEYS, Problem, load_spec
-from attntrace.kinds import BACKWARD_PIPELINE, COMBINE_PIPELINE, HEAD_PIPELINE, SPEC_OPTIONS, block_pipelines
+from attntrace.kinds.registry import DECLARED_OPTIONS, block_pipelines, combine_pipeline, head_pipeline
 from attntrace.kinds.context import Context
 from attntrace.kinds.projection import kv_groups
 from attntrace.kinds.mask import mask_setting
@@ -40,7 +40,7 @@ def _head_kinds(p: Problem) -> list:
     """The head kinds that run for this problem, in pipeline order: the enabled ones, less those
     an enabled kind replaces. A kind's `enabled` reads only the problem, so this is asked once
     per trace, not once per head (a BERT layer has 12 heads and the pipeline 40 kinds)."""
-    on = [kind for kind in HEAD_PIPELINE if kind.enabled(p)]
+    on = [kind for kind in head_pipeline(p) if kind.enabled(p)]
     replaced = {r for kind in on for r in kind.replaces}
     return [kind for kind in on if kind.id not in replaced]
 
@@ -57,10 +57,11 @@ def _run_head(ctx: Context, head, ops, kinds: list) -> dict:
 
 
 def _run_backward(ctx: Context, heads, states: list[dict], top: dict) -> None:
-    """The backward pass (`kinds.BACKWARD_PIPELINE`): the kinds before the heads on the combined
-    state, each head's kinds on its own forward state (which sees the combined one as "top"), then
+    """The backward pass (`kinds.backward`): the kinds before the heads on the combined state,
+    each head's kinds on its own forward state (which sees the combined one as "top"), then
     the kinds after the heads, which see every head's state as "states"."""
-    before, per_head, after = BACKWARD_PIPELINE
+    from attntrace.kinds.backward import BACKWARD_COMBINE as before, BACKWARD_HEAD as per_head, BACKWARD_INPUTS as after
+
     for st in states:
         st["top"] = top
     top["states"] = states
@@ -88,7 +89,7 @@ def _run(ctx: Context) -> Trace:
     p = ctx.p
     multi = len(p.heads) > 1
     block_pre, block_post = block_pipelines(p)
-    layer = _run_layer(ctx, block_pre, {"X": ctx.operand(p.shared["X"])} if block_pre and "X" in p.shared else {})
+    layer = _run_layer(ctx, block_pre, {"X": ctx.operand(p.shared["X"])} if "X" in p.shared else {})
     attn_in = layer.get("attn_in") or layer.get("X")
     if attn_in is not None and attn_in.ref != "X":
         ctx.sources["X"] = attn_in
@@ -100,7 +101,7 @@ def _run(ctx: Context) -> Trace:
     states = [st if backward else {"Z": st.get("Z")} for st in (_run_head(ctx, h, ops, kinds) for h, ops in zip(heads, p.heads))]
     zs = [s.get("Z") for s in states]
     state = {"heads": zs, "Z": zs[0]}
-    for kind in COMBINE_PIPELINE:
+    for kind in combine_pipeline(p):
         if kind.enabled(p):
             flow = kind.compute(ctx, None, state)
             if flow is not None:
@@ -178,5 +179,6 @@ def trace_spec(spec, mode: str | None = None, *, copy: bool = True, keep=None, *
 
 
 def load_problem(spec, mode: str | None = None, *, copy: bool = True, **overrides) -> Problem:
-    """A spec -> its Problem, with the spec keys every step kind declares (`SPEC_OPTIONS`)."""
-    return load_spec(spec, mode=mode, options=SPEC_OPTIONS, copy=copy, **overrides)
+    """A spec -> its Problem, with the spec keys every step kind declares (read from the kinds'
+    manifest; the modules of the keys the spec uses are imported)."""
+    return load_spec(spec, mode=mode, options=DECLARED_OPTIONS, copy=copy, **overrides)

@@ -17,20 +17,19 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-#: What the numeric sentence report loads today. The step kinds are all imported (the registry
-#: reads every kind module, and each pipeline asks every kind whether it runs); views, algebras
-#: other than numeric, grading, teaching, bridges and HTML are not.
+#: What the numeric sentence report loads today: the kind modules of plain attention (the registry
+#: reads the others' declarations from the kinds' manifest and imports a module only when the
+#: problem has what its RUNS_WITH names); views, algebras other than numeric, grading, teaching,
+#: bridges and HTML are not.
 SENTENCE_MODULES = frozenset("""
 attntrace attntrace.cli attntrace.budget attntrace.resources attntrace.tracer attntrace.version
 attntrace.algebra attntrace.algebra.modes attntrace.algebra.numeric
 attntrace.inputs attntrace.inputs.blockspec attntrace.inputs.expr attntrace.inputs.grammar attntrace.inputs.limits attntrace.inputs.matrices attntrace.inputs.options
-attntrace.inputs.mlaspec attntrace.inputs.moespec attntrace.inputs.numbers attntrace.inputs.positional attntrace.inputs.safetext attntrace.inputs.spec
+attntrace.inputs.numbers attntrace.inputs.positional attntrace.inputs.safetext attntrace.inputs.spec
 attntrace.inputs.stepoptions attntrace.inputs.textescape attntrace.inputs.tokens attntrace.inputs.usertext
-attntrace.kinds attntrace.kinds.alibi attntrace.kinds.backward attntrace.kinds.base attntrace.kinds.bias
-attntrace.kinds.block attntrace.kinds.cache attntrace.kinds.context attntrace.kinds.exactsize attntrace.kinds.ffn
-attntrace.kinds.heads attntrace.kinds.mask attntrace.kinds.mla attntrace.kinds.moe attntrace.kinds.norm attntrace.kinds.notation attntrace.kinds.online attntrace.kinds.position
-attntrace.kinds.projection attntrace.kinds.qknorm attntrace.kinds.registry attntrace.kinds.residual attntrace.kinds.rope attntrace.kinds.ropescaling attntrace.kinds.sandwich attntrace.kinds.sink
-attntrace.kinds.scale attntrace.kinds.scores attntrace.kinds.softcap attntrace.kinds.softmax attntrace.kinds.weighted_sum
+attntrace.kinds attntrace.kinds.base attntrace.kinds.context attntrace.kinds.heads attntrace.kinds.manifest attntrace.kinds.mask
+attntrace.kinds.notation attntrace.kinds.online attntrace.kinds.projection attntrace.kinds.registry
+attntrace.kinds.scale attntrace.kinds.scores attntrace.kinds.softmax attntrace.kinds.weighted_sum
 attntrace.model attntrace.model.errors attntrace.model.formula attntrace.model.record attntrace.model.trace
 attntrace.rendering attntrace.rendering.formats attntrace.rendering.formulatext attntrace.rendering.jinja_env attntrace.rendering.layout attntrace.rendering.onlineview
 attntrace.rendering.plaindata attntrace.rendering.printing attntrace.rendering.renderer attntrace.rendering.sandbox

@@ -16,7 +16,6 @@ block's keys.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from attntrace.inputs.matrices import to_matrix
@@ -45,7 +44,17 @@ class SpecOption:
     instead_of: str | None = None
 
 
-@dataclass
+@record
+class DeclaredOptions:
+    """The spec keys the step kinds declare, without their parsers: `keys` (every key, for the
+    unknown-key check) and `load(keys)`, the `SpecOption`s of the keys a spec uses, in the
+    kinds' order. The kinds' registry gives it, so that reading a spec imports only the kind
+    modules of the keys it has."""
+
+    keys: frozenset[str]
+    load: Callable[[frozenset[str]], tuple[SpecOption, ...]]
+
+
 class OptionReader:
     """What an option parser may use: the trace's mode, the spec's other keys (read only), the
     number of heads, and `matrix(raw, name)`, the spec's own matrix reader (never evaluates
@@ -54,12 +63,11 @@ class OptionReader:
     spec also has `operand(raw, name, mode, head, symbol)`, the reader of the spec's own
     matrices (named per head in messages), and `make_heads(tables)` gives each head's operands."""
 
-    mode: str
-    data: Mapping[str, Any]
-    num_heads: int
-    shared: dict[str, Operand] = field(default_factory=dict)
-    operand: Callable[..., Operand] | None = None
-    heads: tuple[Mapping[str, Operand], ...] | None = None
+    def __init__(self, mode: str, data: Mapping[str, Any], num_heads: int, operand: Callable[..., Operand] | None = None):
+        # a plain class, not a dataclass: @dataclass compiles its methods in every process (start-up)
+        self.mode, self.data, self.num_heads, self.operand = mode, data, num_heads, operand
+        self.shared: dict[str, Operand] = {}
+        self.heads: tuple[Mapping[str, Operand], ...] | None = None
 
     def matrix(self, raw: Any, name: str, symbol: str) -> Operand:
         value, shape, sym = to_matrix(raw, mode=self.mode, name=name, default_symbol=symbol)

@@ -25,7 +25,7 @@ from attntrace.inputs.matrices import copies_in_one, to_matrix
 from attntrace.inputs.numbers import shown, whole_number
 from attntrace.inputs.blockspec import BLOCK_KEYS, block_options, check_block
 from attntrace.inputs.positional import positive_number
-from attntrace.inputs.options import OptionReader, SpecOption, split_columns
+from attntrace.inputs.options import DeclaredOptions, OptionReader, SpecOption, split_columns
 from attntrace.inputs.stepoptions import MASK_NAMES, parse_attn_bias, parse_mask_options
 from attntrace.model.record import record
 from attntrace.model.trace import MODES, Operand
@@ -40,7 +40,7 @@ HEAD_KEYS = {
 #: Matrices shared by all heads.
 SHARED_KEYS = {"X": "x", "X_kv": "y", "W_O": "w^{O}", "b_O": "b^{O}"}
 #: Keys of the spec itself; a step kind's own keys (online, backward, ...) are
-#: the `SpecOption`s it declares, which `load_spec` receives (`attntrace.kinds.registry.SPEC_OPTIONS`).
+#: the `SpecOption`s it declares, which `load_spec` receives (`attntrace.kinds.registry.DECLARED_OPTIONS`).
 OPTION_KEYS = {"title", "description", "title_zh", "description_zh", "mode", "scale", "d_k", "mask", "num_heads", "heads", "Z", "expand", "tokens", "kv_tokens",
                "num_kv_heads", "window", "key_padding", "attn_bias"}
 ALLOWED_KEYS = set(HEAD_KEYS) | set(SHARED_KEYS) | OPTION_KEYS | BLOCK_KEYS
@@ -244,11 +244,13 @@ def _operand(raw: Any, key: str, mode: str, head: int | None, default: str, *, c
     return Operand(name=key, head=head, value=value, shape=shape, symbol=symbol)
 
 
-def load_spec(spec: Any, *, mode: str | None = None, options: tuple[SpecOption, ...] = (), copy: bool = True, **overrides: Any) -> Problem:
+def load_spec(spec: Any, *, mode: str | None = None, options: tuple[SpecOption, ...] | DeclaredOptions = (), copy: bool = True,
+              **overrides: Any) -> Problem:
     """Validate a spec (path, dict) with optional overrides (mode, scale, mask, title, ...).
 
-    `options`: the spec keys the step kinds declare (`attntrace.kinds.registry.SPEC_OPTIONS`,
-    passed by the tracer); each parsed value goes to `Problem.extra` under its key.
+    `options`: the spec keys the step kinds declare (`attntrace.kinds.registry.DECLARED_OPTIONS`,
+    passed by the tracer, which loads the options of the keys the spec has); each parsed value
+    goes to `Problem.extra` under its key.
     copy=False: writable float64 arrays are kept as read-only views instead of copied (the
     caller promises not to change them while the trace lives; `matrices.to_matrix`).
     The arrays of a dict spec that numeric mode copies are copied into one allocation
@@ -259,7 +261,7 @@ def load_spec(spec: Any, *, mode: str | None = None, options: tuple[SpecOption, 
     return _load_spec(spec, mode, options, copy, overrides)
 
 
-def _load_spec(spec: Any, mode: str | None, options: tuple[SpecOption, ...], copy: bool, overrides: dict) -> Problem:
+def _load_spec(spec: Any, mode: str | None, options: tuple[SpecOption, ...] | DeclaredOptions, copy: bool, overrides: dict) -> Problem:
     source = None
     if isinstance(spec, (str, Path)):
         source = str(spec)
@@ -271,10 +273,13 @@ def _load_spec(spec: Any, mode: str | None, options: tuple[SpecOption, ...], cop
     if overrides.get("backward") is True and data.get("backward"):
         overrides.pop("backward")  # `run --backward` on a spec that says how: the spec's dO or loss
     data.update({k: v for k, v in overrides.items() if v is not None})
-    allowed = ALLOWED_KEYS | {o.key for o in options}
+    declared_keys = options.keys if isinstance(options, DeclaredOptions) else {o.key for o in options}
+    allowed = ALLOWED_KEYS | declared_keys
     unknown = sorted(set(data) - allowed)
     if unknown:
         raise BadInput(f"unknown key {unknown[0]!r} in spec; allowed: {', '.join(sorted(allowed))}")
+    if isinstance(options, DeclaredOptions):
+        options = options.load(frozenset(data) & declared_keys)
     mode = _mode(data, mode)
     operand = partial(_operand, copy=copy)
 

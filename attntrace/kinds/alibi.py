@@ -19,6 +19,10 @@ from attntrace.model.errors import BadInput
 from attntrace.kinds.base import Kind, Mistake
 from attntrace.model.formula import Paren, Parts, Space, sym
 
+#: The kinds here run only for a problem with the spec's alibi (`attntrace.kinds.registry` imports
+#: this module only then).
+RUNS_WITH = ("alibi",)
+
 if TYPE_CHECKING:  # fractions is imported where a slope is made (ALiBi specs only)
     from fractions import Fraction
 

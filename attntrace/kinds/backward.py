@@ -34,6 +34,10 @@ from attntrace.kinds.base import HEAD_INDEX, Flow, Kind, Mistake, Symbol
 from attntrace.model.errors import BadInput
 from attntrace.model.formula import ONES, Add, Diff, Dots, Frac, Hcat, Node, Op, Paren, Partial, Seq, Slice, Sqrt, Sum, Sym, Word, node, sym
 
+#: The kinds here run only for a problem with a backward pass (`attntrace.kinds.registry` imports
+#: this module only then).
+RUNS_WITH = ("backward",)
+
 #: The spec's `backward`: true, {loss = "sum_squares" | "sum"} or {dO = [[...]]} (Problem.extra["backward"]).
 SPEC_OPTIONS = (SpecOption("backward", lambda value, reader: parse_backward(value, reader.mode, "g^{O}" if "W_O" in reader.data else "g^{Z}"), "true or {loss = ...} or {dO = [[...]]}"),)
 

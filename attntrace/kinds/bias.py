@@ -15,6 +15,10 @@ from attntrace.kinds.base import Kind, label
 from attntrace.model.errors import BadInput
 from attntrace.model.formula import sym
 
+#: The kinds here run only for a problem with an attn_bias (`attntrace.kinds.registry` imports
+#: this module only then).
+RUNS_WITH = ("attn_bias",)
+
 
 class ScoreBias(Kind):
     pipeline, after = "head", ("biased",)

@@ -37,6 +37,10 @@ from attntrace.kinds.norm import Norm
 from attntrace.kinds.residual import Residual
 from attntrace.model.formula import sym
 
+#: The kinds here run only for a problem with a Transformer block (`attntrace.kinds.registry` imports
+#: this module only then).
+RUNS_WITH = ("block",)
+
 #: The arrangements with a norm before each sublayer (pre-LN, and llama and sandwich with RMSNorm).
 _PRE_NORM = ("pre_ln", "llama", "sandwich")
 

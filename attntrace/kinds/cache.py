@@ -27,6 +27,10 @@ from attntrace.kinds.projection import kv_head
 from attntrace.model.errors import BadInput
 from attntrace.model.formula import Stack, Word, sym
 
+#: The kinds here run only for a problem with a KV cache (past keys or values: `attntrace.kinds.registry`
+#: imports this module only then).
+RUNS_WITH = ("K_past", "V_past")
+
 #: The past keys and values a spec gives (notation: name -> symbol, base name of the entries).
 OPERANDS = {"K_past": (sym("K", Word("past")), "k^{p}"), "V_past": (sym("V", Word("past")), "v^{p}")}
 

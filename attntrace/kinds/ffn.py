@@ -18,6 +18,10 @@ from attntrace.inputs.blockspec import ARRANGEMENTS, BLOCK_OPERANDS
 from attntrace.kinds.exactsize import check_exact_size
 from attntrace.model.errors import BadInput
 
+#: The kinds here run only for a problem with a Transformer block (`attntrace.kinds.registry` imports
+#: this module only then).
+RUNS_WITH = ("block",)
+
 #: a gated network's activation -> the function of its gate
 GATES = {"swiglu": "silu", "geglu": "gelu_tanh"}
 

@@ -42,6 +42,10 @@ from attntrace.kinds.exactsize import check_exact_size
 from attntrace.kinds.rope import rope_pairs, rope_positions
 from attntrace.model.trace import Operand
 
+#: The kinds here run only for a problem with multi-head latent attention (`attntrace.kinds.registry` imports
+#: this module only then).
+RUNS_WITH = ("mla",)
+
 
 #: `mla = {...}` (attntrace.inputs.mlaspec): its projections make each head's Q, K and V from X.
 SPEC_OPTIONS = (SpecOption("mla", parse_mla, "a table {W_DKV, W_UK, W_UV, W_KR, W_UQ, W_QR}", check=check_mla_rope, start="X"),)

@@ -35,6 +35,10 @@ from attntrace.inputs.options import SpecOption
 from attntrace.kinds.base import Kind, Mistake, Symbol
 from attntrace.model.formula import Cases, Dots, Frac, Func, Hcat, Neg, Op, Paren, Parts, Power, Sum, Value, Word, node, sym
 
+#: The kinds here run only for a problem with a mixture of experts (`attntrace.kinds.registry` imports
+#: this module only then).
+RUNS_WITH = ("moe",)
+
 #: The number of an expert: Y^{(xi)}, W_gate^{(xi)}, the sum over xi in T_i. GShard writes e, but e is
 #: Euler's number in the router's own formulas (e^{l_ij}, 1 / (1 + e^{-x})); j is the column of G, and a superscript (j)
 #: is the online softmax's block; every Latin letter free of those is some matrix's entries

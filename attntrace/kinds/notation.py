@@ -3,7 +3,7 @@
 Each kind declares the symbols it introduces (`Kind.notation`: its matrix with its entries,
 and `Kind.symbols` such as the row maximum m or the ALiBi slope lambda); the operands a trace
 starts from are named here and by the kind modules that bring them (a module's `OPERANDS`),
-collected in `OPERAND_SYMBOL`, the one table the reports use too. `notation_of`
+read through `operand_names`, the one table the reports use too. `notation_of`
 collects them in trace order, once per symbol, and records a *clash* when one letter gets two
 meanings: m for a slope and for a row maximum, say. Letters are compared without their index
 decorations (m_i, m^{(j)} and m are one letter; W_Q and W_K are two, and so are Z^{(eta)} and Z), entry names too (q_{ij}
@@ -20,8 +20,8 @@ import re
 from attntrace.inputs.blockspec import BLOCK_OPERANDS
 from attntrace.inputs.spec import KV_KEYS
 from attntrace.kinds import kind_of
-from attntrace.kinds.base import HEAD_INDEX, KV_HEAD_INDEX, Kind, Symbol, base_sym
-from attntrace.kinds.registry import MODULES
+from attntrace.kinds.base import HEAD_INDEX, KV_HEAD_INDEX, Symbol, base_sym
+from attntrace.kinds.registry import operand_module
 from attntrace.model.formula import Index, Sym, Word, node, nodes, substitute, sym
 from attntrace.model.record import record
 
@@ -34,18 +34,20 @@ OPERAND_SYMBOL = {"X": sym("X"), "X_kv": sym("X", Word("kv", roman=True)), "scor
 # the Transformer block's matrices (attntrace.inputs.blockspec): P, gamma_1, W_1, W_gate, ...
 OPERAND_SYMBOL.update({k: v[0] for k, v in BLOCK_OPERANDS.items()})
 OPERAND_BASE.update({k: v[1] for k, v in BLOCK_OPERANDS.items()})
-# the operands kinds bring (the cache's past keys, QK-norm's gains, latent attention's and the experts' matrices):
-# each kind module's OPERANDS, name -> (symbol in formulas, base name of its entries)
-#: operand name -> the prose module whose `words` macro says what it means: that of the kinds of the
-#: module that brings it (QK-norm's gains: its prose's words); the others' words are in notation.j2
-OPERAND_PROSE: dict[str, str] = {}
-for _module in MODULES:
-    _prose = next((v.prose for v in vars(_module).values()
-                   if isinstance(v, Kind) and type(v).__module__ == _module.__name__ and v.prose), None)
-    for _name, (_symbol, _base) in getattr(_module, "OPERANDS", {}).items():
-        OPERAND_SYMBOL[_name], OPERAND_BASE[_name] = _symbol, _base
-        if _prose:
-            OPERAND_PROSE.setdefault(_name, _prose)
+# the operands kinds bring (the cache's past keys, QK-norm's gains, the sandwich's norms): each kind
+# module's OPERANDS, name -> (symbol in formulas, base name of its entries), read when a trace has one
+
+
+def operand_names(name: str) -> tuple:
+    """(symbol in formulas, entries' base name) of the operand `name`, either None when unknown:
+    the shared tables, else the OPERANDS of the kind module that brings it (imported then)."""
+    if name not in OPERAND_SYMBOL:
+        module = operand_module(name)
+        if module is not None:
+            OPERAND_SYMBOL[name], OPERAND_BASE[name] = module.OPERANDS[name]
+    return OPERAND_SYMBOL.get(name), OPERAND_BASE.get(name)
+
+
 #: operands that stand in for a step (a trace that starts mid-way) mean what the step means
 _STEP_OPERANDS = {"Q": "Q", "K": "K", "V": "V", "scores": "scores", "weights": "weights", "Z": "Z", "P": "pos_enc"}
 
@@ -105,8 +107,9 @@ def _index_row(index, meaning: str) -> Symbol:
 
 
 def _operand(op) -> Symbol:
-    letter = OPERAND_SYMBOL.get(op.name) or node(op.name)
-    base = op.symbol or OPERAND_BASE.get(op.name)
+    symbol, base = operand_names(op.name)
+    letter = symbol or node(op.name)
+    base = op.symbol or base
     meaning = _STEP_OPERANDS.get(op.name, op.name)
     return Symbol(letter, meaning, tuple(op.shape), base_sym(base).at("i", "j") if base else None)
 

@@ -13,6 +13,10 @@ from attntrace.kinds.base import Kind, Mistake, place
 from attntrace.model.errors import BadInput
 from attntrace.model.formula import Add, Frac, Func, Neg, Num, Paren, Parts, Power, sym
 
+#: The kinds here run only for a problem with position encodings (`attntrace.kinds.registry` imports
+#: this module only then).
+RUNS_WITH = ("position",)
+
 
 class PosEnc(Kind):
     id = "pos_enc"

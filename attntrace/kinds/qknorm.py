@@ -26,6 +26,10 @@ from attntrace.kinds.projection import kv_head
 from attntrace.model.errors import BadInput
 from attntrace.model.formula import Func, Parts, Sqrt, sym
 
+#: The kinds here run only for a problem with QK-norm (`attntrace.kinds.registry` imports
+#: this module only then).
+RUNS_WITH = ("qk_norm",)
+
 #: The gains (notation): gamma as every gain, q and k as the heads' rows they scale.
 OPERANDS = {"g_q": (sym("gamma", sup="q"), "\\gamma^{q}"), "g_k": (sym("gamma", sup="k"), "\\gamma^{k}")}
 

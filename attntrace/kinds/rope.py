@@ -25,6 +25,10 @@ from attntrace.model.formula import Add, Frac, Func, Neg, Num, Paren, Parts, Pow
 from attntrace.kinds.projection import kv_head
 from attntrace.kinds.ropescaling import YARN_RAMP, attention_factor, frequency_factors
 
+#: The kinds here run only for a problem with RoPE (`attntrace.kinds.registry` imports
+#: this module only then).
+RUNS_WITH = ("rope",)
+
 #: `rope = true` or {base, layout, positions, kv_positions} (attntrace.inputs.positional), checked
 #: against the problem: Q and K to turn, one position per token, an even head width.
 SPEC_OPTIONS = (SpecOption("rope", lambda value, reader: parse_rope(value), "true or {base, layout, positions, kv_positions, scaling}",

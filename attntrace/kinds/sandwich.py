@@ -28,6 +28,10 @@ from attntrace.kinds.base import Mistake, place
 from attntrace.kinds.norm import Norm
 from attntrace.model.formula import sym
 
+#: The kinds here run only for a problem with a Transformer block (`attntrace.kinds.registry` imports
+#: this module only then).
+RUNS_WITH = ("block",)
+
 #: its norms' gains (norm3, norm4 of the block's spec, read with the other norms): their words are in its prose
 OPERANDS = {k: BLOCK_OPERANDS[k] for k in ("gamma_3", "gamma_4")}
 

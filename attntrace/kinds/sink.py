@@ -26,6 +26,10 @@ from attntrace.kinds.base import Kind, Mistake
 from attntrace.model.formula import Hcat, sym
 from attntrace.model.errors import BadInput
 
+#: The kinds here run only for a problem with attention sinks (`attntrace.kinds.registry` imports
+#: this module only then).
+RUNS_WITH = ("sinks",)
+
 
 def _parse(value, reader):
     """`sinks = [s_1, ..., s_h]`: one finite logit per head (a single number for one head);

@@ -24,6 +24,10 @@ from attntrace.inputs.positional import positive_number
 from attntrace.kinds.base import Kind, Mistake
 from attntrace.model.formula import Frac, Func, Node, Value, sym
 
+#: The kinds here run only for a problem with a soft cap (`attntrace.kinds.registry` imports
+#: this module only then).
+RUNS_WITH = ("softcap",)
+
 
 def _parse(value, reader):
     """`softcap = c`: a positive number (an int, a float or an exact string); false: off."""

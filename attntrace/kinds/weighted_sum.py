@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from attntrace.kinds.base import Kind, Mistake, Planting, formula_once
 from attntrace.kinds.projection import kv_head
-from attntrace.kinds.rope import rotate_rows
 from attntrace.model.formula import sym
 
 
@@ -37,6 +36,8 @@ class WeightedSum(Kind):
             det = mistake.numbers["K_rope"].get(head)
             if det is None:
                 raise iv.Impossible()
+            from attntrace.kinds.rope import rotate_rows  # the checker, after a trace with RoPE
+
             v = rotate_rows(iv, v, det, det["layout"], [float(p) for p in det["positions"]])
         return iv.product(v, a) if mistake == "values_first" else iv.product(a, v)
 

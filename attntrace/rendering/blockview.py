@@ -16,6 +16,7 @@ import math
 import numpy as np
 
 from attntrace.kinds import kind_of
+from attntrace.kinds.registry import BLOCK_IDS
 from attntrace.model import formula as F
 from attntrace.rendering.layout import Seq
 from attntrace.rendering.printing import reproducing_digits
@@ -351,13 +352,6 @@ def build_posenc(sv, vm) -> None:
 
 
 # -- the report: block sections and the data flow ----------------------------------------------
-def _block_ids() -> frozenset:
-    from attntrace.kinds.registry import BLOCK_KINDS
-
-    return frozenset(k.id for k in BLOCK_KINDS)
-
-
-BLOCK_IDS = _block_ids()
 
 
 def split_block(trace) -> tuple[list, list]:

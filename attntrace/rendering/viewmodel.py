@@ -9,7 +9,6 @@ template never sees raw user text.
 from __future__ import annotations
 
 import copy
-import functools
 
 from typing import Any
 
@@ -17,17 +16,13 @@ from attntrace.rendering.layout import SIDE_BY_SIDE, fit_chain
 from attntrace.inputs.textescape import escape_md, escape_tex, escape_text
 from attntrace.inputs.usertext import format_user_text, heading_text, inline_math_for
 from attntrace.inputs.spec import KV_KEYS
-from attntrace.kinds import HEAD_PIPELINE, KINDS, kind_of
-from attntrace.kinds.notation import HEAD_INDEX, KV_HEAD_INDEX, OPERAND_PROSE, notation_of
+from attntrace.kinds import KINDS, kind_of
+from attntrace.kinds.notation import HEAD_INDEX, KV_HEAD_INDEX, notation_of
 from attntrace.model import formula as F
 from attntrace.rendering.printing import PlainOut, TexOut
 from attntrace.rendering.stepview import StepView
-from attntrace.kinds.registry import BLOCK_KINDS
+from attntrace.kinds.registry import BLOCK_IDS, MEANING_PROSE, head_kinds_with
 from attntrace.rendering.viewparts import block, operand_ref, pack, report_params, resolve, shape_dims
-
-#: Step ids of the Transformer block's kinds (their own report sections).
-BLOCK_IDS = frozenset(k.id for k in BLOCK_KINDS)
-
 
 # ----------------------------------------------------------------------------- escaping
 
@@ -264,7 +259,7 @@ def notation_rows(trace) -> list[dict[str, str]]:
     JSON keeps a row for each)."""
     rows: list[dict[str, str]] = []
     gradients = None
-    prose = _meaning_prose()
+    prose = MEANING_PROSE
     for sym in notation_of(trace).rows:
         shown = sym.symbol
         if sym.entry is not None and _initial(sym.entry) != _initial(sym.symbol):
@@ -284,24 +279,6 @@ def notation_rows(trace) -> list[dict[str, str]]:
                      "shape": size.text("tex") if sized else (shape or ""),
                      "plain_shape": size.text("plain") if sized else (shape or "")})
     return rows
-
-
-@functools.cache
-def _meaning_prose() -> dict[str, str]:
-    """Meaning key -> the prose module of the kind that makes it (its matrix, or a symbol of its
-    formula, or a key its `notation` adds: `added_meanings`), where the notation table looks for
-    the key's words (macro `words`) before the
-    table of shared words in templates/prose/{lang}/notation.j2. The first kind to declare a
-    key keeps it."""
-    found: dict[str, str] = {}
-    for kind in KINDS.values():
-        if kind.prose:
-            found.setdefault(kind.meaning or kind.id, kind.prose)
-            for key in [key for _, key, _ in kind.symbols] + list(kind.added_meanings):
-                found.setdefault(key, kind.prose)
-    for name, prose in OPERAND_PROSE.items():  # the matrices a kind's module brings (its OPERANDS)
-        found.setdefault(name, prose)
-    return found
 
 
 def _initial(tree: F.Node) -> str:
@@ -343,9 +320,8 @@ def intro_formula(trace) -> F.Node:
         by_id.setdefault(s.id, []).append(s)
     # given scores start the term at S; without a weighted sum the trace ends at the weights
     term: F.Node = F.sym("S") if start == "scores" else F.sym("Q") * F.sym("K").T()
-    for kind in HEAD_PIPELINE:
-        if kind.id in by_id:
-            term = kind.intro(term, by_id[kind.id])
+    for kind in head_kinds_with(by_id):
+        term = kind.intro(term, by_id[kind.id])
     weights = F.Func("softmax", (term,))
     if start == "scores" and "Z" not in by_id:
         return F.sym("A").eq(weights)

@@ -13,7 +13,7 @@ from typing import Any
 from attntrace.inputs.expr import entry_symbol
 from attntrace.kinds import kind_of
 from attntrace.rendering import views
-from attntrace.kinds.notation import OPERAND_BASE, OPERAND_SYMBOL  # noqa: F401 - the reports' names of operands
+from attntrace.kinds.notation import operand_names  # the reports' names of operands
 from attntrace.model.formula import Juxt, Node, Num, Op, Rel, Seq, Shape, Stack, Word, node, sym, to
 from attntrace.rendering.formulatext import ACCENTS, RELATIONS, tex
 from attntrace.rendering.layout import SIDE_BY_SIDE
@@ -161,10 +161,11 @@ def inputs_not_kept(trace, step) -> list[str]:
 
 
 def operand_ref(op) -> Ref:
-    base = op.symbol or OPERAND_BASE.get(op.name, "x")
+    symbol, base = operand_names(op.name)
+    base = op.symbol or base or "x"
     # a given Z_i in symbolic mode already carries its head in its symbol (z^{(2)})
     head = None if (op.symbol and "(" in op.symbol) else op.head
-    return Ref(op.value, op.shape, base, OPERAND_SYMBOL.get(op.name) or node(op.name), head if op.symbol else op.head)
+    return Ref(op.value, op.shape, base, symbol or node(op.name), head if op.symbol else op.head)
 
 
 def step_ref(step) -> Ref:

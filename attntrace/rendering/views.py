@@ -10,23 +10,16 @@ new kind, or a new layout, needs no entry here.
 
 from __future__ import annotations
 
-import functools
 import importlib
+from typing import Mapping
 
-from attntrace.kinds import KINDS
+from attntrace.kinds.registry import VIEW_MODULES
 
 
-@functools.cache
-def modules() -> dict[str, str]:
-    """View name -> the module (in attntrace.rendering) that registers it, from the kinds."""
-    found: dict[str, str] = {}
-    for kind in KINDS.values():
-        if kind.view_module is None:
-            continue
-        known = found.setdefault(kind.view, kind.view_module)
-        if known != kind.view_module:
-            raise ValueError(f"view {kind.view!r} is laid out by {known!r} and {kind.view_module!r}: give it one module")
-    return found
+def modules() -> Mapping[str, str]:
+    """View name -> the module (in attntrace.rendering) that registers it, as the kinds declare
+    (`Kind.view_module`, collected in the kinds' manifest: no kind module is imported)."""
+    return VIEW_MODULES
 
 
 def load(view: str) -> None:
