@@ -114,8 +114,10 @@ def _operand(op) -> Symbol:
     return Symbol(letter, meaning, tuple(op.shape), base_sym(base).at("i", "j") if base else None)
 
 
-def notation_of(trace) -> Notation:
-    """The notation table of `trace`: operands first, then every step's symbols in trace order."""
+def notation_of(trace, operands=None) -> Notation:
+    """The notation table of `trace`: operands first (in the trace's order, or in `operands`'
+    order: a report lists them as its Given section does), then every step's symbols in trace
+    order."""
     multi = trace.num_heads > 1
     rows: list[Symbol] = []
     seen: dict[str, str] = _constants(trace)  # letter -> meaning key (entries: "entry of" + the matrix's meaning)
@@ -141,7 +143,7 @@ def notation_of(trace) -> Notation:
         if gqa:
             add(_index_row(KV_HEAD_INDEX, "kv_head_index"))
     per_head_ops = {op.name for op in trace.operands if op.head is not None}
-    for op in trace.operands:
+    for op in trace.operands if operands is None else operands:
         if op.head is None or op.head == 1:
             sym = _operand(op)
             kv = gqa and op.name in KV_KEYS

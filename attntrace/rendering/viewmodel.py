@@ -260,7 +260,7 @@ def notation_rows(trace) -> list[dict[str, str]]:
     rows: list[dict[str, str]] = []
     gradients = None
     prose = MEANING_PROSE
-    for sym in notation_of(trace).rows:
+    for sym in notation_of(trace, in_order_of_use(trace)).rows:
         shown = sym.symbol
         if sym.entry is not None and _initial(sym.entry) != _initial(sym.symbol):
             shown = F.Seq((shown, sym.entry), sep="wide")
