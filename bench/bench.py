@@ -1058,7 +1058,7 @@ def run_all(quick: bool = False, only=None) -> dict:
         results["symbolic"] = bench_symbolic(repeats=1 if quick else 5, naive_repeats=1 if quick else 3)
         results["symbolic_fresh"] = bench_symbolic_fresh(repeats=1 if quick else 3)
     if "startup" in only:
-        results["startup"] = bench_startup(repeats=3 if quick else 11)
+        results["startup"] = bench_startup(repeats=3 if quick else 21)
     if "layout" in only:
         results["layout"] = bench_layout(repeats=1 if quick else 3)
     if "html" in only:

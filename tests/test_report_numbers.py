@@ -505,3 +505,20 @@ def test_a_matrix_of_whole_numbers_up_to_float_noise_prints_integers(lang):
     assert "1.1 \\cdot 7 = 8 \\\\" in tex and "8.0000" not in tex and "4.0000" not in tex
     text = render(trace, format="text", lang=lang)
     assert "8.0000" not in text and "4.0000" not in text
+
+
+def test_beside_huge_entries_a_true_fraction_is_not_noise():
+    """The noise rule is relative to a matrix's largest entry and capped (printing.NOISE_CAP):
+    beside 5e11, 1e-12 of it is 0.5, and S = [5e11 + 0.3, 5e5 + 0.3] printed as
+    [500000000000, 500000]; the truth is printed, while an entry a few ulps from a whole number
+    beside entries near 1 still prints whole."""
+    import numpy as np
+
+    from attntrace.rendering.printing import without_noise
+
+    trace = attntrace.run({"Q": [[5e5, 0.3]], "K": [[1e6, 1.0], [1.0, 1.0]], "V": [[1, 0], [0, 1]], "scale": False})
+    assert abs(trace.step("scores").value[0, 1] - 500000.3) < 1e-6  # the truth, computed by hand
+    md = render(trace, format="md", lang="en")
+    assert r"\begin{array}{rr}500000000000.3 & 500000.3\end{array}" in md, md
+    assert without_noise(np.array([[5e11, 0.3]]))[0, 1] == 0.3
+    assert without_noise(np.array([[1.0, 3.9999999999999996]]))[0, 1] == 4.0

@@ -36,10 +36,21 @@ _NAME = re.compile(r"([A-Za-z]+)(.*)$", re.S)
 #: keeps its floats. Matrices with a `true_log10` (softmax weights, whose tiny entries are true
 #: exponentials such as e^-40, never a cancellation) are printed as they are.
 NOISE = 1e-12
+#: ... and never further than this from the integer: beside entries of 5e11 the relative rule
+#: alone would allow 0.5 and print a true 0.3 as 0. 1e-9 is below any decimal a report prints
+#: and above the few ulps a sum of products leaves at entries up to about 1e6 (float64's ulp of
+#: 1e6 is 1.2e-10); beyond that an entry near an integer prints with its decimals.
+NOISE_CAP = 1e-9
+
+
+def noise_tolerance(scale: float) -> float:
+    """How far from an integer an entry of a matrix whose largest |entry| is `scale` may lie and
+    still be float noise (`NOISE`, `NOISE_CAP`)."""
+    return min(NOISE * scale, NOISE_CAP)
 
 
 def without_noise(value: np.ndarray) -> np.ndarray:
-    """`value` with each entry within float noise (`NOISE`) of an integer set to that integer;
+    """`value` with each entry within float noise (`noise_tolerance`) of an integer set to that integer;
     `value` itself when it has none. 0 is one such integer (-9.3e-17 prints as 0); any other is
     the same cancellation around a whole number (RoPE's score 3.9999999999999996, an attention
     output 0.9999999999999999), so that the whole-number rules (`fixed`: a matrix of whole
@@ -49,7 +60,7 @@ def without_noise(value: np.ndarray) -> np.ndarray:
         return value
     with np.errstate(invalid="ignore"):
         whole = np.rint(value)
-        noise = (np.abs(value - whole) <= NOISE * finite.max()) & (value != whole)
+        noise = (np.abs(value - whole) <= noise_tolerance(float(finite.max()))) & (value != whole)
     return np.where(noise, whole, value) if noise.any() else value
 
 
@@ -61,11 +72,11 @@ def within_rounding(gap: float, value) -> bool:
 
 
 def whole_within_noise(x: float, scale: float) -> float:
-    """x, or the integer it lies within float noise of (`NOISE` of `scale`, the largest |entry| of
-    its matrix), as `without_noise` prints it in the matrix: one entry of a worked line."""
+    """x, or the integer it lies within float noise of (`noise_tolerance` of `scale`, the largest
+    |entry| of its matrix), as `without_noise` prints it in the matrix: one entry of a worked line."""
     if math.isfinite(x):
         r = round(x)
-        if x != r and abs(x - r) <= NOISE * scale:
+        if x != r and abs(x - r) <= noise_tolerance(scale):
             return float(r)
     return x
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from attntrace.model import formula as F
 from attntrace.rendering.layout import Seq, join_sum, row_seq
-from attntrace.rendering.printing import NOISE, decimals_needed, first_entries, pick, whole_within_noise
+from attntrace.rendering.printing import decimals_needed, first_entries, noise_tolerance, pick, whole_within_noise
 from attntrace.rendering.viewparts import in_block, SATURATED, Ref, block, entry_base, resolve, rows_to_expand
 
 
@@ -101,7 +101,7 @@ class SoftmaxView:
             shifted_row = np.asarray(shifted[i], dtype=float) if shifted is not None else t_row - float(d["row_max"][i])
             # a score equal to the maximum in exact arithmetic shifts to 0, not to -4.4e-16 (float noise, printing.NOISE)
             scale = np.abs(t_row[np.isfinite(t_row)]).max(initial=0.0)
-            shifted_row = np.where(np.abs(shifted_row) <= NOISE * scale, 0.0, shifted_row)
+            shifted_row = np.where(np.abs(shifted_row) <= noise_tolerance(scale), 0.0, shifted_row)
             exp_row = np.asarray(d["exp"][i], dtype=float)
             vec = lambda xs, lg=None, cs=cols: self.vector([None if j is None else float(xs[j]) for j in cs],  # noqa: E731
                                                             None if lg is None else [None if j is None else lg(i, j) for j in cs])
