@@ -63,6 +63,21 @@ def test_renders_reuse_one_environment_and_its_compiled_templates(cache, monkeyp
     assert counts == {"loads": 0, "compiles": 0}
 
 
+def test_one_render_checks_each_template_file_once(tmp_path, cache, monkeypatch):
+    """Jinja checks a cached template's file on every include and import; within one render
+    each file is checked once (and the next render checks them all again)."""
+    folder = tmp_path / "tpl"
+    folder.mkdir()
+    render(TRACE, format="md", template_dir=folder)  # every template loaded and cached
+    checked = []
+    getmtime = os.path.getmtime
+    monkeypatch.setattr(os.path, "getmtime", lambda p: checked.append(os.fspath(p)) or getmtime(p))
+    for _ in range(2):
+        checked.clear()
+        render(TRACE, format="md", template_dir=folder)
+        assert checked and len(checked) == len(set(checked))
+
+
 def test_one_environment_per_folder(tmp_path, cache, monkeypatch):
     mine = tmp_path / "mine"
     mine.mkdir()
