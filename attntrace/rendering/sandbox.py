@@ -36,7 +36,7 @@ import jinja2
 import jinja2.filters
 from jinja2 import nodes
 from jinja2.environment import TemplateModule
-from jinja2.runtime import Namespace, Undefined
+from jinja2.runtime import Macro, Namespace, Undefined
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 
 from attntrace.rendering.plaindata import plain_context
@@ -497,6 +497,8 @@ class ReportEnvironment(ImmutableSandboxedEnvironment):
     # -- calls and attributes
     def call(__self, __context, __obj, *args: Any, **kwargs: Any) -> Any:  # noqa: N805 - Jinja's signature
         _spend(CALL_COST)
+        if type(__obj) is Macro:  # a template's macro (most calls): it runs in this sandbox, and
+            return __context.call(__obj, *args, **kwargs)  # Jinja's checks below all pass it
         owner = getattr(__obj, "__self__", None)
         if not isinstance(owner, str):
             return super().call(__context, __obj, *args, **kwargs)
