@@ -1,10 +1,10 @@
 """The Jinja2 environments of reports, cached within a process and compiled across processes.
 
 Within a process, one environment per (template folder, cache folder) is built and kept:
-Jinja keeps each compiled template, and FileSystemLoader (auto_reload, the default) checks
-the file's mtime on every get_template, so an edited user template is recompiled on the next
-render; a template newly added to the user's folder overrides the shipped one at once
-(`_OverlayLoader`, whose up-to-date check also looks for it).
+Jinja keeps each compiled template, and with auto_reload (the default) checks the file's
+real path and mtime, once per render (`one_render`), so an edited user template is
+recompiled on the next render, and a template newly added to the user's folder overrides the
+shipped one from the next render on (`_OverlayLoader`, whose up-to-date check also looks for it).
 
 Across processes, compiled templates go to a Jinja FileSystemBytecodeCache in the user's cache
 folder (`cache_dir()`), rather than being precompiled at build time (Environment.compile_templates
@@ -116,7 +116,7 @@ def _checked_once(uptodate):
 class _OverlayLoader(jinja2.ChoiceLoader):
     """ChoiceLoader whose up-to-date check also notices a template that appears in an earlier
     folder: a shipped template stays cached only while no user folder has a file of that name,
-    so adding `steps/Q.j2` to the user's folder in a long session overrides it at once.
+    so adding `steps/Q.j2` to the user's folder in a long session overrides it from the next render on.
     Within one render (`one_render`) each check runs once and a missing name is looked up once."""
 
     def get_source(self, environment, template):
