@@ -40,9 +40,10 @@ class Node:
     `__init_subclass__` only reads each type's annotations. Each type of this module writes its
     constructor out, storing each field directly and keeping the tuple of them (`_key`): a
     report builds hundreds of nodes, and such a constructor takes a quarter of the time of the
-    generic one below; written out, it costs nothing at import (compiling them from the
-    annotations took ~1 ms a process). `__init_subclass__` checks that a constructor's
-    parameters and defaults are the type's fields; tests/test_formula.py that it stores them.
+    generic one below; written out, it costs nothing at import (generated from the
+    annotations, they would be compiled in every process: ~1 ms). `__init_subclass__` checks
+    that a constructor's parameters and defaults are the type's fields; tests/test_formula.py
+    that it stores them.
     """
 
     __slots__ = ()

@@ -47,8 +47,8 @@ ACCENTS = {"tilde": ("\\tilde", "~", "~"), "hat": ("\\hat", "'", "^"), "bar": ("
 
 class Printer:
     """Dispatch on the node's class name; settings validated against `default_settings`.
-    Each printer class keeps the method it found for each node type (`_methods`): a report
-    prints ~650 nodes, and building the method's name and looking it up took longer than
+    Each printer class keeps the method it found for each node type (`_methods`): a small
+    report prints ~650 nodes, and building a method's name and looking it up costs more than
     most of the methods themselves."""
 
     default_settings: dict[str, Any] = {}
