@@ -150,3 +150,53 @@ def test_head_filter_prints_a_name_of_one_head_from_its_tree():
     for bad in (("Q^{(2)}", 1, "tex"), ("Q", -1, "tex"), ("Q", 1, "mathml"), ("Q", True, "tex")):
         with pytest.raises(BadInput, match="^head: expected"):
             headed(*bad)
+
+
+def _node_types(base=F.Node):
+    return [s for t in base.__subclasses__() for s in (t, *_node_types(t))]
+
+
+def test_every_node_type_stores_its_fields_as_a_frozen_value():
+    """Each type's written-out constructor: positional and keyword arguments, defaults filled,
+    every field stored, equality and hash by the fields, no assignment."""
+    from dataclasses import FrozenInstanceError
+
+    types = [t for t in _node_types() if t.__module__ == F.__name__]
+    assert len(types) > 25
+    for t in types:
+        assert "__init__" in t.__dict__, t
+        values = tuple(object() for _ in t._fields)
+        by_position, by_name = t(*values), t(**dict(zip(t._fields, values)))
+        for node in (by_position, by_name):
+            assert node.field_values() == values and [getattr(node, f) for f in t._fields] == list(values)
+        assert by_position == by_name and hash(by_position) == hash(by_name)
+        shortest = t(*values[:t._required])
+        assert shortest.field_values() == values[:t._required] + t._defaults
+        if t._fields:
+            with pytest.raises(FrozenInstanceError):
+                setattr(by_position, t._fields[0], 1)
+            assert by_position.replace(**{t._fields[0]: 1}).field_values() == (1,) + values[1:]
+        with pytest.raises(TypeError):
+            t(*values, object())
+
+
+def test_a_constructor_that_is_not_the_fields_is_refused():
+    with pytest.raises(TypeError, match="fields"):
+        class Bad(F.Node):  # noqa: F841
+            a: int
+            b: int = 0
+
+            def __init__(self, a, c=0):
+                pass
+    with pytest.raises(TypeError, match="fields"):
+        class BadDefault(F.Node):  # noqa: F841
+            a: int = 1
+
+            def __init__(self, a=2):
+                pass
+
+    class Generic(F.Node):  # no constructor of its own: the generic one
+        a: int
+        b: int = 3
+
+    assert Generic(1).field_values() == (1, 3) and Generic(b=4, a=2) == Generic(2, 4)

@@ -63,6 +63,21 @@ def test_renders_reuse_one_environment_and_its_compiled_templates(cache, monkeyp
     assert counts == {"loads": 0, "compiles": 0}
 
 
+def test_one_render_checks_each_template_file_once(tmp_path, cache, monkeypatch):
+    """Jinja checks a cached template's file on every include and import; within one render
+    each file is checked once (and the next render checks them all again)."""
+    folder = tmp_path / "tpl"
+    folder.mkdir()
+    render(TRACE, format="md", template_dir=folder)  # every template loaded and cached
+    checked = []
+    getmtime = os.path.getmtime
+    monkeypatch.setattr(os.path, "getmtime", lambda p: checked.append(os.fspath(p)) or getmtime(p))
+    for _ in range(2):
+        checked.clear()
+        render(TRACE, format="md", template_dir=folder)
+        assert checked and len(checked) == len(set(checked))
+
+
 def test_one_environment_per_folder(tmp_path, cache, monkeypatch):
     mine = tmp_path / "mine"
     mine.mkdir()
@@ -148,6 +163,17 @@ def test_cache_failures_after_start_are_silent(tmp_path, cache):
     (folder / "steps").mkdir(parents=True)
     (folder / "steps" / "weights.j2").write_text("NEW\n", encoding="utf-8")
     assert render_step(TRACE, "weights", format="md", template_dir=folder).strip() == "NEW"
+
+
+def test_a_truncated_cache_entry_is_compiled_again(cache, monkeypatch):
+    expected = render(TRACE, format="md")
+    for f in cache.iterdir():  # header and checksum intact, the compiled code cut short
+        data = f.read_bytes()
+        f.write_bytes(data[: len(data) // 2])
+    jinja_env.clear()
+    counts = _count_compiles(environment(), monkeypatch)
+    assert render(TRACE, format="md") == expected
+    assert counts["compiles"] > 0
 
 
 def test_the_cache_keeps_few_files(tmp_path, cache, monkeypatch):

@@ -36,10 +36,14 @@ class Node:
     frozen dataclass does, and behaves as one: positional or keyword construction, equality and
     hash by the tuple of its fields, a repr naming them, no assignment. Why not @dataclass: it
     compiles six methods per class with exec, 0.6-0.9 ms a class, and the ~35 node types made
-    this module the largest import of every report; here the methods are written once,
-    `__init_subclass__` only reads each type's annotations, and `_write_inits` compiles the
-    types' constructors in one go (a numeric trace builds hundreds of nodes: a constructor
-    that stores each field directly takes a quarter of the time of a generic one).
+    this module the largest import of every report; here the methods are written once and
+    `__init_subclass__` only reads each type's annotations. Each type of this module writes its
+    constructor out, storing each field directly and keeping the tuple of them (`_key`): a
+    report builds hundreds of nodes, and such a constructor takes a quarter of the time of the
+    generic one below; written out, it costs nothing at import (generated from the
+    annotations, they would be compiled in every process: ~1 ms). `__init_subclass__` checks
+    that a constructor's parameters and defaults are the type's fields; tests/test_formula.py
+    that it stores them.
     """
 
     __slots__ = ()
@@ -59,10 +63,14 @@ class Node:
         if late:
             raise TypeError(f"non-default field {late[0]!r} follows a default field in {cls.__name__}")
         cls._fields, cls._required, cls._defaults = fields, required, tuple(known[f] for f in fields[required:])
+        init = cls.__dict__.get("__init__")
+        if init is not None:
+            code = init.__code__
+            if code.co_varnames[1:code.co_argcount] != fields or (init.__defaults__ or ()) != cls._defaults:
+                raise TypeError(f"{cls.__name__}.__init__ does not take the fields {', '.join(fields)} with their defaults")
 
     def __init__(self, *args, **kwargs):
-        """The constructor of a node type defined after `_write_inits` ran (the types of this
-        module have their own)."""
+        """The constructor of a node type without its own (the types of this module have one)."""
         if kwargs or not self._required <= len(args) <= len(self._fields):
             args = self._arguments(args, kwargs)
         elif len(args) < len(self._fields):
@@ -188,6 +196,10 @@ class Sym(Node):
     accent: str | None = None
     style: str | None = None
 
+    def __init__(self, name, sub=None, sup=None, accent=None, style=None):
+        d = self.__dict__
+        d["name"], d["sub"], d["sup"], d["accent"], d["style"] = d["_key"] = (name, sub, sup, accent, style)
+
 
 class Word(Node):
     """An upright word inside a formula, as a subscript (K_cache, W_gate): `roman` for the
@@ -196,15 +208,29 @@ class Word(Node):
     word: str
     roman: bool = False
 
+    def __init__(self, word, roman=False):
+        d = self.__dict__
+        d["word"], d["roman"] = d["_key"] = (word, roman)
+
 
 class Num(Node):
     value: int | float | str
+
+    def __init__(self, value):
+        d = self.__dict__
+        d["value"] = value
+        d["_key"] = (value,)
 
 
 class Value(Node):
     """A number given by the user, printed as given: 50, 2.5, or an exact SymPy number (1/2)."""
 
     value: object
+
+    def __init__(self, value):
+        d = self.__dict__
+        d["value"] = value
+        d["_key"] = (value,)
 
 
 class Head(Node):
@@ -213,11 +239,20 @@ class Head(Node):
     of: Node
     head: int | Node
 
+    def __init__(self, of, head):
+        d = self.__dict__
+        d["of"], d["head"] = d["_key"] = (of, head)
+
 
 class Transpose(Node):
     """of^T; a head superscript and the transpose share one superscript: K^{(2)T}."""
 
     of: Node
+
+    def __init__(self, of):
+        d = self.__dict__
+        d["of"] = of
+        d["_key"] = (of,)
 
 
 class Index(Node):
@@ -228,6 +263,10 @@ class Index(Node):
     index: tuple[Node, ...]
     comma: bool = False
 
+    def __init__(self, of, index, comma=False):
+        d = self.__dict__
+        d["of"], d["index"], d["comma"] = d["_key"] = (of, index, comma)
+
 
 class Slice(Node):
     """A block of a matrix: rows and columns as (first, last) 1-based, or None for all."""
@@ -235,6 +274,10 @@ class Slice(Node):
     of: Node
     rows: tuple[int, int] | None
     cols: tuple[int, int] | None
+
+    def __init__(self, of, rows, cols):
+        d = self.__dict__
+        d["of"], d["rows"], d["cols"] = d["_key"] = (of, rows, cols)
 
 
 class Add(Node):
@@ -244,9 +287,18 @@ class Add(Node):
     terms: tuple[Node, ...]
     tight: bool = False
 
+    def __init__(self, terms, tight=False):
+        d = self.__dict__
+        d["terms"], d["tight"] = d["_key"] = (terms, tight)
+
 
 class Neg(Node):
     of: Node
+
+    def __init__(self, of):
+        d = self.__dict__
+        d["of"] = of
+        d["_key"] = (of,)
 
 
 class Juxt(Node):
@@ -258,6 +310,10 @@ class Juxt(Node):
     thin: bool = False
     tight: bool = False
 
+    def __init__(self, factors, thin=False, tight=False):
+        d = self.__dict__
+        d["factors"], d["thin"], d["tight"] = d["_key"] = (factors, thin, tight)
+
 
 class Shape(Node):
     """A matrix shape, (rows x cols); `narrow` sets the sign without its spaces (a table's
@@ -267,9 +323,16 @@ class Shape(Node):
     cols: Node | int
     narrow: bool = False
 
+    def __init__(self, rows, cols, narrow=False):
+        d = self.__dict__
+        d["rows"], d["cols"], d["narrow"] = d["_key"] = (rows, cols, narrow)
+
 
 class Space(Node):
     """A thin space between factors (-m \\, (i - j)): nothing in plain math."""
+
+    def __init__(self):
+        self.__dict__["_key"] = ()
 
 
 class Op(Node):
@@ -280,6 +343,10 @@ class Op(Node):
     op: str
     left: Node
     right: Node
+
+    def __init__(self, op, left, right):
+        d = self.__dict__
+        d["op"], d["left"], d["right"] = d["_key"] = (op, left, right)
 
 
 class Frac(Node):
@@ -292,12 +359,20 @@ class Frac(Node):
     inline: bool = False
     spaced: bool = False  # an inline slash with spaces around it (c tanh(T / c))
 
+    def __init__(self, num, den, small=False, inline=False, spaced=False):
+        d = self.__dict__
+        d["num"], d["den"], d["small"], d["inline"], d["spaced"] = d["_key"] = (num, den, small, inline, spaced)
+
 
 class Partial(Node):
     """The derivative of f by x: df/dx."""
 
     f: Node
     x: Node
+
+    def __init__(self, f, x):
+        d = self.__dict__
+        d["f"], d["x"] = d["_key"] = (f, x)
 
 
 class Power(Node):
@@ -306,9 +381,18 @@ class Power(Node):
     base: Node
     exp: Node
 
+    def __init__(self, base, exp):
+        d = self.__dict__
+        d["base"], d["exp"] = d["_key"] = (base, exp)
+
 
 class Sqrt(Node):
     of: Node
+
+    def __init__(self, of):
+        d = self.__dict__
+        d["of"] = of
+        d["_key"] = (of,)
 
 
 class Paren(Node):
@@ -316,6 +400,10 @@ class Paren(Node):
 
     of: Node
     sized: bool = False
+
+    def __init__(self, of, sized=False):
+        d = self.__dict__
+        d["of"], d["sized"] = d["_key"] = (of, sized)
 
 
 class Func(Node):
@@ -332,6 +420,10 @@ class Func(Node):
     bare: bool = False
     params: tuple[Node, ...] = ()
 
+    def __init__(self, name, args, sized=False, bare=False, params=()):
+        d = self.__dict__
+        d["name"], d["args"], d["sized"], d["bare"], d["params"] = d["_key"] = (name, args, sized, bare, params)
+
 
 class Sum(Node):
     """sum over `index` of body (sum_k e^{t_ik}); `op` "max" is the maximum over the index
@@ -342,15 +434,27 @@ class Sum(Node):
     op: str = "sum"
     small: bool = False
 
+    def __init__(self, index, body, op='sum', small=False):
+        d = self.__dict__
+        d["index"], d["body"], d["op"], d["small"] = d["_key"] = (index, body, op, small)
+
 
 class Dots(Node):
     """An elision in a list (Z^(1), ..., Z^(h)); `centered` between operators or blocks."""
 
     centered: bool = False
 
+    def __init__(self, centered=False):
+        d = self.__dict__
+        d["centered"] = centered
+        d["_key"] = (centered,)
+
 
 class Infinity(Node):
     pass
+
+    def __init__(self):
+        self.__dict__["_key"] = ()
 
 
 class Range(Node):
@@ -358,6 +462,10 @@ class Range(Node):
 
     first: int
     last: int
+
+    def __init__(self, first, last):
+        d = self.__dict__
+        d["first"], d["last"] = d["_key"] = (first, last)
 
 
 class Seq(Node):
@@ -369,12 +477,20 @@ class Seq(Node):
     #: "semi" (the same in typeset math, a semicolon in plain: shapes of blocks)
     sep: str = "comma"
 
+    def __init__(self, items, braces=False, sep='comma'):
+        d = self.__dict__
+        d["items"], d["braces"], d["sep"] = d["_key"] = (items, braces, sep)
+
 
 class Stack(Node):
     """Matrices stacked vertically: [A; B]; `inline` on one line (shapes of the blocks)."""
 
     rows: tuple[Node, ...]
     inline: bool = False
+
+    def __init__(self, rows, inline=False):
+        d = self.__dict__
+        d["rows"], d["inline"] = d["_key"] = (rows, inline)
 
 
 class Hcat(Node):
@@ -384,11 +500,20 @@ class Hcat(Node):
     items: tuple[Node, ...]
     inline: bool = False
 
+    def __init__(self, items, inline=False):
+        d = self.__dict__
+        d["items"], d["inline"] = d["_key"] = (items, inline)
+
 
 class Cases(Node):
     """A definition by cases: ((value, condition), ...)."""
 
     cases: tuple[tuple[Node, Node], ...]
+
+    def __init__(self, cases):
+        d = self.__dict__
+        d["cases"] = cases
+        d["_key"] = (cases,)
 
 
 class Rel(Node):
@@ -398,6 +523,10 @@ class Rel(Node):
     sides: tuple[Node, ...]
     ops: tuple[str, ...] = ()
 
+    def __init__(self, sides, ops=()):
+        d = self.__dict__
+        d["sides"], d["ops"] = d["_key"] = (sides, ops)
+
 
 class Parts(Node):
     """Several formulas on one line (A = softmax(T), a_ij = ...): a wide gap between them, or a
@@ -405,6 +534,10 @@ class Parts(Node):
 
     items: tuple[Node, ...]
     narrow: bool = False
+
+    def __init__(self, items, narrow=False):
+        d = self.__dict__
+        d["items"], d["narrow"] = d["_key"] = (items, narrow)
 
 
 def to(*sides: Expr) -> Rel:
@@ -430,32 +563,11 @@ class Diff(Node):
 
     of: Node
 
+    def __init__(self, of):
+        d = self.__dict__
+        d["of"] = of
+        d["_key"] = (of,)
 
-def _write_inits(base: type) -> None:
-    """Give every node type below `base` its own __init__, compiled together in one source:
-    positional or keyword arguments with their defaults, as a dataclass's, each field stored
-    directly and the tuple of them kept for equality and hashing."""
-    types = [t for t in _subtypes(base) if "__init__" not in t.__dict__]
-    source, names = [], {}
-    for t in types:
-        required, optional = t._fields[:t._required], t._fields[t._required:]
-        params = ", ".join(["self", *required, *(f"{f}=_defaults_{t.__name__}[{i}]" for i, f in enumerate(optional))])
-        stores = "".join(f"    _store[{f!r}] = {f}\n" for f in t._fields)
-        key = "".join(f"{f}, " for f in t._fields)
-        source.append(f"def init_{t.__name__}({params}):\n    _store = self.__dict__\n{stores}    _store['_key'] = ({key})\n")
-        names[f"_defaults_{t.__name__}"] = t._defaults
-    exec(compile("\n".join(source), __name__, "exec"), names)
-    for t in types:
-        init = names[f"init_{t.__name__}"]
-        init.__name__, init.__qualname__ = "__init__", f"{t.__qualname__}.__init__"
-        t.__init__ = init
-
-
-def _subtypes(base: type) -> list[type]:
-    return [s for t in base.__subclasses__() for s in (t, *_subtypes(t))]
-
-
-_write_inits(Node)
 
 ONES = Sym("1", style="bold")
 

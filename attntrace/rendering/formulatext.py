@@ -46,9 +46,17 @@ ACCENTS = {"tilde": ("\\tilde", "~", "~"), "hat": ("\\hat", "'", "^"), "bar": ("
 
 
 class Printer:
-    """Dispatch on the node's class name; settings validated against `default_settings`."""
+    """Dispatch on the node's class name; settings validated against `default_settings`.
+    Each printer class keeps the method it found for each node type (`_methods`): a small
+    report prints ~650 nodes, and building a method's name and looking it up costs more than
+    most of the methods themselves."""
 
     default_settings: dict[str, Any] = {}
+    _methods: dict[type, Any] = {}
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls._methods = {}
 
     def __init__(self, **settings):
         unknown = set(settings) - set(self.default_settings)
@@ -60,14 +68,19 @@ class Printer:
         return self.p(tree)
 
     def p(self, x) -> str:
+        method = self._methods.get(type(x))
+        if method is not None:
+            return method(self, x)
         if isinstance(x, str):
             return self._print_str(x)
         if isinstance(x, (int, float)):
             x = F.Num(x)
-        method = getattr(self, f"_print_{type(x).__name__}", None)
+        method = getattr(type(self), f"_print_{type(x).__name__}", None)
         if method is None:
             raise TypeError(f"{type(self).__name__} cannot print {type(x).__name__}")
-        return method(x)
+        if isinstance(x, F.Node):
+            self._methods[type(x)] = method
+        return method(self, x)
 
     def _print_str(self, s: str) -> str:
         return s
