@@ -320,3 +320,18 @@ def test_tex_quotes_open_and_close():
         "processed ``the cat sat'' and (``x'') ")
     assert format_user_text('processed "the cat sat" and ("x") $d_k = 4$ "y"', "tex").endswith(" ``y''")
     assert escape_tex('"weights@2" = 1') == '"weights@2" = 1'
+
+
+def test_relation_pattern_reads_each_relation_whole():
+    """The relations' pattern (branches, for a cheap compile) takes every relation whole, the
+    two-character ones before their first character, and nothing else."""
+    from attntrace.inputs.usertext import _REL, _RELATIONS
+
+    pattern = re.compile(_REL)
+    for rel in _RELATIONS:
+        assert pattern.match(rel + "x").group(0) == rel
+    for text in ("x", "+", "-", "!", "a<=b", "≈≈"[1:] + "x", " ="):
+        m = pattern.match(text)
+        assert (m.group(0) if m else None) == next((r for r in sorted(_RELATIONS, key=len, reverse=True)
+                                                   if text.startswith(r)), None)
+    assert render_math("a ≤ b → c ≠ d", "text") == "a <= b -> c != d"

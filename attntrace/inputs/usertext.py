@@ -93,7 +93,10 @@ _RELATIONS = {  # token -> (LaTeX, plain)
     "=": ("=", "="), "<": ("<", "<"), ">": (">", ">"), "~": (r"\approx", "~"),
     "≈": (r"\approx", "~"), "≤": (r"\le", "<="), "≥": (r"\ge", ">="), "≠": (r"\ne", "!="), "→": (r"\to", "->"),
 }
-_REL = r"<=|>=|!=|->|[=<>~≈≤≥≠→]"  # compiled with the lexicon
+#: The relations, compiled with the lexicon. The non-ASCII signs are branches of their own, not
+#: members of one character class: a class holding them is compiled into a Unicode charset table
+#: (0.24 ms at the first span of a process, against 0.07 ms this way); the matches are the same.
+_REL = r"<=|>=|!=|->|[=<>~]|≈|≤|≥|≠|→"
 _UNICODE_OPS = str.maketrans({"−": "-", "×": "*", "·": "*", "⋅": "*", "∞": " oo "})
 _FUNCTIONS = ("sqrt", "exp")
 _INFINITY = ("oo", "inf")
@@ -150,7 +153,7 @@ def _lexicon() -> Lexicon:
     """Spans: spaces, the operators with √, relations, sqrt and exp, oo and inf, letter subscripts;
     a number is kept as written (mantissa, exponent); no LaTeX names (user LaTeX is text). Made
     at the first span: most titles and notes hold none, and compiling the relations' pattern
-    (non-ASCII characters) takes 0.2 ms of every start."""
+    (non-ASCII characters) takes 0.07 ms."""
     return Lexicon(spaces=" ", operators="+-*/^()√", functions=_FUNCTIONS, infinity=_INFINITY, name=_name,
                    number=lambda m, pos: (m.group(1), m.group(2)), unknown_word=_unknown_word,
                    relations=_RELATIONS, relation_pattern=re.compile(_REL), letter_subscripts=True)
