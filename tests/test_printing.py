@@ -21,6 +21,21 @@ def test_entry_names_with_heads():
     assert printing.entry_name("z", 1, 10, 1) == "z^{(1)}_{1,10}"
 
 
+def test_entry_names_made_once_still_refuse_what_the_parser_refuses():
+    """entry_name keeps the names it made: a bool or float index equal to one it has seen is
+    refused all the same, and each base, head and width gets its own name."""
+    import pytest
+
+    assert printing.entry_name("x", 1, 1) == "x_{11}"
+    for bad in (True, 1.0):
+        with pytest.raises(ValueError):
+            printing.entry_name("x", bad, 1)
+    assert printing.entry_name("x", 1, 10) == "x_{1,10}"
+    assert printing.entry_name("x", 1, 1, 2) == "x^{(2)}_{11}"
+    assert printing.entry_name("x", 1, 1, wide=True) == "x_{1,1}"
+    assert printing.entry_name("alpha", 1, 1) == "\\alpha_{11}"
+
+
 def test_numbers():
     # -1e-9 is not 0: it prints as 0.0000 (rounded), never as an exact 0 (issue 22)
     assert [printing.tex_number(x, 4) for x in (0.64565631, -0.0, -1e-9, 3.0, 2.5)] == ["0.6457", "0", "0.0000", "3", "2.5"]
