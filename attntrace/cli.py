@@ -373,7 +373,8 @@ def main(argv: list[str] | None = None) -> int:
     sentence report's instructions; peak memory of the block, exact and symbolic examples
     unchanged). At the end everything is frozen (`gc.freeze`), so the interpreter's collection
     at exit skips it too (35M instructions); exit handlers, file closing and flushing run as
-    before. A caller that passes `argv` (tests, scripts) keeps its own setting."""
+    before, except after a finished `run`, which flushes and ends at once (`_exit_now`). A
+    caller that passes `argv` (tests, scripts) keeps its own setting and gets the exit code back."""
     process = argv is None
     if process:
         gc.disable()
