@@ -5,7 +5,8 @@ first test fails when a kind changes its place, spec keys, RUNS_WITH, operands, 
 or meanings without the manifest being written again. A process imports a kind module only
 when the problem has something the module's `RUNS_WITH` names; the other tests check, over
 every built-in example, that no kind of a module left out would have run (its `enabled` is
-False for that problem), and that a run imports only the modules of what it uses.
+False for that problem), that a trace with every module turned on is the same, and that a
+run imports only the modules of what it uses.
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from attntrace import run
 from attntrace.kinds import manifest, registry
 from attntrace.resources import example_paths
-from attntrace import run
 from attntrace.tracer import load_problem
 
 ROOT = Path(__file__).resolve().parent.parent
