@@ -202,7 +202,7 @@ def report_view(trace, fmt: str, precision: int, max_size: int, figures: list[di
         "kv_group_size": trace.num_heads // max(len(kv_groups(trace)), 1),
         # the backward pass (attntrace.kinds.backward), in trace order after the forward steps
         "backward": [] if shape_mode else [StepView(trace, s, out, rows, esc).build() for s in trace.steps if _backward(s)],
-        "notation": notation_rows(trace),
+        "notation": notation_rows(trace, given_order),
     }
     mark_repeats(view)
     group_repeats(view, out, bool(settings.get("kv_groups")))
@@ -251,16 +251,15 @@ def _numbers(n: int) -> dict[str, str]:
     return {"range_tex": values.text("tex"), "range_plain": values.text("plain")}
 
 
-def notation_rows(trace) -> list[dict[str, str]]:
+def notation_rows(trace, given_order: list) -> list[dict[str, str]]:
     """The notation section's rows (attntrace.kinds.notation): the symbol, with its entries when
     their letter is not the symbol's (dZ: g^{Z}_{ij}, X_kv: y_{ij}; not W_Q: w^{Q}_{ij}); the
     meaning key; the shape. The gradients share one row, the first with dots ("gradient": d
     before a matrix, g^{M} its entries), so that a backward report's table stays short (the
-    JSON keeps a row for each)."""
+    JSON keeps a row for each). The operands come in `given_order`, as the Given section lists them."""
     rows: list[dict[str, str]] = []
     gradients = None
-    prose = MEANING_PROSE
-    for sym in notation_of(trace, in_order_of_use(trace)).rows:
+    for sym in notation_of(trace, given_order).rows:
         shown = sym.symbol
         if sym.entry is not None and _initial(sym.entry) != _initial(sym.symbol):
             shown = F.Seq((shown, sym.entry), sep="wide")
@@ -275,7 +274,7 @@ def notation_rows(trace) -> list[dict[str, str]]:
         sized = isinstance(shape, tuple)
         size = F.Op("ntimes", F.Num(shape[0]), F.Num(shape[1])) if sized else None
         rows.append({"tex": shown.text("tex"), "plain": shown.text("plain"),
-                     "meaning": sym.meaning, "prose": prose.get(sym.meaning), "sized": sized,
+                     "meaning": sym.meaning, "prose": MEANING_PROSE.get(sym.meaning), "sized": sized,
                      "shape": size.text("tex") if sized else (shape or ""),
                      "plain_shape": size.text("plain") if sized else (shape or "")})
     return rows
